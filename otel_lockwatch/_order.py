@@ -1,0 +1,883 @@
+"""The lock-order graph: which lock classes were taken while holding which, and the cycles.
+
+Lock classes are names. When a worker that holds a lock of class ``A`` blocks to acquire one of
+class ``B``, the program has shown the order ``A -> B``. If it also shows ``B -> A`` (in another
+worker, or another run of the same code path), two workers can each hold one and wait for the
+other: a deadlock that did not happen this time but another schedule makes happen. The graph keeps
+every order seen as an edge, with its first example (the *witness*), and reports each cycle when
+the edge that closes it arrives, before any deadlock.
+
+Public surface (``otel_lockwatch._order``)::
+
+    EdgeWitness(holding, acquiring, worker, sites, at, trace_id, span_id)
+        .to_json() -> dict            .from_json(d) -> EdgeWitness
+    Cycle(locks, edges)               # edge i goes locks[i] -> locks[(i + 1) % n]
+        .to_json() -> {"cycle": [...], "edges": [...]}     .from_json(d)
+        .from_edges(witnesses)        # validates the chain, rotates to the canonical start
+        .format() -> str              # lockdep-style report
+    LockOrderGraph(max_classes=4096, max_edges=65536)
+        .add_edge(holding, acquiring, witness) -> Cycle | None
+        .would_close_cycle(holding, acquiring, witness) -> Cycle | None
+        .has_edge(a, b)  .edges()  .cycles()  .classes()  len(graph)  .truncated
+        .to_json() -> {"edges": [...], "cycles": [...]}    .from_json(d, ...)
+    find_cycles(edges, max_cycles=1024) -> list[Cycle]     # offline, canonical
+    merge_order_data(datas) -> {"edges": [...], "cycles": [...]}
+    ChainCache(max_pairs=4096)        # per-thread "already checked" pairs
+    utc_timestamp(ns=None) -> str     # "2026-11-30T02:40:00.123Z"
+
+Design notes
+============
+
+Sources
+-------
+* Linux lockdep (``Documentation/locking/lockdep-design.rst``, ``kernel/locking/lockdep.c``):
+  locks are grouped into *classes*, a dependency ``prev -> next`` is recorded when ``next`` is
+  acquired with ``prev`` held, and ``check_noncircular()`` searches the existing dependencies
+  breadth-first from ``next`` for ``prev`` before the new one is added. lockdep keeps the first
+  stack trace of each dependency, reports each problem once, and caches the chains of held locks
+  it has already validated (the *chain cache*), so a repeated nesting costs a hash lookup.
+* Guava's ``CycleDetectingLockFactory``: each lock node keeps its allowed prior locks with an
+  ``ExampleStackTrace`` (the first example only) and its disallowed ones; a new order triggers a
+  search for the reverse path; the ``Policies`` ``THROW`` / ``WARN`` / ``DISABLED`` are the model of
+  ``OTEL_PYTHON_LOCKWATCH_ON_CYCLE``. ``THROW`` refuses the acquisition before it blocks, which is
+  what :meth:`LockOrderGraph.would_close_cycle` serves.
+* ThreadSanitizer's deadlock detector reports the same "lock-order-inversion" from one run.
+
+Algorithm
+---------
+The graph is an adjacency map ``holding -> {acquiring: witness}`` in insertion order. For a new
+edge ``u -> v`` :meth:`~LockOrderGraph.add_edge` runs a breadth-first search from ``v`` over the
+recorded edges looking for ``u``. Found: the BFS path ``v ~> u`` is a shortest one, so
+``u -> v ~> u`` is the shortest cycle through the new edge (when the edge closes several cycles,
+that is the one reported). ``u == v`` is a cycle of length 1 (see *self-edges*). The edge is then
+recorded whatever the answer: the graph holds every order seen, cyclic or not.
+
+Reported once: a simple cycle's lock sequence determines its edges, and one of them is the new
+edge, which no earlier cycle could contain; the reported cycles are also kept in a set keyed by
+their canonical lock tuple, so a cycle restored by :meth:`~LockOrderGraph.from_json` is not
+reported again. An existing edge returns ``None`` at once, and its later witnesses are dropped.
+
+A cycle is written from its lexicographically smallest lock name (*canonical rotation*: the names
+of a simple cycle are distinct, so the start is unique), so ``A -> B -> A`` found from ``A`` or
+from ``B`` is one cycle. ``A -> B -> C -> A`` and ``A -> C -> B -> A`` are two different cycles.
+
+Offline (:func:`find_cycles`, used by :func:`merge_order_data`), the cycles are a function of the
+edge *set*, not of the order the edges came in: Tarjan's strongly connected components, then for
+each edge inside a cyclic component, in sorted order, the shortest cycle through it (BFS inside the
+component, successors in sorted order), deduplicated and sorted by ``(length, names)``. Every edge
+that lies on any cycle is therefore shown in at least one reported cycle, and merging is
+commutative and associative: the union of edge sets is, the witness of an edge is the minimum of
+its candidates under a total order (earliest ``at``, then the canonical JSON), and the cycles are
+recomputed from the union, never carried over from the inputs. ``A -> B`` seen in one process and
+``B -> A`` in another is a cycle of the merge.
+
+What a witness is
+-----------------
+:class:`EdgeWitness` is the first example of an edge: who (``worker``: a thread name, or
+``task:<name>``), where (``sites``: the holding lock's acquisition site and the acquiring site,
+each ``"module:function:line"``), when (``at``: ISO-8601 UTC with milliseconds), and in which
+trace (``trace_id``, 32 hex digits, and ``span_id``, 16, of the span current at the acquisition,
+or ``None``). It answers "where does my code take B while holding A?", which is what a fix needs.
+
+Rules the caller applies before calling the graph
+-------------------------------------------------
+The graph knows only edges; the per-thread held-lock stacks (``_processor.py``) decide which
+acquisitions make them, as lockdep and ThreadSanitizer do:
+
+* a blocking acquire of ``B`` adds ``H -> B`` for *each* lock ``H`` held by the worker (not only
+  the top of the stack: a lock taken by a try-acquire between them would hide ``H -> B``);
+* a non-blocking try-acquire adds no edge *to* the tried lock (it cannot block), but once held it
+  is on the stack and orders the next blocking acquire;
+* re-entering an RLock already held by the worker adds nothing;
+* ``Condition.wait()`` takes its lock off the stack for the duration of the wait;
+* a lock released before the next acquire is off the stack and leaves no edge;
+* two locks of one class held at once give the self-edge ``A -> A``: two ``threading.Lock``
+  created at the same site, or two sections of one array taken outside ``lock_many`` (two workers
+  with reversed or colliding keys deadlock). ``lock_many`` acquires in ascending index order, a
+  canonical order, and adds no edge between the sections it takes;
+* the graph is called on a chain-cache miss only (:class:`ChainCache`, per thread).
+
+Under the ``raise`` policy the caller asks :meth:`~LockOrderGraph.would_close_cycle` before
+blocking, raises ``PotentialDeadlockError(cycle.format(), cycle.locks)`` when it answers a cycle,
+and may then :meth:`~LockOrderGraph.add_edge` the refused edge so the manifest keeps the cycle;
+``would_close_cycle`` still answers the cycle on every later attempt (it also considers an edge
+already recorded), so the acquisition keeps being refused. A pair whose check answered a cycle
+must not go into the chain cache.
+
+Complexity and bounds
+---------------------
+``add_edge`` on an existing edge is one dict lookup; on a new edge, one BFS, O(classes + edges),
+and it happens at most ``max_edges`` times in the life of a graph. ``would_close_cycle`` is one
+BFS. ``find_cycles`` is O(E + V) for the components plus one BFS per edge inside a cyclic
+component, stopping at ``max_cycles`` distinct cycles.
+
+Memory is O(classes + edges) <= O(classes ** 2), and capped: past ``max_classes`` lock classes or
+``max_edges`` edges, new ones are not recorded (an add that would exceed a cap returns ``None``),
+``truncated`` becomes ``True`` and one warning is logged on the ``otel_lockwatch`` logger naming
+the cap and its value. Witnesses keep one example per edge; there is at most one reported cycle
+per recorded edge.
+
+Thread safety and self-observation
+----------------------------------
+Mutations and reads hold one lock made by ``_thread.allocate_lock()``, never ``threading.Lock``:
+the instrumentation patches that factory, and the graph must not observe itself. Nothing that can
+take an instrumented lock runs while it is held: the cap warning is logged after it is released
+(logging handlers hold ``threading.RLock`` locks). The lock is not re-entrant; the graph never
+calls out while holding it.
+
+Open questions
+--------------
+* An incremental topological order (Pearce and Kelly, 2006) would make most inserts cheaper than
+  a BFS; inserts happen on chain-cache misses only, so BFS has been enough so far.
+* A full enumeration of elementary cycles (Johnson, 1975) would show every cycle offline, at a
+  cost exponential in the worst case; one shortest cycle per cyclic edge is shown instead.
+"""
+
+from __future__ import annotations
+
+import _thread
+import json
+import logging
+import time
+from collections import deque
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = [
+    "ChainCache",
+    "Cycle",
+    "EdgeWitness",
+    "LockOrderGraph",
+    "find_cycles",
+    "merge_order_data",
+    "utc_timestamp",
+]
+
+_logger = logging.getLogger("otel_lockwatch")
+
+_WITNESS_KEYS = frozenset({"holding", "acquiring", "worker", "sites", "at", "trace_id", "span_id"})
+_CYCLE_KEYS = frozenset({"cycle", "edges"})
+
+_RECURSIVE_NOTE = (
+    "(two locks of one class held at once; a second worker taking them in the other order "
+    "deadlocks)"
+)
+
+
+def utc_timestamp(ns: int | None = None) -> str:
+    """Format a wall-clock time as ISO-8601 UTC with milliseconds, e.g. ``2026-11-30T02:40:00.123Z``.
+
+    Args:
+        ns: nanoseconds since the epoch (``time.time_ns()``); now when ``None``.
+    """
+    if ns is None:
+        ns = time.time_ns()
+    seconds, rest = divmod(ns, 1_000_000_000)
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(seconds)) + f".{rest // 1_000_000:03d}Z"
+
+
+def _check_str(what: str, value: Any) -> str:
+    if not isinstance(value, str):
+        raise ValueError(f"{what} must be a string, got {value!r}")
+    return value
+
+
+def _check_hex_or_none(what: str, value: Any, digits: int) -> str | None:
+    if value is None:
+        return None
+    if (
+        not isinstance(value, str)
+        or len(value) != digits
+        or value.strip("0123456789abcdef") != ""
+    ):
+        raise ValueError(f"{what} must be {digits} lowercase hex digits or null, got {value!r}")
+    return value
+
+
+@dataclass(frozen=True, slots=True)
+class EdgeWitness:
+    """The first example of the lock order ``holding -> acquiring``.
+
+    Attributes:
+        holding: the lock class held.
+        acquiring: the lock class acquired (blocking) while ``holding`` was held.
+        worker: the thread name, or ``task:<name>`` for an asyncio task.
+        sites: ``(holding lock's acquisition site, acquiring site)``, each
+            ``"module:function:line"``.
+        at: when, ISO-8601 UTC with milliseconds (:func:`utc_timestamp`).
+        trace_id: the current span's trace id (32 hex digits), or ``None``.
+        span_id: the current span's id (16 hex digits), or ``None``.
+    """
+
+    holding: str
+    acquiring: str
+    worker: str
+    sites: tuple[str, str]
+    at: str
+    trace_id: str | None = None
+    span_id: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        """Return the witness as a JSON-ready dict with exactly the keys ``holding``,
+        ``acquiring``, ``worker``, ``sites`` (a list), ``at``, ``trace_id`` and ``span_id``."""
+        return {
+            "holding": self.holding,
+            "acquiring": self.acquiring,
+            "worker": self.worker,
+            "sites": list(self.sites),
+            "at": self.at,
+            "trace_id": self.trace_id,
+            "span_id": self.span_id,
+        }
+
+    @classmethod
+    def from_json(cls, d: Any) -> EdgeWitness:
+        """Read back :meth:`to_json`'s output.
+
+        Args:
+            d: a dict with exactly the keys of :meth:`to_json`.
+
+        Raises:
+            ValueError: a key is missing or extra, or a value has the wrong type or shape.
+        """
+        if not isinstance(d, dict):
+            raise ValueError(f"edge witness must be an object, got {d!r}")
+        if d.keys() != _WITNESS_KEYS:
+            raise ValueError(
+                f"edge witness must have the keys {sorted(_WITNESS_KEYS)}, got {sorted(d)}"
+            )
+        sites = d["sites"]
+        if (
+            not isinstance(sites, (list, tuple))
+            or len(sites) != 2
+            or not all(isinstance(s, str) for s in sites)
+        ):
+            raise ValueError(f"edge witness sites must be two strings, got {sites!r}")
+        return cls(
+            holding=_check_str("edge witness holding", d["holding"]),
+            acquiring=_check_str("edge witness acquiring", d["acquiring"]),
+            worker=_check_str("edge witness worker", d["worker"]),
+            sites=(sites[0], sites[1]),
+            at=_check_str("edge witness at", d["at"]),
+            trace_id=_check_hex_or_none("edge witness trace_id", d["trace_id"], 32),
+            span_id=_check_hex_or_none("edge witness span_id", d["span_id"], 16),
+        )
+
+    def describe(self) -> str:
+        """One line for a report: ``A -> B: worker 'w1' held A (acquired at m:f:10) and
+        acquired B (at m:f:12), 2026-11-30T02:40:00.123Z``, plus the trace when known."""
+        line = (
+            f"{self.holding} -> {self.acquiring}: worker {self.worker!r} held {self.holding} "
+            f"(acquired at {self.sites[0]}) and acquired {self.acquiring} "
+            f"(at {self.sites[1]}), {self.at}"
+        )
+        if self.trace_id is not None:
+            line += f", trace {self.trace_id}"
+            if self.span_id is not None:
+                line += f" span {self.span_id}"
+        return line
+
+
+def _witness_sort_key(w: EdgeWitness) -> tuple[str, str]:
+    """A total order on witnesses: earliest ``at`` first, then the canonical JSON."""
+    return (w.at, json.dumps(w.to_json(), sort_keys=True))
+
+
+@dataclass(frozen=True, slots=True)
+class Cycle:
+    """A cycle in the lock-order graph: a potential deadlock.
+
+    Attributes:
+        locks: the lock classes in order, starting with the lexicographically smallest
+            (canonical rotation). Length 1 for a self-edge (recursive locking of one class).
+        edges: the witnesses; ``edges[i]`` is the edge ``locks[i] -> locks[(i + 1) % n]``.
+    """
+
+    locks: tuple[str, ...]
+    edges: tuple[EdgeWitness, ...]
+
+    @classmethod
+    def from_edges(cls, edges: Sequence[EdgeWitness]) -> Cycle:
+        """Build a cycle from its edges, in order from any starting edge.
+
+        Args:
+            edges: witnesses chaining head to tail and closing (the last edge's ``acquiring`` is
+                the first edge's ``holding``), visiting no lock class twice.
+
+        Raises:
+            ValueError: the edges are empty, do not chain, do not close, or repeat a lock class.
+        """
+        if not edges:
+            raise ValueError("a cycle needs at least one edge, got none")
+        n = len(edges)
+        for i, edge in enumerate(edges):
+            nxt = edges[(i + 1) % n]
+            if edge.acquiring != nxt.holding:
+                raise ValueError(
+                    f"cycle edges do not chain: {edge.holding} -> {edge.acquiring} "
+                    f"is followed by {nxt.holding} -> {nxt.acquiring}"
+                )
+        locks = [edge.holding for edge in edges]
+        if len(set(locks)) != n:
+            raise ValueError(f"a cycle visits each lock class once, got {' -> '.join(locks)}")
+        start = locks.index(min(locks))
+        return cls(
+            locks=tuple(locks[start:] + locks[:start]),
+            edges=tuple(edges[start:]) + tuple(edges[:start]),
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        """Return ``{"cycle": [lock names], "edges": [witness dicts]}``."""
+        return {"cycle": list(self.locks), "edges": [edge.to_json() for edge in self.edges]}
+
+    @classmethod
+    def from_json(cls, d: Any) -> Cycle:
+        """Read back :meth:`to_json`'s output.
+
+        Args:
+            d: ``{"cycle": [...], "edges": [...]}``.
+
+        Raises:
+            ValueError: the keys are wrong, a witness is malformed, the edges do not form the
+                cycle, or the cycle is not in canonical rotation.
+        """
+        if not isinstance(d, dict) or d.keys() != _CYCLE_KEYS:
+            got = sorted(d) if isinstance(d, dict) else repr(d)
+            raise ValueError(f"a cycle must be an object with the keys ['cycle', 'edges'], got {got}")
+        if not isinstance(d["edges"], list) or not isinstance(d["cycle"], list):
+            raise ValueError(f"a cycle's 'cycle' and 'edges' must be lists, got {d!r}")
+        cycle = cls.from_edges([EdgeWitness.from_json(e) for e in d["edges"]])
+        if list(cycle.locks) != d["cycle"] or [e.to_json() for e in cycle.edges] != d["edges"]:
+            raise ValueError(
+                f"cycle {d['cycle']!r} does not match its edges, which give "
+                f"{list(cycle.locks)!r} in canonical rotation"
+            )
+        return cycle
+
+    def format(self) -> str:
+        """Return the lockdep-style report: a header naming the cycle, then one line per edge
+        saying which worker held what where, and when.
+
+        ::
+
+            possible circular locking dependency: A -> B -> A
+              A -> B: worker 'w1' held A (acquired at m:f:10) and acquired B (at m:f:12), ...
+              B -> A: worker 'w2' held B (acquired at m:g:20) and acquired A (at m:g:21), ...
+        """
+        if len(self.locks) == 1:
+            header = f"possible recursive locking: {self.locks[0]} {_RECURSIVE_NOTE}"
+        else:
+            path = " -> ".join(self.locks + self.locks[:1])
+            header = f"possible circular locking dependency: {path}"
+        return "\n".join([header] + ["  " + edge.describe() for edge in self.edges])
+
+    def __str__(self) -> str:
+        return self.format()
+
+
+class LockOrderGraph:
+    """The lock-order graph of one process: edges with their first witness, and the cycles.
+
+    Thread-safe. See the module docstring for the algorithm and the rules its callers follow.
+
+    Args:
+        max_classes: the most lock classes recorded; later classes are dropped.
+        max_edges: the most edges recorded; later edges are dropped.
+
+    Raises:
+        ValueError: a cap is not a positive integer.
+    """
+
+    __slots__ = (
+        "_cycle_keys",
+        "_cycles",
+        "_lock",
+        "_max_classes",
+        "_max_edges",
+        "_nedges",
+        "_succ",
+        "_truncated",
+        "_witnesses",
+    )
+
+    def __init__(self, max_classes: int = 4096, max_edges: int = 65536) -> None:
+        for name, value in (("max_classes", max_classes), ("max_edges", max_edges)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        self._max_classes = max_classes
+        self._max_edges = max_edges
+        # Never threading.Lock: the instrumentation patches it and would watch the graph.
+        self._lock = _thread.allocate_lock()
+        # holding -> {acquiring: witness}; a class appears as a key once it is on any edge.
+        self._succ: dict[str, dict[str, EdgeWitness]] = {}
+        self._witnesses: list[EdgeWitness] = []  # insertion order
+        self._nedges = 0
+        self._cycles: list[Cycle] = []
+        self._cycle_keys: set[tuple[str, ...]] = set()
+        self._truncated = False
+
+    # -- reading ---------------------------------------------------------------------------
+
+    @property
+    def max_classes(self) -> int:
+        """The cap on lock classes."""
+        return self._max_classes
+
+    @property
+    def max_edges(self) -> int:
+        """The cap on edges."""
+        return self._max_edges
+
+    @property
+    def truncated(self) -> bool:
+        """Whether a cap was reached and some class or edge was not recorded."""
+        return self._truncated
+
+    def has_edge(self, a: str, b: str) -> bool:
+        """Return whether the order ``a -> b`` was recorded."""
+        with self._lock:
+            succ = self._succ.get(a)
+            return succ is not None and b in succ
+
+    def witness(self, a: str, b: str) -> EdgeWitness | None:
+        """Return the first witness of ``a -> b``, or ``None`` when the edge is not recorded."""
+        with self._lock:
+            succ = self._succ.get(a)
+            return None if succ is None else succ.get(b)
+
+    def edges(self) -> list[EdgeWitness]:
+        """Return the witnesses of all recorded edges, in insertion order."""
+        with self._lock:
+            return list(self._witnesses)
+
+    def cycles(self) -> list[Cycle]:
+        """Return the reported cycles, in discovery order."""
+        with self._lock:
+            return list(self._cycles)
+
+    def classes(self) -> set[str]:
+        """Return the lock classes that appear on a recorded edge."""
+        with self._lock:
+            return set(self._succ)
+
+    def __len__(self) -> int:
+        return self._nedges
+
+    def __repr__(self) -> str:
+        full = ", truncated" if self._truncated else ""
+        return (
+            f"<LockOrderGraph {len(self._succ)} classes, {self._nedges} edges, "
+            f"{len(self._cycles)} cycles{full}>"
+        )
+
+    # -- the check -------------------------------------------------------------------------
+
+    def _path(self, src: str, dst: str) -> list[EdgeWitness] | None:
+        """Shortest path ``src ~> dst`` over the recorded edges, as witnesses; lock held."""
+        succ = self._succ
+        if src not in succ or dst not in succ:
+            return None
+        parent: dict[str, EdgeWitness | None] = {src: None}
+        queue = deque((src,))
+        while queue:
+            node = queue.popleft()
+            for nxt, w in succ[node].items():
+                if nxt in parent:
+                    continue
+                parent[nxt] = w
+                if nxt == dst:
+                    path = []
+                    while w is not None:
+                        path.append(w)
+                        w = parent[w.holding]
+                    path.reverse()
+                    return path
+                queue.append(nxt)
+        return None
+
+    def _closing(self, holding: str, acquiring: str, witness: EdgeWitness) -> Cycle | None:
+        """The shortest cycle through ``holding -> acquiring`` (with ``witness``); lock held."""
+        if holding == acquiring:
+            return Cycle((holding,), (witness,))
+        path = self._path(acquiring, holding)
+        if path is None:
+            return None
+        return Cycle.from_edges([witness, *path])
+
+    @staticmethod
+    def _check_witness(holding: str, acquiring: str, witness: EdgeWitness) -> None:
+        if witness.holding != holding or witness.acquiring != acquiring:
+            raise ValueError(
+                f"witness is for {witness.holding!r} -> {witness.acquiring!r}, "
+                f"not {holding!r} -> {acquiring!r}"
+            )
+
+    def would_close_cycle(
+        self, holding: str, acquiring: str, witness: EdgeWitness
+    ) -> Cycle | None:
+        """Return the cycle that acquiring ``acquiring`` while holding ``holding`` would be on,
+        without recording anything.
+
+        The shortest cycle through ``holding -> acquiring``, over the recorded edges (the edge
+        itself may already be one of them), with ``witness`` for this edge and the recorded
+        witnesses for the others. Unlike :meth:`add_edge` it does not deduplicate: it answers
+        every time, so the ``raise`` policy refuses every attempt.
+
+        Args:
+            holding: the lock class held.
+            acquiring: the lock class about to be acquired (blocking).
+            witness: describes this acquisition.
+
+        Raises:
+            ValueError: ``witness`` is for another pair.
+        """
+        self._check_witness(holding, acquiring, witness)
+        with self._lock:
+            return self._closing(holding, acquiring, witness)
+
+    # -- recording -------------------------------------------------------------------------
+
+    def add_edge(self, holding: str, acquiring: str, witness: EdgeWitness) -> Cycle | None:
+        """Record the order ``holding -> acquiring`` with its first witness.
+
+        Args:
+            holding: the lock class held.
+            acquiring: the lock class acquired (blocking) while ``holding`` was held.
+            witness: the example; kept only if the edge is new.
+
+        Returns:
+            The cycle the new edge closes (the shortest one, in canonical rotation), or ``None``:
+            for an edge already recorded, an edge that closes no cycle, a cycle already reported,
+            or an edge dropped because a cap is reached.
+
+        Raises:
+            ValueError: ``witness`` is for another pair.
+        """
+        self._check_witness(holding, acquiring, witness)
+        warning = None
+        with self._lock:
+            succ = self._succ.get(holding)
+            if succ is not None and acquiring in succ:
+                return None
+            warning = self._over_cap(holding, acquiring)
+            if warning is None:
+                cycle = self._closing(holding, acquiring, witness)
+                self._record(holding, acquiring, witness)
+                if cycle is not None and cycle.locks not in self._cycle_keys:
+                    self._cycle_keys.add(cycle.locks)
+                    self._cycles.append(cycle)
+                    return cycle
+                return None
+        if warning:  # logged outside the graph lock: handlers take instrumented locks
+            _logger.warning("%s", warning)
+        return None
+
+    def _over_cap(self, holding: str, acquiring: str) -> str | None:
+        """``None`` when the edge fits; else mark truncated and return the warning text to log
+        once (``""`` after the first time). Lock held."""
+        new_classes = (holding not in self._succ) + (
+            acquiring != holding and acquiring not in self._succ
+        )
+        if len(self._succ) + new_classes > self._max_classes:
+            cap, value, what = "max_classes", self._max_classes, "lock classes"
+        elif self._nedges >= self._max_edges:
+            cap, value, what = "max_edges", self._max_edges, "lock-order edges"
+        else:
+            return None
+        if self._truncated:
+            return ""
+        self._truncated = True
+        return (
+            f"lock-order graph reached {cap}={value}; new {what} are not recorded "
+            "and cycles through them are not reported"
+        )
+
+    def _record(self, holding: str, acquiring: str, witness: EdgeWitness) -> None:
+        """Insert a new edge; lock held, caps checked."""
+        self._succ.setdefault(holding, {})[acquiring] = witness
+        self._succ.setdefault(acquiring, {})
+        self._witnesses.append(witness)
+        self._nedges += 1
+
+    # -- serialization ---------------------------------------------------------------------
+
+    def to_json(self) -> dict[str, Any]:
+        """Return ``{"edges": [witness dicts in insertion order], "cycles": [cycle dicts in
+        discovery order]}``, the ``lock_order`` part of the recorder snapshot."""
+        with self._lock:
+            return {
+                "edges": [w.to_json() for w in self._witnesses],
+                "cycles": [c.to_json() for c in self._cycles],
+            }
+
+    @classmethod
+    def from_json(
+        cls, d: Any, max_classes: int = 4096, max_edges: int = 65536
+    ) -> LockOrderGraph:
+        """Rebuild a graph from :meth:`to_json`'s output: its edges in order, its cycles as
+        reported (they are not reported again).
+
+        Args:
+            d: ``{"edges": [...], "cycles": [...]}``.
+            max_classes: the cap on lock classes (edges beyond a cap are dropped, as live).
+            max_edges: the cap on edges.
+
+        Raises:
+            ValueError: the data is malformed, an edge is repeated, or a cycle uses an edge that
+                is not in ``edges``.
+        """
+        edges, cycles = _read_order_data(d)
+        graph = cls(max_classes=max_classes, max_edges=max_edges)
+        warning = None
+        with graph._lock:
+            for w in edges:
+                if graph._has_edge_locked(w.holding, w.acquiring):
+                    raise ValueError(f"edge {w.holding} -> {w.acquiring} is listed twice")
+                over = graph._over_cap(w.holding, w.acquiring)
+                if over is None:
+                    graph._record(w.holding, w.acquiring, w)
+                elif over:
+                    warning = over
+            for c in cycles:
+                for e in c.edges:
+                    if not graph._has_edge_locked(e.holding, e.acquiring):
+                        if graph._truncated:
+                            break
+                        raise ValueError(
+                            f"cycle {' -> '.join(c.locks)} uses the edge {e.holding} -> "
+                            f"{e.acquiring}, which is not among the edges"
+                        )
+                else:
+                    if c.locks not in graph._cycle_keys:
+                        graph._cycle_keys.add(c.locks)
+                        graph._cycles.append(c)
+        if warning:
+            _logger.warning("%s", warning)
+        return graph
+
+    def _has_edge_locked(self, a: str, b: str) -> bool:
+        """:meth:`has_edge` for a caller that already holds the graph's lock (internal)."""
+        succ = self._succ.get(a)
+        return succ is not None and b in succ
+
+
+def _read_order_data(d: Any) -> tuple[list[EdgeWitness], list[Cycle]]:
+    if not isinstance(d, dict) or not {"edges", "cycles"} <= d.keys():
+        got = sorted(d) if isinstance(d, dict) else repr(d)
+        raise ValueError(f"lock-order data must be an object with 'edges' and 'cycles', got {got}")
+    if not isinstance(d["edges"], list) or not isinstance(d["cycles"], list):
+        raise ValueError(
+            "lock-order data's 'edges' and 'cycles' must be lists, got "
+            f"{type(d['edges']).__name__} and {type(d['cycles']).__name__}"
+        )
+    return (
+        [EdgeWitness.from_json(e) for e in d["edges"]],
+        [Cycle.from_json(c) for c in d["cycles"]],
+    )
+
+
+# -- offline: canonical cycles and merge ---------------------------------------------------
+
+
+def _cyclic_components(succ: dict[str, dict[str, EdgeWitness]]) -> dict[str, int]:
+    """Map each class on a cycle to the id of its strongly connected component (Tarjan's
+    algorithm, iterative). Classes on no cycle (a singleton without a self-edge) are absent."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    on_stack: set[str] = set()
+    stack: list[str] = []
+    comp: dict[str, int] = {}
+    ncomp = 0
+    for root in sorted(succ):
+        if root in index:
+            continue
+        work: list[tuple[str, Iterator[str]]] = [(root, iter(sorted(succ[root])))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, children = work[-1]
+            for child in children:
+                if child not in index:
+                    index[child] = low[child] = len(index)
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(succ[child]))))
+                    break
+                if child in on_stack:
+                    low[node] = min(low[node], index[child])
+            else:
+                work.pop()
+                if work:
+                    parent = work[-1][0]
+                    low[parent] = min(low[parent], low[node])
+                if low[node] == index[node]:
+                    members = []
+                    while True:
+                        member = stack.pop()
+                        on_stack.discard(member)
+                        members.append(member)
+                        if member == node:
+                            break
+                    if len(members) > 1 or node in succ[node]:
+                        for member in members:
+                            comp[member] = ncomp
+                        ncomp += 1
+    return comp
+
+
+def find_cycles(edges: Iterable[EdgeWitness], max_cycles: int = 1024) -> list[Cycle]:
+    """Find the cycles of an edge set canonically: the result depends on the set only.
+
+    For each edge on a cycle, in sorted ``(holding, acquiring)`` order, the shortest cycle
+    through it (ties broken by visiting successors in sorted order); deduplicated; sorted by
+    ``(length, lock names)``. Every edge that lies on some cycle is on a returned one, unless
+    ``max_cycles`` distinct cycles were found first (then a warning is logged).
+
+    Args:
+        edges: witnesses, one per edge (a repeated pair keeps its first witness).
+        max_cycles: stop after this many distinct cycles.
+
+    Raises:
+        ValueError: ``max_cycles`` is not a positive integer.
+    """
+    if isinstance(max_cycles, bool) or not isinstance(max_cycles, int) or max_cycles < 1:
+        raise ValueError(f"max_cycles must be a positive integer, got {max_cycles!r}")
+    succ: dict[str, dict[str, EdgeWitness]] = {}
+    for w in edges:
+        succ.setdefault(w.holding, {}).setdefault(w.acquiring, w)
+        succ.setdefault(w.acquiring, {})
+    comp = _cyclic_components(succ)
+    # Sorted successor lists inside each component, so the BFS tie-break is canonical.
+    inner = {
+        node: [(nxt, succ[node][nxt]) for nxt in sorted(succ[node]) if comp.get(nxt) == c]
+        for node, c in comp.items()
+    }
+    found: dict[tuple[str, ...], Cycle] = {}
+    for node in sorted(inner):
+        for nxt, w in inner[node]:
+            if len(found) >= max_cycles:
+                _logger.warning(
+                    "lock-order cycle search stopped at max_cycles=%d; some cyclic edges "
+                    "are not shown in a cycle",
+                    max_cycles,
+                )
+                return sorted(found.values(), key=_cycle_sort_key)
+            if nxt == node:
+                cycle = Cycle((node,), (w,))
+            else:
+                cycle = Cycle.from_edges([w, *_bfs_path(inner, nxt, node)])
+            found.setdefault(cycle.locks, cycle)
+    return sorted(found.values(), key=_cycle_sort_key)
+
+
+def _bfs_path(
+    inner: dict[str, list[tuple[str, EdgeWitness]]], src: str, dst: str
+) -> list[EdgeWitness]:
+    """Shortest path ``src ~> dst`` inside one strongly connected component (it exists)."""
+    parent: dict[str, EdgeWitness | None] = {src: None}
+    queue = deque((src,))
+    while queue:
+        node = queue.popleft()
+        for nxt, w in inner[node]:
+            if nxt in parent:
+                continue
+            parent[nxt] = w
+            if nxt == dst:
+                path = []
+                cur: EdgeWitness | None = w
+                while cur is not None:
+                    path.append(cur)
+                    cur = parent[cur.holding]
+                path.reverse()
+                return path
+            queue.append(nxt)
+    raise AssertionError(f"no path {src} ~> {dst} inside a strongly connected component")
+
+
+def _cycle_sort_key(c: Cycle) -> tuple[int, tuple[str, ...]]:
+    return (len(c.locks), c.locks)
+
+
+def merge_order_data(datas: Iterable[Any], max_cycles: int = 1024) -> dict[str, Any]:
+    """Merge the lock-order data of several processes (or runs) into one.
+
+    The edges are the union; an edge seen in several inputs keeps its earliest witness (by
+    ``at``, ties broken by the witness's canonical JSON). The cycles are recomputed from the
+    union with :func:`find_cycles` (so ``A -> B`` from one process and ``B -> A`` from another
+    make a cycle); the inputs' own cycles are checked for shape and then ignored. The result
+    depends on the set of inputs only: merging is commutative and associative, and merging a
+    result again changes nothing.
+
+    Args:
+        datas: ``{"edges": [...], "cycles": [...]}`` dicts (``LockOrderGraph.to_json()``, or
+            the ``lock_order`` part of manifests, or earlier merges).
+        max_cycles: passed to :func:`find_cycles`.
+
+    Returns:
+        ``{"edges": [...], "cycles": [...]}``, edges sorted by ``(holding, acquiring)``, cycles
+        sorted by ``(length, lock names)``.
+
+    Raises:
+        ValueError: an input is malformed.
+    """
+    best: dict[tuple[str, str], EdgeWitness] = {}
+    for d in datas:
+        edges, _ = _read_order_data(d)
+        for w in edges:
+            key = (w.holding, w.acquiring)
+            old = best.get(key)
+            if old is None or _witness_sort_key(w) < _witness_sort_key(old):
+                best[key] = w
+    merged = [best[key] for key in sorted(best)]
+    return {
+        "edges": [w.to_json() for w in merged],
+        "cycles": [c.to_json() for c in find_cycles(merged, max_cycles=max_cycles)],
+    }
+
+
+class ChainCache:
+    """The pairs ``(holding, acquiring)`` a worker has already sent to the graph (lockdep's
+    chain cache, per pair): a hit means the edge is recorded and checked, so nothing to do.
+
+    One per thread (or task); not thread-safe, by design. Bounded: when ``max_pairs`` pairs are
+    cached it starts afresh, which costs only repeated (cheap) ``add_edge`` calls on existing
+    edges.
+
+    Args:
+        max_pairs: the most pairs kept.
+
+    Raises:
+        ValueError: ``max_pairs`` is not a positive integer.
+    """
+
+    __slots__ = ("_max", "_pairs")
+
+    def __init__(self, max_pairs: int = 4096) -> None:
+        if isinstance(max_pairs, bool) or not isinstance(max_pairs, int) or max_pairs < 1:
+            raise ValueError(f"max_pairs must be a positive integer, got {max_pairs!r}")
+        self._max = max_pairs
+        self._pairs: set[tuple[str, str]] = set()
+
+    def seen(self, holding: str, acquiring: str) -> bool:
+        """Return ``True`` if the pair was cached; else cache it and return ``False`` (a miss:
+        the caller then asks the graph)."""
+        pair = (holding, acquiring)
+        pairs = self._pairs
+        if pair in pairs:
+            return True
+        if len(pairs) >= self._max:
+            pairs.clear()
+        pairs.add(pair)
+        return False
+
+    def forget(self, holding: str, acquiring: str) -> None:
+        """Drop a pair, e.g. one whose check answered a cycle under the ``raise`` policy."""
+        self._pairs.discard((holding, acquiring))
+
+    def __contains__(self, pair: object) -> bool:
+        return pair in self._pairs
+
+    def __len__(self) -> int:
+        return len(self._pairs)
