@@ -612,10 +612,10 @@ svg .edge-label { font-size: 11px; fill: var(--muted); }
 svg .edge-label.cycle { fill: var(--bad); }
 table { border-collapse: collapse; width: 100%; font-size: 13px; }
 th, td { padding: 4px 8px; border-bottom: 1px solid var(--rule); text-align: right; white-space: nowrap; }
-th:first-child, td:first-child, td.text { text-align: left; }
+th.text, td.text { text-align: left; }
 th { color: var(--muted); font-weight: 600; }
 pre { background: var(--panel); border: 1px solid var(--rule); border-radius: 8px; padding: 12px;
-      overflow-x: auto; font-size: 12.5px; }
+      overflow-x: auto; font-size: 12.5px; white-space: pre-wrap; }
 footer { margin-top: 40px; font-size: 12px; color: var(--muted); }
 """
 
@@ -749,7 +749,7 @@ def _svg_lock_order(report: Mapping[str, Any]) -> str:
     edges = [e for e in graph["edges"] if e["holding"] in drawn and e["acquiring"] in drawn]
     size = 560 if len(nodes) <= 12 else 760
     cx = cy = size / 2
-    radius = size / 2 - 110 if len(nodes) > 1 else 0
+    radius = size / 2 - 90 if len(nodes) > 1 else 0
     node_r = 9
     pos = {
         name: (cx + radius * math.cos(2 * math.pi * i / len(nodes) - math.pi / 2),
@@ -816,7 +816,10 @@ def _svg_lock_order(report: Mapping[str, Any]) -> str:
 
 
 def _html_table(headers: Sequence[str], rows: Iterable[Sequence[str]], text_cols: int = 1) -> str:
-    head = "".join(f"<th>{_e(h)}</th>" for h in headers)
+    head = "".join(
+        f'<th class="text">{_e(h)}</th>' if i < text_cols else f"<th>{_e(h)}</th>"
+        for i, h in enumerate(headers)
+    )
     body = "".join(
         "<tr>" + "".join(
             f'<td class="text">{_e(c)}</td>' if i < text_cols else f"<td>{_e(c)}</td>"
