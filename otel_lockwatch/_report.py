@@ -231,7 +231,7 @@ def build_report(manifest: Mapping[str, Any]) -> dict[str, Any]:
         "nominal_pool_size": manifest.get("nominal_pool_size"),
         "recommended_pool_size": manifest.get("recommended_pool_size"),
         "effective_throughput_pct": _num(manifest.get("effective_throughput_pct")),
-        "process": process if isinstance(process, (Mapping, list)) else None,
+        "process": dict(process) if isinstance(process, Mapping) else None,
         "thresholds": dict(_mapping(manifest.get("thresholds"))),
         "hot_locks": hot_locks,
         "starvation": starvation,
@@ -377,6 +377,25 @@ class _Style:
         return self._wrap("31", text)
 
 
+def _process_line(proc: Any) -> str:
+    """``billing, pid 4242, start .. end``; for a merged manifest, the processes it merges."""
+    if not isinstance(proc, Mapping) or not proc:
+        return ""
+    bits = []
+    if proc.get("service.name"):
+        bits.append(str(proc["service.name"]))
+    pids = proc.get("pids")
+    if isinstance(pids, list):
+        merged = proc.get("merged", len(pids))
+        shown = ", ".join(str(p) for p in pids[:8]) + (", ..." if len(pids) > 8 else "")
+        bits.append(f"merged from {merged} processes (pids {shown})")
+    elif proc.get("pid") is not None:
+        bits.append(f"pid {proc['pid']}")
+    if proc.get("start") and proc.get("end"):
+        bits.append(f"{proc['start']} .. {proc['end']}")
+    return ", ".join(bits)
+
+
 def _table(headers: Sequence[str], rows: Iterable[Sequence[str]], right: set[int]) -> list[str]:
     rows = [list(r) for r in rows]
     widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(headers)]
@@ -405,19 +424,9 @@ def render_text(manifest: Mapping[str, Any], *, color: bool = False, source: str
     out: list[str] = []
     title = "otel-lockwatch contention report"
     out.append(s.bold(title + (f": {source}" if source else "")))
-    proc = r["process"]
-    if isinstance(proc, Mapping) and proc:
-        bits = []
-        if proc.get("service.name"):
-            bits.append(str(proc["service.name"]))
-        if proc.get("pid") is not None:
-            bits.append(f"pid {proc['pid']}")
-        if proc.get("start") and proc.get("end"):
-            bits.append(f"{proc['start']} .. {proc['end']}")
-        if bits:
-            out.append(s.dim("  " + ", ".join(bits)))
-    elif isinstance(proc, list) and proc:
-        out.append(s.dim(f"  merged from {len(proc)} processes"))
+    proc_line = _process_line(r["process"])
+    if proc_line:
+        out.append(s.dim("  " + proc_line))
     out.append("")
     label = 22
     out.append("verdict".ljust(label) + s.verdict(r["verdict"]))
@@ -847,17 +856,7 @@ def render_html(manifest: Mapping[str, Any], *, title: str | None = None) -> str
     r = build_report(manifest)
     severity = _VERDICT_SEVERITY.get(r["verdict"], "")
     page_title = title or f"otel-lockwatch report: {r['verdict']}"
-    proc = r["process"]
-    proc_line = ""
-    if isinstance(proc, Mapping):
-        bits = [str(proc[k]) for k in ("service.name",) if proc.get(k)]
-        if proc.get("pid") is not None:
-            bits.append(f"pid {proc['pid']}")
-        if proc.get("start") and proc.get("end"):
-            bits.append(f"{proc['start']} .. {proc['end']}")
-        proc_line = ", ".join(bits)
-    elif isinstance(proc, list):
-        proc_line = f"merged from {len(proc)} processes"
+    proc_line = _process_line(r["process"])
 
     cards = [
         ("verdict", f'<span class="verdict {severity}">{_e(r["verdict"])}</span>'),

@@ -23,7 +23,8 @@ from pathlib import Path
 
 import pytest
 
-from otel_lockwatch import _report
+from otel_lockwatch._cli import main
+from otel_lockwatch._manifest import dump_manifest, evaluate
 
 pytestmark = pytest.mark.e2e
 
@@ -107,13 +108,19 @@ def _run_chromium(browser: str, profile: Path, *args: str) -> subprocess.Complet
     return subprocess.run(cmd, capture_output=True, text=True, timeout=TIMEOUT_S, check=False)
 
 
-@pytest.fixture
-def rendered(tmp_path: Path) -> tuple[dict, Path, str]:
-    """The report of the cyclic, hot sample written by the CLI's renderer, measured in Chromium."""
+@pytest.fixture(scope="module")
+def rendered(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, Path, str]:
+    """``otel-lockwatch report --html`` of the billing snapshot's manifest, measured in Chromium.
+
+    The snapshot (see ``test_report.py``): config hot at 93 %, worker-7 starved, an
+    accounts/ledger cycle and a plain config -> metrics edge.
+    """
     browser = _chromium()
-    manifest = json.loads((DATA / "report_cyclic_hot.json").read_text())
+    tmp_path = tmp_path_factory.mktemp("html-report")
+    manifest = tmp_path / "manifest.json"
+    dump_manifest(evaluate(json.loads((DATA / "snapshot_billing.json").read_text())), manifest)
     page = tmp_path / "report.html"
-    _report.write_text_atomic(page, _report.render_html(manifest))
+    assert main(["report", str(manifest), "--html", str(page)]) == 0
     probed = tmp_path / "probed.html"
     text = page.read_text()
     assert text.count("</body>") == 1
@@ -135,8 +142,8 @@ def test_wait_share_chart_is_drawn_with_one_bar_per_waited_on_lock(rendered):
     assert set(bars) == {"config", "accounts", "ledger", "emitter"}  # metrics waited 0 ms
     assert all(b["w"] > 0 and b["h"] > 0 for b in bars.values())
     assert [lock for lock, b in bars.items() if b["hot"]] == ["config"]
-    # 83.1 % vs 9.9 %: the drawn widths keep the ratio (1 px floor aside).
-    assert bars["config"]["w"] / bars["accounts"]["w"] == pytest.approx(4200.5 / 500.0, rel=0.02)
+    # 4100 ms vs 200 ms of wait: the drawn widths keep the ratio.
+    assert bars["config"]["w"] / bars["accounts"]["w"] == pytest.approx(4100 / 200, rel=0.02)
 
 
 def test_hold_chart_of_the_hot_lock_draws_its_histogram(rendered):

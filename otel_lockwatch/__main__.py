@@ -1,0 +1,2 @@
+from otel_lockwatch._cli import main
+raise SystemExit(main())

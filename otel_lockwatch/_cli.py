@@ -1,0 +1,293 @@
+"""otel-lockwatch: watch the locks of a worker pool, and read what it left behind.
+
+A program run under lockwatch writes a contention manifest when it exits: a verdict
+(LOW_CONTENTION, HOT_LOCK_DETECTED, STARVATION_OBSERVED, CYCLIC_ORDERING_DETECTED), the
+recommended pool size for its successor, the hot locks, the starved workers and the lock-order
+cycles. This command reads manifests:
+
+  report MANIFEST          the terminal summary; --json, --html OUT, --dot OUT
+  check MANIFEST -p N      may a successor spawn N workers? exit 0 yes, 1 no, 2 unreadable
+  merge A B ... -o OUT     one manifest from the manifests of several processes
+
+Exit status: 0 success (or admissible), 1 pool-size violation, 2 a user error (a missing or
+invalid file, an edited manifest, a bad option), reported on one line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import IO, Any, NoReturn
+
+from otel_lockwatch import _report
+from otel_lockwatch._manifest import (
+    dump_manifest,
+    load_manifest,
+    may_spawn_pool_size,
+    merge_manifests,
+)
+from otel_lockwatch._version import __version__
+from otel_lockwatch.exceptions import ManifestError
+
+__all__ = ["PROG", "SUBCOMMANDS", "CommandError", "Subcommand", "build_parser", "main"]
+
+PROG = "otel-lockwatch"
+
+#: Exit status of a successful command, of a refused pool size, of a user error.
+EXIT_OK, EXIT_VIOLATION, EXIT_USAGE = 0, 1, 2
+
+
+class CommandError(Exception):
+    """A user error a subcommand reports: printed as one ``otel-lockwatch: error:`` line,
+    exit status 2."""
+
+
+class _ArgumentParser(argparse.ArgumentParser):
+    """An ArgumentParser whose errors reach :func:`main` as :class:`CommandError` (one line,
+    exit 2) instead of a usage dump and ``sys.exit`` from deep inside ``parse_args``."""
+
+    def error(self, message: str) -> NoReturn:
+        raise CommandError(f"{message} (see '{self.prog} --help')")
+
+
+@dataclass(frozen=True)
+class Subcommand:
+    """One subcommand of ``otel-lockwatch``.
+
+    Attributes:
+        name: the word on the command line.
+        help: one line for the top-level ``--help``.
+        configure: adds the subcommand's arguments to its parser.
+        run: runs it with the parsed arguments and the output streams; returns the exit status,
+            or raises :class:`CommandError` (or ``ManifestError``) for a user error.
+        description: the subcommand's ``--help`` text (defaults to ``help``).
+    """
+
+    name: str
+    help: str
+    configure: Callable[[argparse.ArgumentParser], None]
+    run: Callable[[argparse.Namespace, IO[str], IO[str]], int]
+    description: str | None = None
+
+
+# --------------------------------------------------------------------------------------------
+# Helpers
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text, 10)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text!r}")
+    return value
+
+
+def _use_color(stream: IO[str]) -> bool:
+    """Colour only on a terminal, and never when ``NO_COLOR`` is set (https://no-color.org)."""
+    if os.environ.get("NO_COLOR"):
+        return False
+    isatty = getattr(stream, "isatty", None)
+    try:
+        return bool(isatty and isatty())
+    except ValueError:  # a closed stream
+        return False
+
+
+def _load(path: str) -> dict[str, Any]:
+    """The manifest at ``path`` as a dict; ``ManifestError`` (one line) when it cannot be used."""
+    return load_manifest(path).to_dict()
+
+
+def _write(path: str, text: str, what: str) -> None:
+    try:
+        _report.write_text_atomic(path, text)
+    except OSError as exc:
+        raise CommandError(f"cannot write the {what} to {path}: {exc.strerror or exc}") from None
+
+
+# --------------------------------------------------------------------------------------------
+# report
+
+
+def _configure_report(p: argparse.ArgumentParser) -> None:
+    p.add_argument("manifest", metavar="MANIFEST", help="a manifest written by otel-lockwatch")
+    p.add_argument("--json", action="store_true", help="print the report as JSON (sorted keys)")
+    p.add_argument(
+        "--html", metavar="OUT", help="also write a self-contained HTML report with charts to OUT"
+    )
+    p.add_argument("--dot", metavar="OUT", help="also write the lock-order graph as Graphviz DOT")
+
+
+def _run_report(args: argparse.Namespace, out: IO[str], err: IO[str]) -> int:
+    manifest = _load(args.manifest)
+    try:
+        # Render everything before writing anything: a failure leaves no file half-done.
+        text = (
+            _report.render_json(manifest)
+            if args.json
+            else _report.render_text(manifest, color=_use_color(out), source=args.manifest)
+        )
+        page = _report.render_html(manifest) if args.html else None
+        dot = _report.render_dot(manifest) if args.dot else None
+    except ValueError as exc:
+        raise CommandError(f"{args.manifest}: {exc}") from None
+    if page is not None:
+        _write(args.html, page, "HTML report")
+    if dot is not None:
+        _write(args.dot, dot, "DOT graph")
+    out.write(text)
+    for path, what in ((args.html, "HTML report"), (args.dot, "lock-order graph")):
+        if path:
+            print(f"{PROG}: wrote the {what} to {path}", file=err)
+    return EXIT_OK
+
+
+# --------------------------------------------------------------------------------------------
+# check
+
+
+def _configure_check(p: argparse.ArgumentParser) -> None:
+    p.add_argument("manifest", metavar="MANIFEST", help="the predecessor's manifest")
+    p.add_argument(
+        "-p",
+        "--pool-size",
+        metavar="N",
+        type=_positive_int,
+        required=True,
+        help="the pool size the successor wants to spawn",
+    )
+
+
+def _run_check(args: argparse.Namespace, out: IO[str], err: IO[str]) -> int:
+    manifest = load_manifest(args.manifest)
+    admissible, reason = may_spawn_pool_size(manifest, args.pool_size)
+    print(reason, file=out)
+    return EXIT_OK if admissible else EXIT_VIOLATION
+
+
+# --------------------------------------------------------------------------------------------
+# merge
+
+
+def _configure_merge(p: argparse.ArgumentParser) -> None:
+    p.add_argument("manifests", metavar="MANIFEST", nargs="+", help="manifests to combine")
+    p.add_argument("-o", "--output", metavar="OUT", required=True, help="where to write the result")
+
+
+def _run_merge(args: argparse.Namespace, out: IO[str], err: IO[str]) -> int:
+    manifests = [load_manifest(path) for path in args.manifests]
+    try:
+        merged = merge_manifests(manifests)
+    except ValueError as exc:  # ManifestError included: manifests that cannot be combined
+        raise CommandError(f"cannot merge: {exc}") from None
+    try:
+        dump_manifest(merged, args.output)
+    except OSError as exc:
+        raise CommandError(
+            f"cannot write the manifest to {args.output}: {exc.strerror or exc}"
+        ) from None
+    data = merged.to_dict()
+    process = data.get("process")
+    processes = len(process) if isinstance(process, list) else len(manifests)
+    locks = data.get("locks")
+    print(
+        f"merged {len(manifests)} manifests into {args.output}: verdict {data.get('verdict')}, "
+        f"{processes} processes, {len(locks) if isinstance(locks, dict) else 0} locks, "
+        f"recommended pool size {data.get('recommended_pool_size')}",
+        file=out,
+    )
+    return EXIT_OK
+
+
+# --------------------------------------------------------------------------------------------
+# The registry
+
+#: The subcommands, in the order ``--help`` lists them. ``demo`` and ``run`` (``_demo.py``)
+#: are added at the front of this tuple; nothing else here needs to change for them.
+SUBCOMMANDS: tuple[Subcommand, ...] = (
+    Subcommand(
+        "report",
+        "print a manifest's contention report (--json, --html OUT, --dot OUT)",
+        _configure_report,
+        _run_report,
+        description=(
+            "Print the contention report of a manifest: verdict, pool size, hot locks with "
+            "their wait share and hold times, starvation, lock-order cycles (lockdep-style), "
+            "effective throughput and a per-lock table. Colour only on a terminal without "
+            "NO_COLOR."
+        ),
+    ),
+    Subcommand(
+        "check",
+        "may a successor spawn N workers? exit 0 admissible, 1 violation, 2 unreadable manifest",
+        _configure_check,
+        _run_check,
+        description=(
+            "Admission check of a pool size against a manifest: prints the reason "
+            "(POOL_SIZE_ADMISSIBLE or POOL_SIZE_VIOLATION) and exits 0 when admissible, 1 on a "
+            "violation, 2 when the manifest is missing, invalid or edited."
+        ),
+    ),
+    Subcommand(
+        "merge",
+        "combine the manifests of several processes into one",
+        _configure_merge,
+        _run_merge,
+        description=(
+            "Combine the manifests of several processes into one (distributions merged "
+            "exactly, verdict evaluated again) and write it atomically to OUT."
+        ),
+    ),
+)
+
+
+def build_parser(subcommands: Sequence[Subcommand] = SUBCOMMANDS) -> argparse.ArgumentParser:
+    """The argument parser of ``otel-lockwatch`` with ``subcommands``.
+
+    Args:
+        subcommands: the subcommands to offer, in ``--help`` order.
+    """
+    parser = _ArgumentParser(
+        prog=PROG,
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for command in subcommands:
+        p = sub.add_parser(
+            command.name, help=command.help, description=command.description or command.help
+        )
+        command.configure(p)
+        p.set_defaults(_run=command.run)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run ``otel-lockwatch`` with ``argv`` (default ``sys.argv[1:]``); return the exit status.
+
+    Args:
+        argv: the arguments after the program name.
+
+    Returns:
+        0 on success (and for an admissible pool size), 1 for a pool-size violation, 2 for a
+        user error, which is printed as one ``otel-lockwatch: error: ...`` line on stderr.
+
+    Raises:
+        SystemExit: for ``--help`` and ``--version`` only (status 0), as argparse does.
+    """
+    out, err = sys.stdout, sys.stderr
+    try:
+        args = build_parser().parse_args(argv)
+        return int(args._run(args, out, err))
+    except (CommandError, ManifestError) as exc:
+        print(f"{PROG}: error: {exc}", file=err)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        print(f"{PROG}: interrupted", file=err)
+        return 130
