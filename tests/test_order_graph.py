@@ -10,7 +10,7 @@ import threading
 from collections.abc import Iterable
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from otel_lockwatch._order import (
@@ -140,6 +140,18 @@ def test_the_shortest_of_several_closed_cycles_is_reported() -> None:
     cycle = g.add_edge("D", "B", wit("D", "B"))
     assert cycle is not None
     assert cycle.locks == ("B", "D")
+
+
+def test_the_shortest_cycle_wins_over_a_longer_one_found_deeper_first() -> None:
+    """Regression guard for a depth-first search: from B the last-inserted branch leads to A in
+    three steps (B->X2->Y->A), the first in two (B->X1->A); the report is the shorter cycle."""
+    g = LockOrderGraph()
+    for a, b in [("B", "X1"), ("B", "X2"), ("X2", "Y"), ("Y", "A"), ("X1", "A")]:
+        assert g.add_edge(a, b, wit(a, b)) is None
+    cycle = g.add_edge("A", "B", wit("A", "B"))
+    assert cycle is not None
+    assert cycle.locks == ("A", "B", "X1")
+    assert g.would_close_cycle("A", "B", wit("A", "B")) == cycle
 
 
 def test_self_edge_is_recursive_locking() -> None:
@@ -608,10 +620,10 @@ def test_merged_cycles_match_the_offline_check(datas: list[dict]) -> None:
 # Simulated workers. A lock *instance* has a class; two instances may share one (two locks
 # created at one site), which is how a self-edge arises. Ops: ("acquire", i) blocks, ("try", i)
 # cannot block, ("release", k) releases the k-th held lock (any order).
-INSTANCES = 6
+INSTANCES = 5
 ops = st.lists(
-    st.tuples(st.sampled_from(["acquire", "acquire", "try", "release"]), st.integers(0, 7)),
-    max_size=14,
+    st.tuples(st.sampled_from(["acquire", "acquire", "acquire", "try", "release"]), st.integers(0, 7)),
+    max_size=16,
 )
 
 
@@ -638,8 +650,11 @@ def simulate(worker: str, program: list[tuple[str, int]], cls: list[str]) -> lis
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
-    cls=st.lists(st.sampled_from("ABCD"), min_size=INSTANCES, max_size=INSTANCES),
-    programs=st.lists(ops, min_size=1, max_size=4),
+    cls=st.one_of(  # one class per instance, or shared classes (self-edges)
+        st.permutations("ABCDE"),
+        st.lists(st.sampled_from("ABCDE"), min_size=INSTANCES, max_size=INSTANCES),
+    ),
+    programs=st.lists(ops, min_size=2, max_size=5),
     data=st.data(),
 )
 def test_cycle_reported_exactly_when_offline_check_finds_one(
@@ -649,7 +664,25 @@ def test_cycle_reported_exactly_when_offline_check_finds_one(
     "some cycle was reported" equals graphlib's verdict on the edges so far; an edge reports a
     cycle exactly when it is new and closes one, and that cycle is a shortest one through it."""
     produced = [e for i, p in enumerate(programs) for e in simulate(f"w{i}", p, cls)]
-    feed = data.draw(st.permutations(produced))
+    reported = check_feed(data.draw(st.permutations(produced)))
+    event(
+        f"cyclic={bool(reported)} self={any(len(c.locks) == 1 for c in reported)} "
+        f"long={any(len(c.locks) > 2 for c in reported)}"
+    )
+
+
+@settings(max_examples=300, deadline=None)
+@given(feed=st.lists(witnesses, max_size=24))
+def test_cycle_reported_exactly_when_offline_check_finds_one_dense(
+    feed: list[EdgeWitness],
+) -> None:
+    """The same property over dense random edge lists, where long cycles are common."""
+    reported = check_feed(feed)
+    event(f"cyclic={bool(reported)} long={any(len(c.locks) > 2 for c in reported)}")
+
+
+def check_feed(feed: list[EdgeWitness]) -> list[Cycle]:
+    """Feed edges to a graph one by one, checking each answer against the references."""
     g = LockOrderGraph()
     seen: set[tuple[str, str]] = set()
     reported: list[Cycle] = []
@@ -672,6 +705,7 @@ def test_cycle_reported_exactly_when_offline_check_finds_one(
     assert {(e.holding, e.acquiring) for e in g.edges()} == seen
     assert g.cycles() == reported
     assert len({c.locks for c in reported}) == len(reported)
+    return reported
 
 
 # -- helpers -------------------------------------------------------------------------------
