@@ -1,0 +1,67 @@
+"""otel-lockwatch: watch the locks of worker pools with OpenTelemetry.
+
+The package is layered; each layer only uses the ones above it:
+
+- ``_fnv``, ``_sections``: the striped-section primitive (a fixed array of locks indexed by
+  FNV-1a of an entity id).
+- ``_naming``, ``_recorder``, ``_histogram``, ``_wrappers``, ``_asyncio_wrappers``: the hot path
+  (lock proxies and patched section paths feeding a per-thread recorder).
+- ``_order``, ``_processor``, ``_telemetry``: the lock-order graph, the span processor, and what
+  goes out through OpenTelemetry.
+- ``_manifest``, ``_exporter``: the contention manifest and its writing at exit.
+- ``_instrumentor``: wires it all (``LockwatchInstrumentor``).
+- ``_report``, ``_cli``, ``pytest_plugin``: the command and the pytest plugin.
+"""
+
+from ._manifest import (
+    Manifest,
+    Verdict,
+    evaluate,
+    load_manifest,
+    may_spawn_pool_size,
+    merge_manifests,
+    recommended_workers,
+)
+from ._naming import name_lock
+from ._sections import AsyncStripedSections, SectionStatistics, StripedSections
+from ._version import __version__
+from .exceptions import (
+    LockwatchError,
+    ManifestError,
+    PotentialDeadlockError,
+    SectionReentryError,
+    SectionTimeout,
+)
+
+__all__ = [
+    "AsyncStripedSections",
+    "LockwatchError",
+    "LockwatchInstrumentor",
+    "Manifest",
+    "ManifestError",
+    "PotentialDeadlockError",
+    "SectionReentryError",
+    "SectionStatistics",
+    "SectionTimeout",
+    "StripedSections",
+    "Verdict",
+    "__version__",
+    "evaluate",
+    "load_manifest",
+    "may_spawn_pool_size",
+    "merge_manifests",
+    "name_lock",
+    "recommended_workers",
+]
+
+
+def __getattr__(name: str):  # the instrumentor imports OpenTelemetry's instrumentation: lazily
+    if name == "LockwatchInstrumentor":
+        from ._instrumentor import LockwatchInstrumentor
+
+        return LockwatchInstrumentor
+    if name == "LockOrderSpanProcessor":
+        from ._processor import LockOrderSpanProcessor
+
+        return LockOrderSpanProcessor
+    raise AttributeError(f"module 'otel_lockwatch' has no attribute {name!r}")

@@ -1,0 +1,244 @@
+"""Instrument the locks of worker pools with OpenTelemetry.
+
+Usage::
+
+    from otel_lockwatch import LockwatchInstrumentor, name_lock
+
+    LockwatchInstrumentor().instrument(tracer_provider=tp, meter_provider=mp)
+    config_lock = name_lock(threading.Lock(), "global_config")
+
+or with no code change: ``opentelemetry-instrument python app.py`` (the instrumentor is
+registered as ``lockwatch``; ``OTEL_PYTHON_DISABLED_INSTRUMENTATIONS=lockwatch`` turns it off).
+
+What is patched, and how it is undone (every ``_instrument_x`` has its ``_uninstrument_x``):
+
+- ``StripedSections._acquire`` / ``_release`` and their async twins: every section entry point
+  goes through them, so arrays created before and after ``instrument()`` are covered.
+- ``threading.Lock`` and ``threading.RLock`` (factories): a lock created afterwards by watched
+  code is a proxy that records; locks created before, and by OpenTelemetry, ``logging``,
+  otel-lockwatch and the stdlib's own machinery, are the plain locks they always were.
+- ``threading.Condition``: its lock (an RLock unless one is given) is watched; ``wait()`` releases
+  it and re-acquires it as the stdlib does.
+- ``threading.Semaphore`` / ``BoundedSemaphore``, ``asyncio.Lock`` / ``asyncio.Semaphore``: their
+  methods, for instances created while instrumented.
+- ``concurrent.futures.ThreadPoolExecutor``: its ``max_workers`` is the pool's nominal size.
+
+A ``LockOrderSpanProcessor`` (and the manifest exporter) are added to an SDK tracer provider.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import asyncio.locks
+import concurrent.futures
+import logging
+import threading
+from typing import Any, Collection
+
+import wrapt
+from opentelemetry import trace
+from opentelemetry.instrumentation.instrumentor import BaseInstrumentor  # type: ignore[attr-defined]
+from opentelemetry.instrumentation.utils import unwrap
+
+from . import _asyncio_wrappers, _sections, _wrappers
+from ._config import Options, load_options
+from ._naming import lock_class, watched_site
+from ._recorder import RECORDER
+from ._telemetry import TELEMETRY
+
+__all__ = ["LockwatchInstrumentor"]
+
+logger = logging.getLogger("otel_lockwatch")
+
+# Patch targets: (owner, attribute).
+_SECTION_TARGETS = ((_sections.StripedSections, "_acquire"), (_sections.StripedSections, "_release"))
+_ASYNC_SECTION_TARGETS = ((_sections.AsyncStripedSections, "_acquire"), (_sections.AsyncStripedSections, "_release"))
+_THREADING_FACTORIES = ((threading, "Lock"), (threading, "RLock"))
+_CONDITION_TARGET = (threading.Condition, "__init__")
+_SEMAPHORE_TARGETS = ((threading.Semaphore, "__init__"), (threading.Semaphore, "acquire"),
+                      (threading.Semaphore, "release"), (threading.BoundedSemaphore, "release"))
+_ASYNCIO_TARGETS = ((asyncio.locks.Lock, "__init__"), (asyncio.locks.Lock, "acquire"), (asyncio.locks.Lock, "release"),
+                    (asyncio.locks.Semaphore, "__init__"), (asyncio.locks.Semaphore, "acquire"))
+_EXECUTOR_TARGET = (concurrent.futures.ThreadPoolExecutor, "__init__")
+
+
+def _factory(kind: str, proxy: type) -> Any:
+    def wrapper(wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+        lock = wrapped(*args, **kwargs)
+        try:
+            site = watched_site(1)
+            if site is None:
+                return lock
+            return proxy(lock, lock_class(site, kind, site))
+        except Exception as exc:  # never into the host: the plain lock still works
+            TELEMETRY.failed(exc)
+            return lock
+
+    return wrapper
+
+
+def _condition_init(wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> None:
+    lock = args[0] if args else kwargs.get("lock")
+    if lock is None:
+        try:
+            site = watched_site(1)
+            if site is not None:
+                raw = _ORIGINALS["RLock"]()
+                lock = _wrappers.RLockProxy(raw, lock_class(site, "threading.Condition", site))
+                args, kwargs = (lock,), {}
+        except Exception as exc:
+            TELEMETRY.failed(exc)
+    wrapped(*args, **kwargs)
+    if type(lock) is _wrappers.LockProxy:
+        # Condition's own _is_owned() would try-acquire the lock: ask the proxy instead.
+        instance._is_owned = lock._lw_is_owned
+
+
+def _tag_init(kind: str) -> Any:
+    def wrapper(wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> None:
+        wrapped(*args, **kwargs)
+        try:
+            site = watched_site(1)
+            if site is not None:
+                instance._lockwatch_class = lock_class(site, kind, site)
+        except Exception as exc:
+            TELEMETRY.failed(exc)
+
+    return wrapper
+
+
+def _executor_init(wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> None:
+    wrapped(*args, **kwargs)
+    try:
+        if watched_site(1) is not None:
+            RECORDER.note_pool(instance._max_workers, "executor")
+    except Exception as exc:
+        TELEMETRY.failed(exc)
+
+
+_ORIGINALS: dict[str, Any] = {}
+
+
+class LockwatchInstrumentor(BaseInstrumentor):  # type: ignore[misc]
+    """An OpenTelemetry instrumentor for locks: ``instrument(tracer_provider=..., meter_provider=..., **options)``.
+
+    Options (each also an ``OTEL_PYTHON_LOCKWATCH_*`` variable; see ``environment_variables``):
+    ``wait_span_threshold_ms``, ``hold_span_threshold_ms``, ``hold_metric_floor_ms``,
+    ``on_cycle``, ``manifest``, ``manifest_path``, ``checkpoint_interval_s``, ``pool_size``,
+    ``hot_lock_threshold_pct``, ``starvation_ratio``.
+    """
+
+    options: Options | None = None
+
+    def instrumentation_dependencies(self) -> Collection[str]:
+        return []
+
+    def _instrument(self, **kwargs: Any) -> None:
+        options = load_options(kwargs)
+        LockwatchInstrumentor.options = options
+        _wrappers.configure(
+            wait_span_ns=int(options.wait_span_threshold_ms * 1e6),
+            hold_span_ns=int(options.hold_span_threshold_ms * 1e6),
+            hold_metric_ns=int(options.hold_metric_floor_ms * 1e6),
+            on_cycle=options.on_cycle,
+        )
+        if options.pool_size is not None:
+            RECORDER.note_pool(options.pool_size, "env")
+        TELEMETRY.configure(kwargs.get("tracer_provider"), kwargs.get("meter_provider"), RECORDER)
+        self._instrument_sections()
+        self._instrument_threading()
+        self._instrument_asyncio()
+        self._instrument_executor()
+        self._add_processors(kwargs.get("tracer_provider"), options)
+
+    def _uninstrument(self, **kwargs: Any) -> None:
+        self._remove_processors()
+        self._uninstrument_executor()
+        self._uninstrument_asyncio()
+        self._uninstrument_threading()
+        self._uninstrument_sections()
+        TELEMETRY.disable()
+
+    # -- sections --------------------------------------------------------------------------
+    def _instrument_sections(self) -> None:
+        g = vars(_sections)
+        wrapt.wrap_object(_sections.StripedSections, "_acquire", _wrappers.section_acquire_factory, (g,))
+        wrapt.wrap_object(_sections.StripedSections, "_release", _wrappers.section_release_factory)
+        wrapt.wrap_object(_sections.AsyncStripedSections, "_acquire", _asyncio_wrappers.async_section_acquire_factory, (g,))
+        wrapt.wrap_object(_sections.AsyncStripedSections, "_release", _asyncio_wrappers.async_section_release_factory)
+
+    def _uninstrument_sections(self) -> None:
+        for owner, name in _SECTION_TARGETS + _ASYNC_SECTION_TARGETS:
+            unwrap(owner, name)
+
+    # -- threading -------------------------------------------------------------------------
+    def _instrument_threading(self) -> None:
+        _ORIGINALS.setdefault("Lock", threading.Lock)
+        _ORIGINALS.setdefault("RLock", threading.RLock)
+        wrapt.wrap_function_wrapper(threading, "Lock", _factory("threading.Lock", _wrappers.LockProxy))
+        wrapt.wrap_function_wrapper(threading, "RLock", _factory("threading.RLock", _wrappers.RLockProxy))
+        wrapt.wrap_function_wrapper(threading.Condition, "__init__", _condition_init)
+        wrapt.wrap_function_wrapper(threading.Semaphore, "__init__", _tag_init("threading.Semaphore"))
+        wrapt.wrap_function_wrapper(threading.BoundedSemaphore, "__init__", _tag_init("threading.BoundedSemaphore"))
+        wrapt.wrap_object(threading.Semaphore, "acquire", _wrappers.semaphore_acquire_factory)
+        wrapt.wrap_object(threading.Semaphore, "release", _wrappers.semaphore_release_factory)
+        wrapt.wrap_object(threading.BoundedSemaphore, "release", _wrappers.semaphore_release_factory)
+
+    def _uninstrument_threading(self) -> None:
+        for owner, name in _THREADING_FACTORIES + (_CONDITION_TARGET,) + _SEMAPHORE_TARGETS + (
+                (threading.BoundedSemaphore, "__init__"),):
+            unwrap(owner, name)
+        _ORIGINALS.clear()
+
+    # -- asyncio ---------------------------------------------------------------------------
+    def _instrument_asyncio(self) -> None:
+        wrapt.wrap_function_wrapper(asyncio.locks.Lock, "__init__", _tag_init("asyncio.Lock"))
+        wrapt.wrap_object(asyncio.locks.Lock, "acquire", _asyncio_wrappers.lock_acquire_factory)
+        wrapt.wrap_object(asyncio.locks.Lock, "release", _asyncio_wrappers.lock_release_factory)
+        wrapt.wrap_function_wrapper(asyncio.locks.Semaphore, "__init__", _tag_init("asyncio.Semaphore"))
+        wrapt.wrap_object(asyncio.locks.Semaphore, "acquire", _asyncio_wrappers.semaphore_acquire_factory)
+
+    def _uninstrument_asyncio(self) -> None:
+        for owner, name in _ASYNCIO_TARGETS:
+            unwrap(owner, name)
+
+    # -- executors -------------------------------------------------------------------------
+    def _instrument_executor(self) -> None:
+        wrapt.wrap_function_wrapper(concurrent.futures.ThreadPoolExecutor, "__init__", _executor_init)
+
+    def _uninstrument_executor(self) -> None:
+        unwrap(*_EXECUTOR_TARGET)
+
+    # -- span processors -------------------------------------------------------------------
+    _added: list[tuple[Any, Any]] = []
+
+    def _add_processors(self, tracer_provider: Any, options: Options) -> None:
+        from ._processor import LockOrderSpanProcessor
+
+        provider = tracer_provider if tracer_provider is not None else trace.get_tracer_provider()
+        add = getattr(provider, "add_span_processor", None)
+        if add is None:  # not an SDK provider: the tracking runs all the same, without span hooks
+            return
+        processor = LockOrderSpanProcessor(RECORDER)
+        add(processor)
+        LockwatchInstrumentor._added.append((provider, processor))
+
+    def _remove_processors(self) -> None:
+        for provider, processor in LockwatchInstrumentor._added:
+            _remove_processor(provider, processor)
+        LockwatchInstrumentor._added = []
+
+
+def _remove_processor(provider: Any, processor: Any) -> None:
+    # The SDK has no remove_span_processor: rebuild its tuple without ours, under its lock.
+    multi = getattr(provider, "_active_span_processor", None)
+    processors = getattr(multi, "_span_processors", None)
+    lock = getattr(multi, "_lock", None)
+    if processors is None or lock is None:
+        return
+    with lock:
+        multi._span_processors = tuple(p for p in processors if p is not processor)
+    try:
+        processor.shutdown()
+    except Exception as exc:
+        TELEMETRY.failed(exc)

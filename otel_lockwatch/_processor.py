@@ -1,0 +1,61 @@
+"""``LockOrderSpanProcessor``: what the lock-order tracking learns from spans.
+
+The held-lock stacks and the lock-order graph live in the recorder and are fed directly by the
+lock wrappers on every acquire and release (no span is needed on that path). This processor adds
+what only spans can tell: a span started while the thread holds locks (an HTTP call, a database
+query: any instrumented I/O) is blocking work inside a critical section. It is counted against
+each lock held, by span name, and reported in the manifest's ``blocking_under_lock``.
+
+Spans lockwatch emits itself (``lock.wait``, ``lock.hold``, the manifest span) are not counted:
+they are started while the recorder marks the thread busy.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from opentelemetry.context import Context
+from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
+
+__all__ = ["LockOrderSpanProcessor"]
+
+#: Distinct span names counted per lock, at most (span names are code-chosen, but be safe).
+MAX_SPAN_NAMES = 256
+
+
+class LockOrderSpanProcessor(SpanProcessor):  # type: ignore[misc]
+    """Counts spans started under held locks; the instrumentor adds it to an SDK tracer provider.
+
+    Args:
+        recorder: the recorder whose per-thread held stacks are read (``otel_lockwatch._recorder.RECORDER``).
+    """
+
+    def __init__(self, recorder: Any) -> None:
+        self._recorder = recorder
+
+    def on_start(self, span: Span, parent_context: Context | None = None) -> None:
+        st = getattr(self._recorder.tls, "st", None)
+        if st is None or st.busy or not st.held:
+            return
+        name = span.name
+        spans = st.spans
+        seen = set()
+        for entry in st.held:
+            lock_name = entry[0].name
+            if lock_name in seen:
+                continue
+            seen.add(lock_name)
+            key = (lock_name, name)
+            if key in spans:
+                spans[key] += 1
+            elif len(spans) < MAX_SPAN_NAMES:
+                spans[key] = 1
+
+    def on_end(self, span: ReadableSpan) -> None:
+        pass
+
+    def shutdown(self) -> None:
+        pass
+
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
+        return True

@@ -1,0 +1,257 @@
+"""The per-thread recorder: what every watched acquisition and release leaves behind.
+
+Each thread (each asyncio task) owns a :class:`WorkerState`: the stack of locks it holds, its
+lock-order chain cache, and one :class:`Stats` per lock class it touched. The lock wrappers
+write only to the state of the thread they run in, so the hot path takes no process-wide lock
+(it would itself become the hot lock). A reader (the manifest, a metric callback) walks every
+state and merges them when it asks: :meth:`Recorder.snapshot`.
+
+Histograms here are plain ``dict`` bucket -> count, filled with the inlined bucket function of
+``_histogram.bucket_of``; the snapshot turns them into ``LogHistogram`` objects.
+"""
+
+from __future__ import annotations
+
+import _thread
+import logging
+import os
+import threading
+import time
+from datetime import datetime, timezone
+from typing import Any
+
+from ._histogram import LogHistogram
+from ._naming import LockClass
+
+__all__ = ["MAX_WORKERS", "RECORDER", "Recorder", "Stats", "WorkerState"]
+
+logger = logging.getLogger("otel_lockwatch")
+
+#: Distinct workers kept by name; later ones share one "(other)" entry (bounded cardinality).
+MAX_WORKERS = 1024
+
+
+class Stats:
+    """One worker's counters and histograms for one lock class."""
+
+    __slots__ = ("acq", "tryok", "skip", "cont", "tmo", "wait", "hold", "whist", "hhist",
+                 "wmax", "hmin", "hmax", "coll")
+
+    def __init__(self) -> None:
+        self.acq = 0  # successful acquisitions (blocking and try)
+        self.tryok = 0  # successful try-acquires
+        self.skip = 0  # try-acquires that found the lock taken
+        self.cont = 0  # blocking attempts that had to wait (including timeouts)
+        self.tmo = 0  # blocking attempts that timed out
+        self.wait = 0  # total wait, ns
+        self.hold = 0  # total hold, ns
+        self.whist: dict[int, int] = {}  # contended waits, bucket -> count
+        self.hhist: dict[int, int] = {}  # holds, bucket -> count
+        self.wmax = 0
+        self.hmin = 1 << 62  # no hold yet
+        self.hmax = 0
+        self.coll = 0  # contended waits caused by a colliding key (sections only)
+
+
+class WorkerState:
+    """What one worker (thread or task) holds and has recorded."""
+
+    __slots__ = ("held", "stats", "worker", "chain", "busy", "first", "last", "spans", "__weakref__")
+
+    def __init__(self, worker: str, stats: dict[LockClass, Stats] | None = None) -> None:
+        self.held: list[Any] = []  # lock objects (proxies / section handles) in acquisition order
+        self.stats: dict[LockClass, Stats] = {} if stats is None else stats
+        self.worker = worker
+        self.chain: set[tuple[LockClass, LockClass]] = set()  # lock-order chain cache
+        self.busy = False  # True while lockwatch itself runs on this thread (no recording)
+        self.first = time.perf_counter_ns()
+        self.last = self.first
+        self.spans: dict[tuple[str, str], int] = {}  # (lock name, span name) -> spans started under it
+
+
+def _iso(ns: int) -> str:
+    return datetime.fromtimestamp(ns / 1e9, tz=timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def hist_json(counts: dict[int, int], total: int, lo: int, hi: int, zeros: int = 0) -> dict[str, Any]:
+    """A bucket dict as ``LogHistogram`` JSON, with ``zeros`` extra samples of 0."""
+    buckets = dict(counts)
+    n = sum(buckets.values())
+    if zeros > 0:
+        buckets[0] = buckets.get(0, 0) + zeros
+        n += zeros
+        lo = 0
+    return {"sub_bits": 4, "buckets": sorted([k, v] for k, v in buckets.items() if v),
+            "count": n, "sum": total, "min": max(lo, 0) if n else 0, "max": hi if n else 0}
+
+
+class Recorder:
+    """The process's recorder: worker states, section arrays, pool size, and the order graph."""
+
+    def __init__(self) -> None:
+        self.tls = threading.local()
+        self._lock = _thread.allocate_lock()
+        self._states: list[WorkerState] = []
+        self._names: dict[str, WorkerState] = {}
+        self._overflow: WorkerState | None = None
+        self._arrays: list[Any] = []  # ArrayTrack of every instrumented section array
+        self.pool_size: int | None = None
+        self.pool_source: str | None = None
+        self.start_ns = time.time_ns()
+        self.graph: Any = None  # LockOrderGraph, set by reset()
+        self.reset()
+        if hasattr(os, "register_at_fork"):
+            os.register_at_fork(after_in_child=self._after_fork_in_child)
+
+    # -- states ------------------------------------------------------------------------------
+    def reset(self) -> None:
+        """Forget everything recorded (tests; a fresh start)."""
+        from ._order import LockOrderGraph
+
+        with self._lock:
+            self._states = []
+            self._names = {}
+            self._overflow = None
+            self._arrays = []
+            self.pool_size = None
+            self.pool_source = None
+            self.start_ns = time.time_ns()
+            self.graph = LockOrderGraph()
+        self.tls = threading.local()
+
+    def _register(self, worker: str) -> WorkerState:
+        with self._lock:
+            if len(self._states) >= MAX_WORKERS:
+                if self._overflow is None:
+                    self._overflow = WorkerState("(other)")
+                    self._states.append(self._overflow)
+                    logger.warning("otel-lockwatch: more than %d workers; later ones are reported as '(other)'", MAX_WORKERS)
+                state = WorkerState("(other)", self._overflow.stats)
+                return state
+            state = WorkerState(worker)
+            self._states.append(state)
+            return state
+
+    def thread_state(self) -> WorkerState:
+        """The calling thread's state, created on first use."""
+        try:
+            return self.tls.st
+        except AttributeError:
+            state = self._register(threading.current_thread().name)
+            self.tls.st = state
+            return state
+
+    def task_state(self, task: Any) -> WorkerState:
+        """The state of an asyncio task (a task is a worker)."""
+        state = getattr(task, "_lockwatch_state", None)
+        if state is None:
+            try:
+                name = task.get_name()
+            except Exception:
+                name = repr(task)
+            state = self._register(f"task:{name}")
+            try:
+                task._lockwatch_state = state
+            except AttributeError:  # a task type without __dict__: keep a side table
+                self._task_side[id(task)] = state
+        return state
+
+    _task_side: dict[int, WorkerState] = {}
+
+    def _after_fork_in_child(self) -> None:
+        # The child has one thread: the one that forked. Locks it holds stay held; every other
+        # thread's state is gone, and the child's manifest must hold only the child's work.
+        self._lock = _thread.allocate_lock()
+        current = getattr(self.tls, "st", None)
+        self._states = []
+        self._names = {}
+        self._overflow = None
+        self.start_ns = time.time_ns()
+        if self.graph is not None:
+            self.graph._lock = _thread.allocate_lock()
+        if current is not None:
+            fresh = WorkerState(current.worker)
+            fresh.held = current.held
+            fresh.chain = current.chain
+            self._states.append(fresh)
+            self.tls.st = fresh
+
+    def note_array(self, track: Any) -> None:
+        """Remember a section array's tracking (its count and the most sections held at once)."""
+        with self._lock:
+            self._arrays.append(track)
+
+    def note_pool(self, size: int, source: str) -> None:
+        if isinstance(size, int) and size > 0 and (self.pool_size is None or size > self.pool_size):
+            self.pool_size = size
+            self.pool_source = source
+
+    # -- reading -----------------------------------------------------------------------------
+    def totals(self) -> dict[tuple[str, str, str], int]:
+        """Counter totals by (lock name, kind, outcome) and contentions by (name, kind, "contended")."""
+        out: dict[tuple[str, str, str], int] = {}
+        for state in list(self._states):
+            for cls, s in list(state.stats.items()):
+                for outcome, n in (("acquired", s.acq), ("skipped", s.skip), ("timed_out", s.tmo), ("contended", s.cont)):
+                    if n:
+                        key = (cls.name, cls.kind, outcome)
+                        out[key] = out.get(key, 0) + n
+        return out
+
+    def snapshot(self) -> dict[str, Any]:
+        """The mergeable data of a manifest (see docs/ARCHITECTURE.md, "Recorder snapshot")."""
+        now = time.perf_counter_ns()
+        locks: dict[str, dict[str, Any]] = {}
+        workers: dict[str, dict[str, int]] = {}
+        collisions: dict[str, int] = {}
+        spans: dict[str, dict[str, int]] = {}
+        for state in list(self._states):
+            w = workers.setdefault(state.worker, {"observed_ns": 0, "wait_ns": 0})
+            end = now if state.held else state.last
+            w["observed_ns"] += max(0, end - state.first)
+            for (lock_name, span_name), n in list(state.spans.items()):
+                per = spans.setdefault(lock_name, {})
+                per[span_name] = per.get(span_name, 0) + n
+            for cls, s in list(state.stats.items()):
+                entry = locks.get(cls.name)
+                if entry is None:
+                    entry = locks[cls.name] = {
+                        "kind": cls.kind, "acquisitions": 0, "contentions": 0, "skipped": 0,
+                        "timeouts": 0, "wait_ns": LogHistogram(), "hold_ns": LogHistogram(), "workers": {},
+                    }
+                blocking = s.acq - s.tryok + s.tmo
+                entry["acquisitions"] += s.acq
+                entry["contentions"] += s.cont
+                entry["skipped"] += s.skip
+                entry["timeouts"] += s.tmo
+                entry["wait_ns"].merge(LogHistogram.from_json(
+                    hist_json(s.whist, s.wait, 1, s.wmax, zeros=blocking - s.cont)))
+                entry["hold_ns"].merge(LogHistogram.from_json(
+                    hist_json(s.hhist, s.hold, s.hmin if s.hhist else 0, s.hmax)))
+                pw = entry["workers"].setdefault(state.worker, {"acquisitions": 0, "contentions": 0, "wait_ns": 0, "hold_ns": 0})
+                pw["acquisitions"] += s.acq
+                pw["contentions"] += s.cont
+                pw["wait_ns"] += s.wait
+                pw["hold_ns"] += s.hold
+                w["wait_ns"] += s.wait
+                if s.coll:
+                    collisions[cls.name] = collisions.get(cls.name, 0) + s.coll
+        sections: dict[str, dict[str, int]] = {}
+        for track in list(self._arrays):
+            info = sections.setdefault(track.name, {"count": track.count, "max_held": 0,
+                                                     "collision_waits": collisions.get(track.name, 0)})
+            info["count"] = max(info["count"], track.count)
+            info["max_held"] = max(info["max_held"], track.max_held)
+        graph = self.graph.to_json() if self.graph is not None else {"edges": [], "cycles": []}
+        return {
+            "locks": locks,
+            "workers": workers,
+            "lock_order": graph,
+            "blocking_under_lock": spans,
+            "sections": sections,
+            "pool": {"nominal": self.pool_size, "source": self.pool_source},
+            "process": {"pid": os.getpid(), "start": _iso(self.start_ns), "end": _iso(time.time_ns())},
+        }
+
+
+RECORDER = Recorder()
