@@ -26,6 +26,7 @@ tests and for anyone who wants to restyle it.
 
 from __future__ import annotations
 
+import contextlib
 import html
 import json
 import math
@@ -398,7 +399,9 @@ def _process_line(proc: Any) -> str:
 
 def _table(headers: Sequence[str], rows: Iterable[Sequence[str]], right: set[int]) -> list[str]:
     rows = [list(r) for r in rows]
-    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(headers)]
+    widths = [
+        max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(headers)
+    ]
 
     def line(cells: Sequence[str]) -> str:
         return "  ".join(
@@ -408,7 +411,9 @@ def _table(headers: Sequence[str], rows: Iterable[Sequence[str]], right: set[int
     return [line(headers)] + [line(r) for r in rows]
 
 
-def render_text(manifest: Mapping[str, Any], *, color: bool = False, source: str | None = None) -> str:
+def render_text(
+    manifest: Mapping[str, Any], *, color: bool = False, source: str | None = None
+) -> str:
     """The terminal summary of a manifest.
 
     Args:
@@ -453,7 +458,9 @@ def render_text(manifest: Mapping[str, Any], *, color: bool = False, source: str
 
     threshold = r["thresholds"].get("hot_lock_threshold_pct")
     out.append("")
-    heading = "hot locks" + (f" (>= {threshold:g} % of the aggregate wait)" if _num(threshold) is not None else "")
+    heading = "hot locks" + (
+        f" (>= {threshold:g} % of the aggregate wait)" if _num(threshold) is not None else ""
+    )
     out.append(s.bold(heading))
     if r["hot_locks"]:
         rows = [
@@ -494,7 +501,9 @@ def render_text(manifest: Mapping[str, Any], *, color: bool = False, source: str
             out += ["  " + line for line in text_lines[1:]]
     else:
         graph = r["lock_order"]
-        out.append(f"  none ({len(graph['edges'])} ordering edges among {len(graph['nodes'])} locks)")
+        out.append(
+            f"  none ({len(graph['edges'])} ordering edges among {len(graph['nodes'])} locks)"
+        )
 
     if r["locks"]:
         out.append("")
@@ -517,8 +526,20 @@ def render_text(manifest: Mapping[str, Any], *, color: bool = False, source: str
             ]
             for row in shown
         ]
-        headers = ["lock", "kind", "acq", "contended", "skipped", "timeouts", "wait", "share",
-                   "wait p95", "hold p50", "p95", "max"]
+        headers = [
+            "lock",
+            "kind",
+            "acq",
+            "contended",
+            "skipped",
+            "timeouts",
+            "wait",
+            "share",
+            "wait p95",
+            "hold p50",
+            "p95",
+            "max",
+        ]
         out += ["  " + line for line in _table(headers, rows, right=set(range(2, 12)))]
         if len(r["locks"]) > len(shown):
             out.append(s.dim(f"  ... and {len(r['locks']) - len(shown)} more"))
@@ -580,7 +601,9 @@ def render_dot(manifest: Mapping[str, Any]) -> str:
         attrs = [f"label={_dot_id(str(e['worker'] or ''))}"]
         if e["cycle"]:
             attrs += ['color="#c62828"', 'fontcolor="#c62828"', "penwidth=2"]
-        lines.append(f"  {_dot_id(e['holding'])} -> {_dot_id(e['acquiring'])} [{', '.join(attrs)}];")
+        lines.append(
+            f"  {_dot_id(e['holding'])} -> {_dot_id(e['acquiring'])} [{', '.join(attrs)}];"
+        )
     lines.append("}")
     return "\n".join(lines) + "\n"
 
@@ -596,22 +619,29 @@ body { margin: 0; padding: 24px 32px 48px; font: 14px/1.45 system-ui, -apple-sys
        Roboto, "Helvetica Neue", Arial, sans-serif; color: var(--ink); background: var(--bg); }
 main { max-width: 1040px; margin: 0 auto; }
 h1 { font-size: 22px; margin: 0 0 4px; }
-h2 { font-size: 17px; margin: 32px 0 8px; padding-bottom: 4px; border-bottom: 1px solid var(--rule); }
-h3 { font-size: 14px; margin: 0 0 6px; font-family: ui-monospace, SFMono-Regular, Menlo, monospace; }
+h2 { font-size: 17px; margin: 32px 0 8px; padding-bottom: 4px;
+     border-bottom: 1px solid var(--rule); }
+h3 { font-size: 14px; margin: 0 0 6px;
+     font-family: ui-monospace, SFMono-Regular, Menlo, monospace; }
 .muted { color: var(--muted); }
 .summary { display: flex; flex-wrap: wrap; gap: 12px; margin-top: 16px; }
 .card { background: var(--panel); border: 1px solid var(--rule); border-radius: 8px;
         padding: 10px 14px; min-width: 180px; }
-.card .label { font-size: 12px; color: var(--muted); text-transform: uppercase; letter-spacing: .04em; }
+.card .label { font-size: 12px; color: var(--muted); text-transform: uppercase;
+               letter-spacing: .04em; }
 .card .value { font-size: 20px; font-weight: 600; }
-.verdict.ok { color: var(--ok); } .verdict.warn { color: var(--warn); } .verdict.bad { color: var(--bad); }
+.verdict.ok { color: var(--ok); }
+.verdict.warn { color: var(--warn); }
+.verdict.bad { color: var(--bad); }
 svg { display: block; max-width: 100%; height: auto; }
 svg text { font: 12px ui-monospace, SFMono-Regular, Menlo, monospace; fill: var(--ink); }
 svg .axis { stroke: var(--rule); }
 svg .bar { fill: var(--bar); } svg .bar.hot { fill: var(--hot); }
 svg .threshold { stroke: var(--bad); stroke-dasharray: 4 3; }
-.hold-charts { display: grid; grid-template-columns: repeat(auto-fill, minmax(460px, 1fr)); gap: 16px; }
-.hold-panel { background: var(--panel); border: 1px solid var(--rule); border-radius: 8px; padding: 12px; }
+.hold-charts { display: grid; grid-template-columns: repeat(auto-fill, minmax(460px, 1fr));
+               gap: 16px; }
+.hold-panel { background: var(--panel); border: 1px solid var(--rule); border-radius: 8px;
+              padding: 12px; }
 svg.hold-chart .bar { fill: #0969da; }
 svg .node circle { fill: #ffffff; stroke: var(--bar); stroke-width: 1.5; }
 svg .node.cycle circle { stroke: var(--bad); stroke-width: 2.5; fill: #fff5f5; }
@@ -620,7 +650,8 @@ svg .edge.cycle { stroke: var(--bad); stroke-width: 2.5; }
 svg .edge-label { font-size: 11px; fill: var(--muted); }
 svg .edge-label.cycle { fill: var(--bad); }
 table { border-collapse: collapse; width: 100%; font-size: 13px; }
-th, td { padding: 4px 8px; border-bottom: 1px solid var(--rule); text-align: right; white-space: nowrap; }
+th, td { padding: 4px 8px; border-bottom: 1px solid var(--rule); text-align: right;
+         white-space: nowrap; }
 th.text, td.text { text-align: left; }
 th { color: var(--muted); font-weight: 600; }
 pre { background: var(--panel); border: 1px solid var(--rule); border-radius: 8px; padding: 12px;
@@ -651,14 +682,18 @@ def _svg_wait_share(report: Mapping[str, Any]) -> str:
         y = top + i * row_h
         w = max(1.0, bar_w * row["wait_share_pct"] / 100.0)
         cls = "bar hot" if row["lock"] in hot else "bar"
-        name = row["lock"] if len(row["lock"]) * 8 <= label_w - 12 else row["lock"][: (label_w - 12) // 8 - 1] + "…"
+        name = (
+            row["lock"]
+            if len(row["lock"]) * 8 <= label_w - 12
+            else row["lock"][: (label_w - 12) // 8 - 1] + "…"
+        )
         parts.append(
             f'<text x="{label_w - 8}" y="{y + 16}" text-anchor="end">{_e(name)}</text>'
             f'<rect class="{cls}" data-lock="{_e(row["lock"])}" x="{label_w}" y="{y + 4}" '
             f'width="{w:.1f}" height="{row_h - 8}" rx="2"><title>{_e(row["lock"])}: '
-            f'{_e(_duration(row["wait_ms_total"]))}, {row["wait_share_pct"]:.1f} %</title></rect>'
+            f"{_e(_duration(row['wait_ms_total']))}, {row['wait_share_pct']:.1f} %</title></rect>"
             f'<text x="{label_w + w + 6:.1f}" y="{y + 16}">{row["wait_share_pct"]:.1f} % · '
-            f'{_e(_duration(row["wait_ms_total"]))}</text>'
+            f"{_e(_duration(row['wait_ms_total']))}</text>"
         )
     axis_y = top + row_h * max(1, len(rows)) + 2
     parts.append(f'<line class="axis" x1="{label_w}" y1="{top}" x2="{label_w}" y2="{axis_y}"/>')
@@ -667,7 +702,7 @@ def _svg_wait_share(report: Mapping[str, Any]) -> str:
         parts.append(
             f'<line class="threshold" x1="{x:.1f}" y1="{top - 4}" x2="{x:.1f}" y2="{axis_y}"/>'
             f'<text x="{x:.1f}" y="{axis_y + 16}" text-anchor="middle" class="muted">'
-            f'hot ≥ {threshold:g} %</text>'
+            f"hot ≥ {threshold:g} %</text>"
         )
     parts.append("</svg>")
     return "".join(parts)
@@ -716,10 +751,11 @@ def _svg_hold_chart(hot: Mapping[str, Any]) -> str:
         f'{_e(hot["lock"])}">'
     ]
     parts.append(
-        f'<line class="axis" x1="{left}" y1="{top + plot_h}" x2="{left + plot_w}" y2="{top + plot_h}"/>'
+        f'<line class="axis" x1="{left}" y1="{top + plot_h}" x2="{left + plot_w}" '
+        f'y2="{top + plot_h}"/>'
         f'<line class="axis" x1="{left}" y1="{top}" x2="{left}" y2="{top + plot_h}"/>'
         f'<text x="{left - 6}" y="{top + 8}" text-anchor="end" class="muted">'
-        f'{_e(_duration(peak) if unit == "ms" else f"{peak:g}")}</text>'
+        f"{_e(_duration(peak) if unit == 'ms' else f'{peak:g}')}</text>"
         f'<text x="{left - 6}" y="{top + plot_h}" text-anchor="end" class="muted">0</text>'
     )
     if not bars:
@@ -746,7 +782,10 @@ def _svg_hold_chart(hot: Mapping[str, Any]) -> str:
                 f'text-anchor="middle">{_e(_duration(value))}</text>'
             )
     caption = "holds per duration octave" if unit == "holds" else "hold time p50 / p95 / max"
-    parts.append(f'<text x="{left + plot_w}" y="{height - 2}" text-anchor="end" class="muted">{caption}</text>')
+    parts.append(
+        f'<text x="{left + plot_w}" y="{height - 2}" text-anchor="end" class="muted">'
+        f"{caption}</text>"
+    )
     parts.append("</svg>")
     return "".join(parts)
 
@@ -761,8 +800,10 @@ def _svg_lock_order(report: Mapping[str, Any]) -> str:
     radius = size / 2 - 90 if len(nodes) > 1 else 0
     node_r = 9
     pos = {
-        name: (cx + radius * math.cos(2 * math.pi * i / len(nodes) - math.pi / 2),
-               cy + radius * math.sin(2 * math.pi * i / len(nodes) - math.pi / 2))
+        name: (
+            cx + radius * math.cos(2 * math.pi * i / len(nodes) - math.pi / 2),
+            cy + radius * math.sin(2 * math.pi * i / len(nodes) - math.pi / 2),
+        )
         for i, name in enumerate(nodes)
     }
     cycle_nodes = {n for e in edges if e["cycle"] for n in (e["holding"], e["acquiring"])}
@@ -779,7 +820,8 @@ def _svg_lock_order(report: Mapping[str, Any]) -> str:
     ]
     if not nodes:
         parts.append(
-            f'<text x="{cx}" y="{cy}" text-anchor="middle">no nested acquisition was recorded</text>'
+            f'<text x="{cx}" y="{cy}" text-anchor="middle">'
+            "no nested acquisition was recorded</text>"
         )
     for e in edges:
         (x1, y1), (x2, y2) = pos[e["holding"]], pos[e["acquiring"]]
@@ -830,10 +872,12 @@ def _html_table(headers: Sequence[str], rows: Iterable[Sequence[str]], text_cols
         for i, h in enumerate(headers)
     )
     body = "".join(
-        "<tr>" + "".join(
+        "<tr>"
+        + "".join(
             f'<td class="text">{_e(c)}</td>' if i < text_cols else f"<td>{_e(c)}</td>"
             for i, c in enumerate(row)
-        ) + "</tr>"
+        )
+        + "</tr>"
         for row in rows
     )
     return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
@@ -860,7 +904,10 @@ def render_html(manifest: Mapping[str, Any], *, title: str | None = None) -> str
 
     cards = [
         ("verdict", f'<span class="verdict {severity}">{_e(r["verdict"])}</span>'),
-        ("pool size", f"{_e(_int(r['nominal_pool_size']))} → {_e(_int(r['recommended_pool_size']))}"),
+        (
+            "pool size",
+            f"{_e(_int(r['nominal_pool_size']))} → {_e(_int(r['recommended_pool_size']))}",
+        ),
         ("effective throughput", _e(_pct(r["effective_throughput_pct"]))),
         ("aggregate wait", _e(_duration(r["total_wait_ms"]))),
     ]
@@ -913,8 +960,13 @@ def render_html(manifest: Mapping[str, Any], *, title: str | None = None) -> str
             _html_table(
                 ["worker", "lock", "wait", "median wait", "ratio"],
                 (
-                    [s["worker"], s["lock"], _duration(s["wait_ms"]), _duration(s["median_wait_ms"]),
-                     "-" if s["ratio"] is None else f"{s['ratio']:.1f}x"]
+                    [
+                        s["worker"],
+                        s["lock"],
+                        _duration(s["wait_ms"]),
+                        _duration(s["median_wait_ms"]),
+                        "-" if s["ratio"] is None else f"{s['ratio']:.1f}x",
+                    ]
                     for s in r["starvation"]
                 ),
                 text_cols=2,
@@ -927,14 +979,35 @@ def render_html(manifest: Mapping[str, Any], *, title: str | None = None) -> str
         body.append("<h2>Locks</h2>")
         body.append(
             _html_table(
-                ["lock", "kind", "acquisitions", "contended", "skipped", "timeouts", "wait",
-                 "share", "wait p95", "hold p50", "hold p95", "hold max"],
+                [
+                    "lock",
+                    "kind",
+                    "acquisitions",
+                    "contended",
+                    "skipped",
+                    "timeouts",
+                    "wait",
+                    "share",
+                    "wait p95",
+                    "hold p50",
+                    "hold p95",
+                    "hold max",
+                ],
                 (
-                    [row["lock"], str(row["kind"] or "-"), _int(row["acquisitions"]),
-                     _int(row["contentions"]), _int(row["skipped"]), _int(row["timeouts"]),
-                     _duration(row["wait_ms_total"]), _pct(row["wait_share_pct"]),
-                     _duration(row["wait_p95_ms"]), _duration(row["hold_p50_ms"]),
-                     _duration(row["hold_p95_ms"]), _duration(row["hold_max_ms"])]
+                    [
+                        row["lock"],
+                        str(row["kind"] or "-"),
+                        _int(row["acquisitions"]),
+                        _int(row["contentions"]),
+                        _int(row["skipped"]),
+                        _int(row["timeouts"]),
+                        _duration(row["wait_ms_total"]),
+                        _pct(row["wait_share_pct"]),
+                        _duration(row["wait_p95_ms"]),
+                        _duration(row["hold_p50_ms"]),
+                        _duration(row["hold_p95_ms"]),
+                        _duration(row["hold_max_ms"]),
+                    ]
                     for row in r["locks"]
                 ),
                 text_cols=2,
@@ -946,8 +1019,13 @@ def render_html(manifest: Mapping[str, Any], *, title: str | None = None) -> str
             _html_table(
                 ["array", "sections", "collision waits", "max held", "recommended"],
                 (
-                    [s["name"], _int(s["count"]), _int(s["collision_waits"]), _int(s["max_held"]),
-                     _int(s["recommended_count"])]
+                    [
+                        s["name"],
+                        _int(s["count"]),
+                        _int(s["collision_waits"]),
+                        _int(s["max_held"]),
+                        _int(s["recommended_count"]),
+                    ]
                     for s in r["sections"]
                 ),
             )
@@ -988,8 +1066,6 @@ def write_text_atomic(path: str | os.PathLike[str], text: str) -> None:
             os.fsync(f.fileno())
         os.replace(tmp, target)
     except BaseException:
-        try:
+        with contextlib.suppress(OSError):
             os.unlink(tmp)
-        except OSError:
-            pass
         raise

@@ -41,7 +41,11 @@ def test_build_report_orders_locks_by_wait_and_computes_shares(full):
     100 %, and the hot lock carries its hold distribution and histogram buckets."""
     report = _report.build_report(full)
     assert [row["lock"] for row in report["locks"]] == [
-        "config", "accounts", "ledger", "emitter", "metrics"
+        "config",
+        "accounts",
+        "ledger",
+        "emitter",
+        "metrics",
     ]
     assert sum(row["wait_share_pct"] for row in report["locks"]) == pytest.approx(100.0)
     assert report["total_wait_ms"] == pytest.approx(4100 + 200 + 100 + 5)
@@ -51,7 +55,7 @@ def test_build_report_orders_locks_by_wait_and_computes_shares(full):
     assert hot["hold"]["p95_ms"] == pytest.approx(8.4, rel=1 / 32)
     buckets = hot["hold"]["buckets"]
     assert [b["count"] for b in buckets] == [600, 480, 114, 6]
-    for b, held_ms in zip(buckets, (1.5, 5, 8.4, 31)):
+    for b, held_ms in zip(buckets, (1.5, 5, 8.4, 31), strict=True):
         assert b["lo_ms"] <= held_ms < b["hi_ms"]
     (starved,) = report["starvation"]
     assert starved["worker"] == "worker-7" and starved["ratio"] == pytest.approx(2000 / 300)

@@ -58,7 +58,9 @@ PROBE = """
     }),
     graph: one("#lock-order-graph"),
     nodes: all("#lock-order-graph g.node").map(function (el) {
-      var b = box(el); b.lock = el.getAttribute("data-lock"); b.cycle = el.classList.contains("cycle");
+      var b = box(el);
+      b.lock = el.getAttribute("data-lock");
+      b.cycle = el.classList.contains("cycle");
       return b;
     }),
     edges: all("#lock-order-graph path.edge").map(function (el) {
