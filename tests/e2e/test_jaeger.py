@@ -1,0 +1,118 @@
+"""End to end: lockwatch spans exported over OTLP reach a real Jaeger v2 and read back right.
+
+A workload subprocess (``workload.py``) runs task spans around a contended, named lock and
+exports to the session's Jaeger (collector-config/jaeger.yaml on free loopback ports); the
+tests read the traces back through Jaeger's HTTP query API, as a user's UI would.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from _e2e_harness import Jaeger, parent_id, run_workload, tags, unique_service
+
+from otel_lockwatch._manifest import Verdict
+
+TASKS = 3
+
+
+def _task_trace(trace: dict[str, Any], task: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """The task span of ``trace`` and the spans whose parent it is."""
+    (task_span,) = [s for s in trace["spans"] if s["operationName"] == task]
+    children = [s for s in trace["spans"] if parent_id(s) == task_span["spanID"]]
+    return task_span, children
+
+
+def _has_all(trace_ids: set[str], operation: str):
+    """A readiness predicate: every trace of ``trace_ids`` holds a span named ``operation``."""
+
+    def ready(traces: list[dict[str, Any]]) -> bool:
+        seen = {
+            t["traceID"] for t in traces if any(s["operationName"] == operation for s in t["spans"])
+        }
+        return trace_ids <= seen
+
+    return ready
+
+
+def test_plain_spans_reach_jaeger(jaeger: Jaeger, tmp_path: Path) -> None:
+    """The harness itself, without lockwatch: OTLP spans of a service come back from Jaeger's
+    API with their parent links (a failure here is Jaeger's or the harness's, not lockwatch's)."""
+    service = unique_service("e2e-plain")
+    summary = run_workload("plain", service, jaeger.otlp_grpc, tmp_path, tasks=TASKS)
+    trace_ids = set(summary["task_traces"].values())
+    assert len(trace_ids) == TASKS
+
+    traces = jaeger.wait_for_traces(service, _has_all(trace_ids, "plain.child"))
+
+    assert service in jaeger.services()
+    by_id = {t["traceID"]: t for t in traces}
+    for task, trace_id in summary["task_traces"].items():
+        _, children = _task_trace(by_id[trace_id], task)
+        assert [c["operationName"] for c in children] == ["plain.child"]
+
+
+@pytest.fixture(scope="module")
+def lockwatch_run(jaeger: Jaeger, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """The instrumented workload, run once: its service, its task traces as Jaeger holds them
+    (polled until every task trace has its ``lock.wait`` span), and the manifest traces."""
+    service = unique_service("e2e-lockwatch")
+    summary = run_workload(
+        "lockwatch", service, jaeger.otlp_grpc, tmp_path_factory.mktemp("workload"), tasks=TASKS
+    )
+    trace_ids = set(summary["task_traces"].values())
+    traces = jaeger.wait_for_traces(service, _has_all(trace_ids, "lock.wait"))
+    manifests = jaeger.wait_for_traces(
+        service, lambda ts: len(ts) >= 1, operation="lockwatch.manifest"
+    )
+    return {
+        "service": service,
+        "task_traces": summary["task_traces"],
+        "traces": {t["traceID"]: t for t in traces},
+        "manifests": manifests,
+    }
+
+
+def test_service_is_listed(jaeger: Jaeger, lockwatch_run: dict[str, Any]) -> None:
+    """The instrumented program's ``OTEL_SERVICE_NAME`` is a Jaeger service."""
+    assert lockwatch_run["service"] in jaeger.services()
+
+
+def test_lock_wait_spans_are_children_of_the_task_span(lockwatch_run: dict[str, Any]) -> None:
+    """Each task waited (> 1 ms) for the named lock inside its task span: its trace holds a
+    ``lock.wait`` span parented to the task span, with the lock's name and kind and the
+    waiting thread, lasting at least the 1 ms span threshold."""
+    for i, (task, trace_id) in enumerate(sorted(lockwatch_run["task_traces"].items())):
+        task_span, children = _task_trace(lockwatch_run["traces"][trace_id], task)
+        waits = [c for c in children if c["operationName"] == "lock.wait"]
+        assert waits, (
+            f"{task}: no lock.wait child; children {[c['operationName'] for c in children]}"
+        )
+        named = [w for w in waits if tags(w).get("lockwatch.lock.name") == "global_config"]
+        assert len(named) == 1, f"{task}: lock.wait children {[tags(w) for w in waits]}"
+        attributes = tags(named[0])
+        assert attributes["lockwatch.lock.kind"] == "threading.Lock"
+        assert attributes["thread.name"] == f"worker-{i}"
+        assert named[0]["duration"] >= 1000  # microseconds
+        # The wait happened inside the task span.
+        assert task_span["startTime"] <= named[0]["startTime"]
+        assert (
+            named[0]["startTime"] + named[0]["duration"]
+            <= task_span["startTime"] + task_span["duration"]
+        )
+
+
+def test_manifest_span_carries_the_verdict(lockwatch_run: dict[str, Any]) -> None:
+    """At tracer-provider shutdown lockwatch exported exactly one ``lockwatch.manifest`` span,
+    whose ``lockwatch.verdict`` is one of the manifest's verdicts."""
+    spans = [
+        s
+        for t in lockwatch_run["manifests"]
+        for s in t["spans"]
+        if s["operationName"] == "lockwatch.manifest"
+    ]
+    assert len(spans) == 1, spans
+    verdict = tags(spans[0]).get("lockwatch.verdict")
+    assert verdict in {v.value for v in Verdict}, tags(spans[0])

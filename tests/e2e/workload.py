@@ -1,0 +1,112 @@
+"""The workload the end-to-end tests run in a subprocess: task spans around a contended lock.
+
+It exports over OTLP/gRPC to ``OTEL_EXPORTER_OTLP_ENDPOINT`` (Jaeger, or a collector in front
+of it), under ``OTEL_SERVICE_NAME``, then prints one JSON line on stdout:
+``{"service": ..., "task_traces": {"<task name>": "<trace id hex>", ...}}`` so the test can
+fetch each task's trace by id.
+
+The contention is made deterministic by a handshake, not by timing luck: a holder thread takes
+the lock first, every worker announces that it is about to acquire, and only then does the
+holder keep the lock for ``HOLD_S`` more and release it. Each worker, inside its task span,
+therefore waits far longer than lockwatch's 1 ms span threshold, and the workers queue behind
+each other for their own holds.
+
+Modes:
+  lockwatch  the real instrumentation: ``LockwatchInstrumentor().instrument(...)`` before the
+             lock is created, ``name_lock(lock, "global_config")``; lockwatch emits the
+             ``lock.wait`` spans and, at tracer-provider shutdown, the ``lockwatch.manifest`` span.
+  plain      no lockwatch at all: the same task spans with an ordinary child span each, to
+             prove the exporter -> Jaeger -> query path independently of the instrumentation.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import threading
+import time
+from collections.abc import Sequence
+
+from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import OTLPMetricExporter
+from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
+HOLD_S = 0.05
+LOCK_NAME = "global_config"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the workload and print the task traces as one JSON line.
+
+    Args:
+        argv: ``--mode {lockwatch,plain}`` and ``--tasks N`` (default 3).
+    """
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--mode", choices=("lockwatch", "plain"), required=True)
+    parser.add_argument("--tasks", type=int, default=3)
+    args = parser.parse_args(argv)
+
+    resource = Resource.create()  # service.name from OTEL_SERVICE_NAME
+    tracer_provider = TracerProvider(resource=resource)
+    tracer_provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
+    meter_provider = MeterProvider(
+        resource=resource,
+        metric_readers=[
+            PeriodicExportingMetricReader(OTLPMetricExporter(), export_interval_millis=500)
+        ],
+    )
+
+    instrumentor = None
+    if args.mode == "lockwatch":
+        from otel_lockwatch import LockwatchInstrumentor, name_lock
+
+        instrumentor = LockwatchInstrumentor()
+        instrumentor.instrument(tracer_provider=tracer_provider, meter_provider=meter_provider)
+        lock = threading.Lock()  # created after instrument(): instrumented
+        name_lock(lock, LOCK_NAME)
+    else:
+        lock = threading.Lock()
+
+    tracer = tracer_provider.get_tracer("otel-lockwatch-e2e")
+    task_traces: dict[str, str] = {}
+    about_to_acquire = [threading.Event() for _ in range(args.tasks)]
+
+    def worker(i: int) -> None:
+        name = f"task-{i}"
+        with tracer.start_as_current_span(name, attributes={"e2e.task": i}) as span:
+            task_traces[name] = format(span.get_span_context().trace_id, "032x")
+            about_to_acquire[i].set()
+            with lock:
+                if args.mode == "plain":
+                    with tracer.start_as_current_span("plain.child"):
+                        pass
+                time.sleep(0.002)  # hold
+
+    lock.acquire()
+    workers = [
+        threading.Thread(target=worker, args=(i,), name=f"worker-{i}") for i in range(args.tasks)
+    ]
+    for thread in workers:
+        thread.start()
+    for event in about_to_acquire:
+        event.wait()
+    time.sleep(HOLD_S)  # hold: every worker is now blocked on the lock
+    lock.release()
+    for thread in workers:
+        thread.join()
+
+    # Tracer provider first: lockwatch exports its manifest span at this shutdown.
+    tracer_provider.shutdown()
+    meter_provider.shutdown()
+    if instrumentor is not None:
+        instrumentor.uninstrument()
+    print(json.dumps({"task_traces": task_traces}, sort_keys=True), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
