@@ -166,7 +166,7 @@ _RECURSIVE_NOTE = (
 
 
 def utc_timestamp(ns: int | None = None) -> str:
-    """Format a wall-clock time as ISO-8601 UTC with milliseconds, e.g. ``2026-11-30T02:40:00.123Z``.
+    """Format a wall-clock time as ISO-8601 UTC with milliseconds: ``2026-11-30T02:40:00.123Z``.
 
     Args:
         ns: nanoseconds since the epoch (``time.time_ns()``); now when ``None``.
@@ -186,11 +186,7 @@ def _check_str(what: str, value: Any) -> str:
 def _check_hex_or_none(what: str, value: Any, digits: int) -> str | None:
     if value is None:
         return None
-    if (
-        not isinstance(value, str)
-        or len(value) != digits
-        or value.strip("0123456789abcdef") != ""
-    ):
+    if not isinstance(value, str) or len(value) != digits or value.strip("0123456789abcdef") != "":
         raise ValueError(f"{what} must be {digits} lowercase hex digits or null, got {value!r}")
     return value
 
@@ -344,7 +340,9 @@ class Cycle:
         """
         if not isinstance(d, dict) or d.keys() != _CYCLE_KEYS:
             got = sorted(d) if isinstance(d, dict) else repr(d)
-            raise ValueError(f"a cycle must be an object with the keys ['cycle', 'edges'], got {got}")
+            raise ValueError(
+                f"a cycle must be an object with the keys ['cycle', 'edges'], got {got}"
+            )
         if not isinstance(d["edges"], list) or not isinstance(d["cycle"], list):
             raise ValueError(f"a cycle's 'cycle' and 'edges' must be lists, got {d!r}")
         cycle = cls.from_edges([EdgeWitness.from_json(e) for e in d["edges"]])
@@ -488,9 +486,10 @@ class LockOrderGraph:
                 parent[nxt] = w
                 if nxt == dst:
                     path = []
-                    while w is not None:
-                        path.append(w)
-                        w = parent[w.holding]
+                    cur: EdgeWitness | None = w
+                    while cur is not None:
+                        path.append(cur)
+                        cur = parent[cur.holding]
                     path.reverse()
                     return path
                 queue.append(nxt)
@@ -513,9 +512,7 @@ class LockOrderGraph:
                 f"not {holding!r} -> {acquiring!r}"
             )
 
-    def would_close_cycle(
-        self, holding: str, acquiring: str, witness: EdgeWitness
-    ) -> Cycle | None:
+    def would_close_cycle(self, holding: str, acquiring: str, witness: EdgeWitness) -> Cycle | None:
         """Return the cycle that acquiring ``acquiring`` while holding ``holding`` would be on,
         without recording anything.
 
@@ -612,9 +609,7 @@ class LockOrderGraph:
             }
 
     @classmethod
-    def from_json(
-        cls, d: Any, max_classes: int = 4096, max_edges: int = 65536
-    ) -> LockOrderGraph:
+    def from_json(cls, d: Any, max_classes: int = 4096, max_edges: int = 65536) -> LockOrderGraph:
         """Rebuild a graph from :meth:`to_json`'s output: its edges in order, its cycles as
         reported (they are not reported again).
 
