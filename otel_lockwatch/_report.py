@@ -135,7 +135,7 @@ def build_report(manifest: Mapping[str, Any]) -> dict[str, Any]:
 
     locks = _mapping(manifest.get("locks"))
     total_wait = sum(_lock_wait_ms(_mapping(entry)) for entry in locks.values())
-    rows = []
+    rows: list[dict[str, Any]] = []
     for name, raw in locks.items():
         entry = _mapping(raw)
         wait_ms = _lock_wait_ms(entry)
@@ -187,15 +187,15 @@ def build_report(manifest: Mapping[str, Any]) -> dict[str, Any]:
     starvation = []
     for raw in _list(manifest.get("starvation_signatures")):
         item = _mapping(raw)
-        wait_ms = _num(item.get("wait_ms"))
+        starved_ms = _num(item.get("wait_ms"))
         median = _num(item.get("median_wait_ms"))
         starvation.append(
             {
                 "worker": str(item.get("worker", "?")),
                 "lock": str(item.get("lock", "?")),
-                "wait_ms": wait_ms,
+                "wait_ms": starved_ms,
                 "median_wait_ms": median,
-                "ratio": wait_ms / median if wait_ms is not None and median else None,
+                "ratio": starved_ms / median if starved_ms is not None and median else None,
             }
         )
 
@@ -595,8 +595,8 @@ def render_dot(manifest: Mapping[str, Any]) -> str:
         '  edge [fontname="monospace", fontsize=10];',
     ]
     for name in graph["nodes"]:
-        attrs = ' [color="#c62828", penwidth=2]' if name in cycle_nodes else ""
-        lines.append(f"  {_dot_id(name)}{attrs};")
+        style = ' [color="#c62828", penwidth=2]' if name in cycle_nodes else ""
+        lines.append(f"  {_dot_id(name)}{style};")
     for e in graph["edges"]:
         attrs = [f"label={_dot_id(str(e['worker'] or ''))}"]
         if e["cycle"]:
