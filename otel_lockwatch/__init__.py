@@ -13,10 +13,10 @@ The package is layered; each layer only uses the ones above it:
 - ``_report``, ``_cli``, ``pytest_plugin``: the command and the pytest plugin.
 """
 
+from ._exporter import evaluate, write_manifest
 from ._manifest import (
     Manifest,
     Verdict,
-    evaluate,
     load_manifest,
     may_spawn_pool_size,
     merge_manifests,
@@ -36,8 +36,10 @@ from .exceptions import (
 __all__ = [
     "AsyncStripedSections",
     "LockwatchError",
+    "LockOrderSpanProcessor",
     "LockwatchInstrumentor",
     "Manifest",
+    "ManifestExporter",
     "ManifestError",
     "PotentialDeadlockError",
     "SectionReentryError",
@@ -52,6 +54,7 @@ __all__ = [
     "merge_manifests",
     "name_lock",
     "recommended_workers",
+    "write_manifest",
 ]
 
 
@@ -60,6 +63,10 @@ def __getattr__(name: str):  # the instrumentor imports OpenTelemetry's instrume
         from ._instrumentor import LockwatchInstrumentor
 
         return LockwatchInstrumentor
+    if name == "ManifestExporter":
+        from ._exporter import ManifestExporter
+
+        return ManifestExporter
     if name == "LockOrderSpanProcessor":
         from ._processor import LockOrderSpanProcessor
 

@@ -150,6 +150,7 @@ class LockwatchInstrumentor(BaseInstrumentor):  # type: ignore[misc]
         self._instrument_asyncio()
         self._instrument_executor()
         self._add_processors(kwargs.get("tracer_provider"), options)
+        self._start_manifest(kwargs.get("tracer_provider"), options)
 
     def _uninstrument(self, **kwargs: Any) -> None:
         self._remove_processors()
@@ -211,6 +212,7 @@ class LockwatchInstrumentor(BaseInstrumentor):  # type: ignore[misc]
 
     # -- span processors -------------------------------------------------------------------
     _added: list[tuple[Any, Any]] = []
+    exporter: Any = None
 
     def _add_processors(self, tracer_provider: Any, options: Options) -> None:
         from ._processor import LockOrderSpanProcessor
@@ -223,7 +225,24 @@ class LockwatchInstrumentor(BaseInstrumentor):  # type: ignore[misc]
         add(processor)
         LockwatchInstrumentor._added.append((provider, processor))
 
+    def _start_manifest(self, tracer_provider: Any, options: Options) -> None:
+        from ._exporter import ManifestExporter, install_first
+
+        if not options.manifest:
+            return
+        provider = tracer_provider if tracer_provider is not None else trace.get_tracer_provider()
+        exporter = ManifestExporter(options.manifest_path, options.checkpoint_interval_s, provider)
+        processor = install_first(provider, exporter)
+        if processor is not None:
+            LockwatchInstrumentor._added.append((provider, processor))
+        exporter.start()
+        LockwatchInstrumentor.exporter = exporter
+
     def _remove_processors(self) -> None:
+        exporter = LockwatchInstrumentor.exporter
+        if exporter is not None:
+            exporter.stop()
+            LockwatchInstrumentor.exporter = None
         for provider, processor in LockwatchInstrumentor._added:
             _remove_processor(provider, processor)
         LockwatchInstrumentor._added = []
@@ -238,7 +257,3 @@ def _remove_processor(provider: Any, processor: Any) -> None:
         return
     with lock:
         multi._span_processors = tuple(p for p in processors if p is not processor)
-    try:
-        processor.shutdown()
-    except Exception as exc:
-        TELEMETRY.failed(exc)

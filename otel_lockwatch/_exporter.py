@@ -1,0 +1,305 @@
+"""Writing the manifest: at exit, on SIGTERM, at the tracer provider's shutdown, and periodically.
+
+``ManifestExporter`` is an SDK ``SpanExporter``. The instrumentor puts it in front of the tracer
+provider's processors, so that at the provider's shutdown it runs *first*: it evaluates the
+manifest, writes it atomically, and sends the ``lockwatch.manifest`` span while the user's own
+exporters are still up to carry it to Jaeger or Tempo. Without an SDK tracer provider the same
+writing happens at exit.
+
+When the manifest is written:
+
+- normal exit, ``sys.exit``, an unhandled exception, SIGINT (the default handler unwinds the
+  program, then ``atexit`` runs);
+- SIGTERM: a handler writes it, then chains to the handler that was installed before (the
+  default one ends the process with SIGTERM, as it would have);
+- the tracer provider's shutdown;
+- every ``checkpoint_interval_s`` (default 30 s), so a SIGKILL loses at most one interval.
+
+Every write is atomic (a temporary file, then a rename): an interrupted write never leaves a
+truncated manifest, and the previous one survives.
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import os
+import signal
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from opentelemetry import trace
+from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor
+from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
+
+from . import _manifest
+from ._recorder import RECORDER
+
+__all__ = ["ManifestExporter", "evaluate", "write_manifest"]
+
+logger = logging.getLogger("otel_lockwatch")
+
+def _options() -> Any:
+    from ._instrumentor import LockwatchInstrumentor
+
+    return LockwatchInstrumentor.options
+
+
+def _service_name(provider: Any = None) -> str | None:
+    provider = provider if provider is not None else trace.get_tracer_provider()
+    resource = getattr(provider, "resource", None)
+    name = getattr(resource, "attributes", {}).get("service.name") if resource is not None else None
+    return name or os.environ.get("OTEL_SERVICE_NAME") or None
+
+
+def evaluate(data: Any = None, **kwargs: Any) -> _manifest.Manifest:
+    """The manifest so far, as a :class:`Manifest` object.
+
+    Args:
+        data: a recorder snapshot (or a manifest's data part) to evaluate instead of the
+            process's own recording.
+        kwargs: ``hot_lock_threshold_pct``, ``starvation_ratio``, ``pool_size``,
+            ``service_name``; defaults from ``instrument()`` options, then the environment.
+
+    Raises:
+        ValueError: a threshold out of range (see :func:`otel_lockwatch._manifest.evaluate`).
+    """
+    if data is None:
+        data = RECORDER.snapshot()
+        opts = _options()
+        if opts is not None:
+            kwargs.setdefault("hot_lock_threshold_pct", opts.hot_lock_threshold_pct)
+            kwargs.setdefault("starvation_ratio", opts.starvation_ratio)
+            if opts.pool_size is not None:
+                kwargs.setdefault("pool_size", opts.pool_size)
+        name = _service_name()
+        if name:
+            kwargs.setdefault("service_name", name)
+    return _manifest.evaluate(data, **kwargs)
+
+
+def write_manifest(path: str | os.PathLike[str] | None = None) -> Path:
+    """Evaluate the manifest so far and write it atomically.
+
+    Args:
+        path: where (``{pid}`` is replaced by the process id); default the
+            ``OTEL_PYTHON_LOCKWATCH_MANIFEST_PATH`` option, else ``lockwatch-manifest.json``.
+
+    Returns:
+        The path written.
+    """
+    if path is None:
+        opts = _options()
+        path = opts.manifest_path if opts is not None else os.environ.get(
+            "OTEL_PYTHON_LOCKWATCH_MANIFEST_PATH", "lockwatch-manifest.json")
+    return _manifest.dump_manifest(evaluate(), path)
+
+
+class ManifestExporter(SpanExporter):  # type: ignore[misc]
+    """Writes the contention manifest when the tracer provider shuts down (and at exit, on
+    SIGTERM, and at checkpoints); sends the ``lockwatch.manifest`` span.
+
+    Args:
+        path: the manifest's path (``{pid}`` is replaced); default from the options.
+        checkpoint_interval_s: seconds between checkpoints; 0 for none.
+        tracer_provider: the provider whose tracer carries the manifest span.
+    """
+
+    def __init__(self, path: str | None = None, checkpoint_interval_s: float = 0.0,
+                 tracer_provider: Any = None) -> None:
+        self._path = path
+        self._interval = checkpoint_interval_s
+        self._provider = tracer_provider
+        self._span_sent = False
+        self._closed = False
+        self._stop = threading.Event()
+        self._checkpointer: threading.Thread | None = None
+        self._lock = _raw_lock()
+        self.last_path: Path | None = None
+        self.writes = 0
+
+    # SpanExporter ---------------------------------------------------------------------------
+    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        return SpanExportResult.SUCCESS
+
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
+        self.write(final=False)
+        return True
+
+    def shutdown(self) -> None:
+        self.close()
+
+    # ---------------------------------------------------------------------------------------
+    def start(self) -> None:
+        """Start the checkpoints (if any) and the exit hooks."""
+        _HOOKS.register(self)
+        if self._interval and self._interval > 0 and self._checkpointer is None:
+            self._checkpointer = threading.Thread(target=self._run, name="otel-lockwatch-checkpoint", daemon=True)
+            self._checkpointer.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self._interval):
+            self.write(final=False)
+
+    def stop(self) -> None:
+        """Stop the checkpoints and the exit hooks without writing (``uninstrument()``)."""
+        self._stop.set()
+        _HOOKS.unregister(self)
+
+    def close(self) -> None:
+        """The final write (idempotent for the span; the file is rewritten with the latest data)."""
+        self.write(final=True)
+        self._stop.set()
+        _HOOKS.unregister(self)
+
+    def write(self, final: bool) -> Path | None:
+        """Evaluate and write the manifest now; ``final`` also sends the manifest span once."""
+        st = RECORDER.thread_state()
+        was_busy = st.busy
+        st.busy = True
+        try:
+            with self._lock:
+                manifest = evaluate()
+                path = self._path
+                if path is None:
+                    opts = _options()
+                    path = opts.manifest_path if opts is not None else "lockwatch-manifest.json"
+                self.last_path = _manifest.dump_manifest(manifest, path)
+                self.writes += 1
+                if final and not self._span_sent:
+                    self._span_sent = True
+                    _send_manifest_span(manifest, self.last_path, self._provider)
+                return self.last_path
+        except Exception as exc:  # never into the host
+            logger.warning("otel-lockwatch: could not write the manifest: %s", exc)
+            return None
+        finally:
+            st.busy = was_busy
+
+
+def _raw_lock() -> Any:
+    import _thread
+
+    return _thread.allocate_lock()
+
+
+def _send_manifest_span(manifest: _manifest.Manifest, path: Path, provider: Any) -> None:
+    from ._version import __version__
+
+    tracer = trace.get_tracer("otel_lockwatch", __version__, provider)
+    doc = manifest.to_dict()
+    attrs = {
+        "lockwatch.verdict": str(doc["verdict"]),
+        "lockwatch.recommended_pool_size": doc["recommended_pool_size"],
+        "lockwatch.nominal_pool_size": doc["nominal_pool_size"],
+        "lockwatch.effective_throughput_pct": float(doc["effective_throughput_pct"]),
+        "lockwatch.manifest.path": str(path),
+        "lockwatch.manifest.digest": doc["manifest_digest"],
+    }
+    with tracer.start_as_current_span("lockwatch.manifest", attributes=attrs) as span:
+        for hot in doc.get("hot_lock_register", []):
+            span.add_event("lockwatch.hot_lock", {"lockwatch.lock.name": hot["lock"],
+                                                  "lockwatch.wait_ms": float(hot["wait_ms"]),
+                                                  "lockwatch.wait_share_pct": float(hot["wait_share_pct"])})
+        for sig in doc.get("starvation_signatures", []):
+            span.add_event("lockwatch.starvation", {"lockwatch.worker": sig["worker"],
+                                                    "lockwatch.lock.name": sig["lock"],
+                                                    "lockwatch.wait_ms": float(sig["wait_ms"]),
+                                                    "lockwatch.median_wait_ms": float(sig["median_wait_ms"])})
+        for cyc in doc.get("pre_deadlock_ordering_witness", []):
+            span.add_event("lockwatch.cycle", {"lockwatch.cycle": list(cyc["cycle"]),
+                                               "lockwatch.workers": sorted({e["worker"] for e in cyc["edges"]})})
+
+
+class _ShutdownFirst(SpanProcessor):  # type: ignore[misc]
+    """Runs the exporter's final write at the start of the provider's shutdown."""
+
+    def __init__(self, exporter: ManifestExporter) -> None:
+        self.exporter = exporter
+
+    def on_start(self, span: Any, parent_context: Any = None) -> None:
+        pass
+
+    def on_end(self, span: ReadableSpan) -> None:
+        pass
+
+    def shutdown(self) -> None:
+        self.exporter.shutdown()
+
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
+        return True
+
+
+def install_first(provider: Any, exporter: ManifestExporter) -> SpanProcessor | None:
+    """Put the exporter's processor in front of the provider's others; None if not an SDK provider."""
+    processor = _ShutdownFirst(exporter)
+    multi = getattr(provider, "_active_span_processor", None)
+    lock = getattr(multi, "_lock", None)
+    if multi is not None and lock is not None and hasattr(multi, "_span_processors"):
+        with lock:
+            multi._span_processors = (processor,) + tuple(multi._span_processors)
+        return processor
+    add = getattr(provider, "add_span_processor", None)
+    if add is None:
+        return None
+    add(processor)
+    return processor
+
+
+class _Hooks:
+    """atexit and SIGTERM: one registration for the process, serving the live exporters."""
+
+    def __init__(self) -> None:
+        self._exporters: list[ManifestExporter] = []
+        self._installed = False
+        self._previous: Any = None
+
+    def register(self, exporter: ManifestExporter) -> None:
+        if exporter not in self._exporters:
+            self._exporters.append(exporter)
+        if not self._installed:
+            self._installed = True
+            atexit.register(self._at_exit)
+            self._install_sigterm()
+
+    def unregister(self, exporter: ManifestExporter) -> None:
+        if exporter in self._exporters:
+            self._exporters.remove(exporter)
+
+    def _at_exit(self) -> None:
+        for exporter in list(self._exporters):
+            exporter.close()
+
+    def _install_sigterm(self) -> None:
+        if threading.current_thread() is not threading.main_thread():
+            return
+        try:
+            self._previous = signal.getsignal(signal.SIGTERM)
+            signal.signal(signal.SIGTERM, self._on_sigterm)
+        except (ValueError, OSError):  # not the main interpreter, or no signals here
+            self._previous = None
+
+    def _on_sigterm(self, signum: int, frame: Any) -> None:
+        self._at_exit()
+        previous = self._previous
+        if callable(previous):
+            previous(signum, frame)
+            return
+        if previous == signal.SIG_IGN:
+            return
+        # The default action: end the process by SIGTERM, as it would have been.
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    def restore(self) -> None:
+        if self._installed and self._previous is not None:
+            try:
+                if signal.getsignal(signal.SIGTERM) == self._on_sigterm:
+                    signal.signal(signal.SIGTERM, self._previous)
+            except (ValueError, OSError):
+                pass
+
+
+_HOOKS = _Hooks()
