@@ -142,7 +142,7 @@ class StripedSections:
         ValueError: ``count`` is not a power of two (or exceeds 2**32), or ``name`` is empty.
     """
 
-    __slots__ = ("__weakref__", "_count", "_guard", "_keys", "_locks", "_mask", "_name",
+    __slots__ = ("__weakref__", "_count", "_guard", "_keys", "_locks", "_lw", "_mask", "_name",
                  "_owners", "_waiting")
 
     def __init__(self, count: int = 256, *, name: str = "sections") -> None:
@@ -156,6 +156,7 @@ class StripedSections:
         self._keys: list[SectionKey | None] = [None] * count
         self._waiting = [0] * count  # blocked threads per section, guarded by _guard
         self._guard = allocate_lock()  # taken only on the slow path, around a wait
+        self._lw = None  # the instrumentation's per-array state (see _wrappers.track_of)
 
     @property
     def name(self) -> str:
@@ -447,7 +448,7 @@ class AsyncStripedSections:
         ValueError: ``count`` is not a power of two (or exceeds 2**32), or ``name`` is empty.
     """
 
-    __slots__ = ("__weakref__", "_count", "_keys", "_mask", "_name", "_owners", "_waiters")
+    __slots__ = ("__weakref__", "_count", "_keys", "_lw", "_mask", "_name", "_owners", "_waiters")
 
     def __init__(self, count: int = 256, *, name: str = "sections") -> None:
         _check_count(count)
@@ -460,6 +461,7 @@ class AsyncStripedSections:
         # per section, None until first contended: (future, task, key) of each waiter
         self._waiters: list[deque[tuple[asyncio.Future[bool], asyncio.Task[Any], SectionKey]]
                             | None] = [None] * count
+        self._lw = None  # the instrumentation's per-array state (see _wrappers.track_of)
 
     @property
     def name(self) -> str:
