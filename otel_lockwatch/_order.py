@@ -15,7 +15,7 @@ Public surface (``otel_lockwatch._order``)::
         .to_json() -> {"cycle": [...], "edges": [...]}     .from_json(d)
         .from_edges(witnesses)        # validates the chain, rotates to the canonical start
         .format() -> str              # lockdep-style report
-    LockOrderGraph(max_classes=4096, max_edges=65536)
+    LockOrderGraph(max_classes=4096, max_edges=65536, max_cycles=1024)
         .add_edge(holding, acquiring, witness) -> Cycle | None
         .would_close_cycle(holding, acquiring, witness) -> Cycle | None
         .has_edge(a, b)  .edges()  .cycles()  .classes()  len(graph)  .truncated
@@ -113,9 +113,11 @@ component, stopping at ``max_cycles`` distinct cycles.
 
 Memory is O(classes + edges) <= O(classes ** 2), and capped: past ``max_classes`` lock classes or
 ``max_edges`` edges, new ones are not recorded (an add that would exceed a cap returns ``None``),
-``truncated`` becomes ``True`` and one warning is logged on the ``otel_lockwatch`` logger naming
-the cap and its value. Witnesses keep one example per edge; there is at most one reported cycle
-per recorded edge.
+``truncated`` becomes ``True`` and one warning per cap is logged on the ``otel_lockwatch`` logger,
+naming the cap and its value. Witnesses keep one example per edge. There is at most one cycle per
+recorded edge, and at most ``max_cycles`` are kept (a cycle is a tuple of up to ``max_classes``
+names, so they would otherwise dominate): past it, a new cycle is still returned by ``add_edge``,
+so the on-cycle policy warns or raises, but it is not kept for the manifest.
 
 Thread safety and self-observation
 ----------------------------------
@@ -382,6 +384,8 @@ class LockOrderGraph:
     Args:
         max_classes: the most lock classes recorded; later classes are dropped.
         max_edges: the most edges recorded; later edges are dropped.
+        max_cycles: the most cycles kept for :meth:`cycles` and :meth:`to_json`; a later cycle
+            is still returned by :meth:`add_edge` (so the policy sees it) but not kept.
 
     Raises:
         ValueError: a cap is not a positive integer.
@@ -392,19 +396,28 @@ class LockOrderGraph:
         "_cycles",
         "_lock",
         "_max_classes",
+        "_max_cycles",
         "_max_edges",
         "_nedges",
         "_succ",
         "_truncated",
+        "_warned",
         "_witnesses",
     )
 
-    def __init__(self, max_classes: int = 4096, max_edges: int = 65536) -> None:
-        for name, value in (("max_classes", max_classes), ("max_edges", max_edges)):
+    def __init__(
+        self, max_classes: int = 4096, max_edges: int = 65536, max_cycles: int = 1024
+    ) -> None:
+        for name, value in (
+            ("max_classes", max_classes),
+            ("max_edges", max_edges),
+            ("max_cycles", max_cycles),
+        ):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be a positive integer, got {value!r}")
         self._max_classes = max_classes
         self._max_edges = max_edges
+        self._max_cycles = max_cycles
         # Never threading.Lock: the instrumentation patches it and would watch the graph.
         self._lock = _thread.allocate_lock()
         # holding -> {acquiring: witness}; a class appears as a key once it is on any edge.
@@ -414,6 +427,7 @@ class LockOrderGraph:
         self._cycles: list[Cycle] = []
         self._cycle_keys: set[tuple[str, ...]] = set()
         self._truncated = False
+        self._warned: set[str] = set()  # the caps already warned about, once each
 
     # -- reading ---------------------------------------------------------------------------
 
@@ -428,8 +442,13 @@ class LockOrderGraph:
         return self._max_edges
 
     @property
+    def max_cycles(self) -> int:
+        """The cap on cycles kept."""
+        return self._max_cycles
+
+    @property
     def truncated(self) -> bool:
-        """Whether a cap was reached and some class or edge was not recorded."""
+        """Whether a cap was reached and some class, edge or cycle was not recorded."""
         return self._truncated
 
     def has_edge(self, a: str, b: str) -> bool:
@@ -546,45 +565,63 @@ class LockOrderGraph:
         Returns:
             The cycle the new edge closes (the shortest one, in canonical rotation), or ``None``:
             for an edge already recorded, an edge that closes no cycle, a cycle already reported,
-            or an edge dropped because a cap is reached.
+            or an edge dropped because ``max_classes`` or ``max_edges`` is reached. A cycle
+            found past ``max_cycles`` is returned but not kept.
 
         Raises:
             ValueError: ``witness`` is for another pair.
         """
-        self._check_witness(holding, acquiring, witness)
-        warning = None
+        result = warning = None
         with self._lock:
             succ = self._succ.get(holding)
             if succ is not None and acquiring in succ:
                 return None
-            warning = self._over_cap(holding, acquiring)
-            if warning is None:
+            self._check_witness(holding, acquiring, witness)
+            over = self._edge_cap(holding, acquiring)
+            if over is not None:
+                warning = self._reached(over)
+            else:
                 cycle = self._closing(holding, acquiring, witness)
                 self._record(holding, acquiring, witness)
                 if cycle is not None and cycle.locks not in self._cycle_keys:
-                    self._cycle_keys.add(cycle.locks)
-                    self._cycles.append(cycle)
-                    return cycle
-                return None
-        if warning:  # logged outside the graph lock: handlers take instrumented locks
+                    result = cycle
+                    if len(self._cycles) < self._max_cycles:
+                        self._cycle_keys.add(cycle.locks)
+                        self._cycles.append(cycle)
+                    else:
+                        warning = self._reached("max_cycles")
+        if warning is not None:  # logged outside the graph lock: handlers take locks
             _logger.warning("%s", warning)
-        return None
+        return result
 
-    def _over_cap(self, holding: str, acquiring: str) -> str | None:
-        """``None`` when the edge fits; else mark truncated and return the warning text to log
-        once (``""`` after the first time). Lock held."""
+    def _edge_cap(self, holding: str, acquiring: str) -> str | None:
+        """The cap a new edge would exceed, or ``None`` when it fits. Lock held."""
         new_classes = (holding not in self._succ) + (
             acquiring != holding and acquiring not in self._succ
         )
         if len(self._succ) + new_classes > self._max_classes:
-            cap, value, what = "max_classes", self._max_classes, "lock classes"
-        elif self._nedges >= self._max_edges:
-            cap, value, what = "max_edges", self._max_edges, "lock-order edges"
-        else:
-            return None
-        if self._truncated:
-            return ""
+            return "max_classes"
+        if self._nedges >= self._max_edges:
+            return "max_edges"
+        return None
+
+    def _reached(self, cap: str) -> str | None:
+        """Mark the graph truncated; return the warning to log the first time ``cap`` is
+        reached, ``None`` after. Lock held."""
         self._truncated = True
+        if cap in self._warned:
+            return None
+        self._warned.add(cap)
+        if cap == "max_cycles":
+            return (
+                f"lock-order graph reached max_cycles={self._max_cycles}; further cycles are "
+                "still reported to the on-cycle policy but not kept"
+            )
+        value, what = (
+            (self._max_classes, "lock classes")
+            if cap == "max_classes"
+            else (self._max_edges, "lock-order edges")
+        )
         return (
             f"lock-order graph reached {cap}={value}; new {what} are not recorded "
             "and cycles through them are not reported"
@@ -609,7 +646,9 @@ class LockOrderGraph:
             }
 
     @classmethod
-    def from_json(cls, d: Any, max_classes: int = 4096, max_edges: int = 65536) -> LockOrderGraph:
+    def from_json(
+        cls, d: Any, max_classes: int = 4096, max_edges: int = 65536, max_cycles: int = 1024
+    ) -> LockOrderGraph:
         """Rebuild a graph from :meth:`to_json`'s output: its edges in order, its cycles as
         reported (they are not reported again).
 
@@ -617,23 +656,24 @@ class LockOrderGraph:
             d: ``{"edges": [...], "cycles": [...]}``.
             max_classes: the cap on lock classes (edges beyond a cap are dropped, as live).
             max_edges: the cap on edges.
+            max_cycles: the cap on cycles kept.
 
         Raises:
             ValueError: the data is malformed, an edge is repeated, or a cycle uses an edge that
                 is not in ``edges``.
         """
         edges, cycles = _read_order_data(d)
-        graph = cls(max_classes=max_classes, max_edges=max_edges)
-        warning = None
+        graph = cls(max_classes=max_classes, max_edges=max_edges, max_cycles=max_cycles)
+        warnings = []
         with graph._lock:
             for w in edges:
                 if graph._has_edge_locked(w.holding, w.acquiring):
                     raise ValueError(f"edge {w.holding} -> {w.acquiring} is listed twice")
-                over = graph._over_cap(w.holding, w.acquiring)
+                over = graph._edge_cap(w.holding, w.acquiring)
                 if over is None:
                     graph._record(w.holding, w.acquiring, w)
-                elif over:
-                    warning = over
+                else:
+                    warnings.append(graph._reached(over))
             for c in cycles:
                 for e in c.edges:
                     if not graph._has_edge_locked(e.holding, e.acquiring):
@@ -644,11 +684,16 @@ class LockOrderGraph:
                             f"{e.acquiring}, which is not among the edges"
                         )
                 else:
-                    if c.locks not in graph._cycle_keys:
+                    if c.locks in graph._cycle_keys:
+                        continue
+                    if len(graph._cycles) < graph._max_cycles:
                         graph._cycle_keys.add(c.locks)
                         graph._cycles.append(c)
-        if warning:
-            _logger.warning("%s", warning)
+                    else:
+                        warnings.append(graph._reached("max_cycles"))
+        for warning in warnings:
+            if warning is not None:
+                _logger.warning("%s", warning)
         return graph
 
     def _has_edge_locked(self, a: str, b: str) -> bool:

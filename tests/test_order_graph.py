@@ -300,7 +300,7 @@ def test_cycle_from_edges_validates_and_rotates() -> None:
 # -- bounds --------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("cap", ["max_classes", "max_edges"])
+@pytest.mark.parametrize("cap", ["max_classes", "max_edges", "max_cycles"])
 @pytest.mark.parametrize("value", [0, -1, True, 2.0])
 def test_caps_must_be_positive_integers(cap: str, value: object) -> None:
     with pytest.raises(ValueError, match=rf"^{cap} must be a positive integer, got {value!r}$"):
@@ -350,6 +350,36 @@ def test_edge_cap_drops_new_edges_with_one_warning(caplog: pytest.LogCaptureFixt
         "lock-order graph reached max_edges=2; new lock-order edges are not recorded "
         "and cycles through them are not reported"
     ]
+
+
+def test_cycle_cap_returns_but_does_not_keep(caplog: pytest.LogCaptureFixture) -> None:
+    """Past max_cycles a new cycle still reaches the policy (returned) but is not kept."""
+    g = LockOrderGraph(max_cycles=1)
+    caplog.set_level(logging.WARNING, logger="otel_lockwatch")
+    assert g.add_edge("A", "A", wit("A", "A")) is not None
+    assert g.add_edge("B", "B", wit("B", "B")) == Cycle(("B",), (wit("B", "B"),))
+    assert g.add_edge("C", "C", wit("C", "C")) is not None
+    assert [c.locks for c in g.cycles()] == [("A",)]
+    assert len(g) == 3
+    assert g.truncated
+    assert [r.getMessage() for r in caplog.records if r.name == "otel_lockwatch"] == [
+        "lock-order graph reached max_cycles=1; further cycles are still reported to the "
+        "on-cycle policy but not kept"
+    ]
+    assert LockOrderGraph.from_json(g.to_json(), max_cycles=1).to_json() == g.to_json()
+
+
+def test_each_cap_warns_once(caplog: pytest.LogCaptureFixture) -> None:
+    """Two different caps reached: one warning each, in the order they were reached."""
+    g = LockOrderGraph(max_classes=2, max_edges=2)
+    caplog.set_level(logging.WARNING, logger="otel_lockwatch")
+    for a, b in [("A", "B"), ("B", "C"), ("B", "A"), ("A", "A"), ("C", "D"), ("B", "B")]:
+        g.add_edge(a, b, wit(a, b))
+    assert [r.getMessage().split(";")[0] for r in caplog.records] == [
+        "lock-order graph reached max_classes=2",
+        "lock-order graph reached max_edges=2",
+    ]
+    assert [(w.holding, w.acquiring) for w in g.edges()] == [("A", "B"), ("B", "A")]
 
 
 def test_cap_warning_is_logged_outside_the_graph_lock() -> None:
