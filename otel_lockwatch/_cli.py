@@ -193,7 +193,7 @@ def _run_merge(args: argparse.Namespace, out: IO[str], err: IO[str]) -> int:
         ) from None
     data = merged.to_dict()
     process = data.get("process")
-    processes = len(process) if isinstance(process, list) else len(manifests)
+    processes = process.get("merged", len(manifests)) if isinstance(process, dict) else "?"
     locks = data.get("locks")
     print(
         f"merged {len(manifests)} manifests into {args.output}: verdict {data.get('verdict')}, "

@@ -340,3 +340,19 @@ def test_python_dash_m_runs_the_command(billing):
     missing = run("report", str(billing) + ".missing")
     assert missing.returncode == 2
     assert ERROR_LINE.match(missing.stderr) and missing.stdout == ""
+
+
+def test_merge_of_a_merged_manifest_counts_processes_not_files(billing, calm, tmp_path, capsys):
+    """Merging (billing + calm) with another process counts three processes from two files."""
+    first = tmp_path / "first.json"
+    assert main(["merge", str(billing), str(calm), "-o", str(first)]) == 0
+    third = tmp_path / "third.json"
+    doc = json.loads((DATA / "snapshot_calm.json").read_text())
+    doc["process"]["pid"] = 6161
+    dump_manifest(evaluate(doc), third)
+    capsys.readouterr()
+    final = tmp_path / "final.json"
+    assert main(["merge", str(first), str(third), "-o", str(final)]) == 0
+    out, _ = capsys.readouterr()
+    assert f"merged 2 manifests into {final}: verdict CYCLIC_ORDERING_DETECTED, 3 processes" in out
+    assert load_manifest(final).to_dict()["process"]["pids"] == [4242, 5151, 6161]
