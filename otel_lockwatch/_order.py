@@ -14,15 +14,17 @@ Public surface (``otel_lockwatch._order``)::
     Cycle(locks, edges)               # edge i goes locks[i] -> locks[(i + 1) % n]
         .to_json() -> {"cycle": [...], "edges": [...]}     .from_json(d)
         .from_edges(witnesses)        # validates the chain, rotates to the canonical start
-        .format() -> str              # lockdep-style report
+        .format() -> str              # lockdep-style report (also str(cycle))
     LockOrderGraph(max_classes=4096, max_edges=65536, max_cycles=1024)
         .add_edge(holding, acquiring, witness) -> Cycle | None
         .would_close_cycle(holding, acquiring, witness) -> Cycle | None
-        .has_edge(a, b)  .edges()  .cycles()  .classes()  len(graph)  .truncated
+        .has_edge(a, b)  .witness(a, b)  .edges()  .cycles()  .classes()  len(graph)
+        .truncated  .max_classes  .max_edges  .max_cycles
         .to_json() -> {"edges": [...], "cycles": [...]}    .from_json(d, ...)
     find_cycles(edges, max_cycles=1024) -> list[Cycle]     # offline, canonical
-    merge_order_data(datas) -> {"edges": [...], "cycles": [...]}
+    merge_order_data(datas, max_cycles=1024) -> {"edges": [...], "cycles": [...]}
     ChainCache(max_pairs=4096)        # per-thread "already checked" pairs
+        .seen(a, b) -> bool  .forget(a, b)
     utc_timestamp(ns=None) -> str     # "2026-11-30T02:40:00.123Z"
 
 Design notes
