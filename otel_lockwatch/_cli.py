@@ -276,7 +276,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     Returns:
         0 on success (and for an admissible pool size), 1 for a pool-size violation, 2 for a
-        user error, which is printed as one ``otel-lockwatch: error: ...`` line on stderr.
+        user error, which is printed as one ``otel-lockwatch: error: ...`` line on stderr;
+        130 when interrupted, 141 when the reader of stdout went away (a closed pipe).
 
     Raises:
         SystemExit: for ``--help`` and ``--version`` only (status 0), as argparse does.
@@ -291,3 +292,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"{PROG}: interrupted", file=err)
         return 130
+    except BrokenPipeError:
+        # The reader went away (``otel-lockwatch report m.json | head``): stop quietly, and keep
+        # the interpreter's final flush of stdout from raising again at exit.
+        try:
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, out.fileno())
+        except (OSError, ValueError, AttributeError):  # not a real file (captured output)
+            pass
+        return 128 + 13  # as if killed by SIGPIPE, what a shell reports

@@ -356,3 +356,21 @@ def test_merge_of_a_merged_manifest_counts_processes_not_files(billing, calm, tm
     out, _ = capsys.readouterr()
     assert f"merged 2 manifests into {final}: verdict CYCLIC_ORDERING_DETECTED, 3 processes" in out
     assert load_manifest(final).to_dict()["process"]["pids"] == [4242, 5151, 6161]
+
+
+def test_a_closed_pipe_ends_quietly(billing, monkeypatch, capsys):
+    """``otel-lockwatch report m.json | head -1``: the reader goes away; no traceback, 141."""
+
+    class ClosedPipe:
+        def write(self, s: str) -> int:
+            raise BrokenPipeError(32, "Broken pipe")
+
+        def flush(self) -> None:
+            pass
+
+        def isatty(self) -> bool:
+            return False
+
+    monkeypatch.setattr(sys, "stdout", ClosedPipe())
+    assert main(["report", str(billing)]) == 141
+    assert capsys.readouterr().err == ""
