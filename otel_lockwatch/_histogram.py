@@ -25,7 +25,9 @@ exact.
 from __future__ import annotations
 
 import math
+from bisect import bisect_left
 from collections.abc import Iterable, Mapping
+from itertools import accumulate
 from typing import Any
 
 __all__ = [
@@ -227,22 +229,17 @@ class LogHistogram:
         n = self.count
         if n == 0:
             return [0 for _ in qs]
-        ranks = sorted((nearest_rank(q, n), k) for k, q in enumerate(qs))
-        out = [0] * len(qs)
+        keys = sorted(self.counts)
+        cumulative = list(accumulate(map(self.counts.__getitem__, keys)))
         lo, hi = self.min, self.max
-        j = 0
-        seen = 0
-        for i in sorted(self.counts):
-            seen += self.counts[i]
-            while j < len(ranks) and ranks[j][0] <= seen:
-                # Always the midpoint (clamped), never "the exact max when rank == n": a
-                # percentile must depend only on the buckets, min and max, so that merging a
-                # histogram with itself leaves every percentile as it was.
-                m = _midpoint(i)
-                out[ranks[j][1]] = lo if m < lo else hi if m > hi else m
-                j += 1
-            if j == len(ranks):
-                break
+        out = []
+        for q in qs:
+            # The bucket holding the rank-th smallest sample, reported as its midpoint clamped
+            # to [min, max] -- never "the exact max when rank == n": a percentile must depend
+            # only on the buckets, min and max, so that merging a histogram with itself leaves
+            # every percentile as it was.
+            m = _midpoint(keys[bisect_left(cumulative, nearest_rank(q, n))])
+            out.append(lo if m < lo else hi if m > hi else m)
         return out
 
     def to_json(self) -> dict[str, Any]:
@@ -250,7 +247,7 @@ class LogHistogram:
         "sum", "min", "max"}`` with the buckets sorted by index."""
         return {
             "sub_bits": SUB_BITS,
-            "buckets": [[i, self.counts[i]] for i in sorted(self.counts)],
+            "buckets": list(map(list, sorted(self.counts.items()))),
             "count": self.count,
             "sum": self.sum,
             "min": self.min,

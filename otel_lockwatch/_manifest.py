@@ -36,10 +36,13 @@ import hashlib
 import json
 import logging
 import math
+import operator
 import os
 import tempfile
+from array import array
 from collections.abc import Mapping, Sequence
 from fractions import Fraction
+from itertools import chain
 from pathlib import Path
 from typing import Any, Union
 
@@ -229,6 +232,44 @@ def _histogram(v: object, where: str) -> LogHistogram:
         raise ValueError(f"{where}: {e}") from None
 
 
+_GET_LOCK_WORKER = operator.itemgetter(*_LOCK_WORKER_FIELDS)
+
+
+def _lock_workers(per_worker: object, where: str) -> dict[str, dict[str, int]]:
+    """Validate and copy one lock's ``{worker: {acquisitions, contentions, wait_ns, hold_ns}}``.
+
+    This is the bulk of a large snapshot (locks x workers entries), so the common case is
+    checked with C-level loops (itemgetter, array('q'), min) and only a failure walks the
+    entries one by one to name the culprit.
+    """
+    per_worker = _mapping(per_worker, where)
+    try:
+        rows = list(map(_GET_LOCK_WORKER, per_worker.values()))
+        values = array("q", chain.from_iterable(rows))
+        fast = (
+            (not values or min(values) >= 0)
+            and set(map(type, per_worker)) <= {str}
+            and set(map(type, per_worker.values())) == {dict}
+            and set(map(len, per_worker.values())) == {len(_LOCK_WORKER_FIELDS)}
+        )
+    except (KeyError, TypeError, OverflowError):
+        fast = False
+    if fast:
+        return {worker: w.copy() for worker, w in per_worker.items()}
+    out: dict[str, dict[str, int]] = {}
+    for worker, w in per_worker.items():
+        if not isinstance(worker, str):
+            raise ValueError(f"{where} keys must be worker names, got {worker!r}")
+        if not isinstance(w, Mapping) or not all(k in w for k in _LOCK_WORKER_FIELDS):
+            raise ValueError(
+                f"{where}[{worker!r}] must be an object with {', '.join(_LOCK_WORKER_FIELDS)}"
+            )
+        out[worker] = {
+            k: _count(w[k], f"{where}[{worker!r}].{k}") for k in _LOCK_WORKER_FIELDS
+        }
+    return out
+
+
 def _normalize(data: object) -> dict[str, Any]:
     """Return a validated, independent copy of a data snapshot (histograms as LogHistogram).
 
@@ -249,20 +290,7 @@ def _normalize(data: object) -> dict[str, Any]:
             lock[key] = _count(entry.get(key), f"{where}.{key}")
         lock["wait_ns"] = _histogram(entry.get("wait_ns"), f"{where}.wait_ns")
         lock["hold_ns"] = _histogram(entry.get("hold_ns"), f"{where}.hold_ns")
-        workers: dict[str, dict[str, int]] = {}
-        for worker, w in _mapping(entry.get("workers", {}), f"{where}.workers").items():
-            try:
-                a, c, wn, hn = w["acquisitions"], w["contentions"], w["wait_ns"], w["hold_ns"]
-            except (KeyError, TypeError):
-                raise ValueError(
-                    f"{where}.workers[{worker!r}] must be an object with "
-                    f"{', '.join(_LOCK_WORKER_FIELDS)}"
-                ) from None
-            if not (_is_count(a) and _is_count(c) and _is_count(wn) and _is_count(hn)):
-                raise ValueError(
-                    f"{where}.workers[{worker!r}] fields must be ints >= 0, got {dict(w)!r}"
-                )
-            workers[worker] = {"acquisitions": a, "contentions": c, "wait_ns": wn, "hold_ns": hn}
+        workers = _lock_workers(entry.get("workers", {}), f"{where}.workers")
         lock["workers"] = workers
         locks[name] = lock
     out["locks"] = locks
@@ -322,18 +350,21 @@ def _normalize(data: object) -> dict[str, Any]:
     return out
 
 
-def _data_to_json(data: Mapping[str, Any]) -> dict[str, Any]:
-    """The JSON form of normalized data (histograms as objects); a fresh structure."""
-    out = {k: copy.deepcopy(data[k]) for k in DATA_FIELDS if k != "locks"}
-    locks = {}
-    for name, lock in data["locks"].items():
-        entry = {k: lock[k] for k in ("kind", *_LOCK_COUNTERS)}
-        entry["wait_ns"] = lock["wait_ns"].to_json()
-        entry["hold_ns"] = lock["hold_ns"].to_json()
-        entry["workers"] = {w: dict(v) for w, v in lock["workers"].items()}
-        locks[name] = entry
-    out["locks"] = locks
-    return out
+def _to_jsonable(obj: Any) -> Any:
+    """A fresh JSON-ready copy of a document part (histograms in their JSON form)."""
+    if isinstance(obj, dict):
+        return {k: _to_jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_to_jsonable(v) for v in obj]
+    if isinstance(obj, LogHistogram):
+        return obj.to_json()
+    return obj
+
+
+def _json_default(obj: Any) -> Any:
+    if isinstance(obj, LogHistogram):
+        return obj.to_json()
+    raise TypeError(f"{type(obj).__name__} is not JSON serializable")
 
 
 # --------------------------------------------------------------------------------------------
@@ -513,9 +544,11 @@ def _evaluate_normalized(
     else:
         throughput = 100.0
 
-    doc = _data_to_json(norm)
-    for name, entry in doc["locks"].items():
-        lock = locks[name]
+    # The document takes over the normalized data (a private copy); its histograms stay
+    # LogHistogram objects until the document is serialized.
+    doc = norm
+    for lock in locks.values():
+        entry = lock
         entry["wait_ms_total"] = _ms(lock["wait_ns"].sum)
         entry["hold_ms_total"] = _ms(lock["hold_ns"].sum)
         entry["wait"] = _distribution(lock["wait_ns"])
@@ -559,7 +592,12 @@ def _evaluate_normalized(
 def canonical_json(obj: Any) -> bytes:
     """The canonical encoding the digest is computed over: sorted keys, no whitespace, UTF-8."""
     return json.dumps(
-        obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+        obj,
+        sort_keys=True,
+        separators=(",", ":"),
+        ensure_ascii=False,
+        allow_nan=False,
+        default=_json_default,
     ).encode("utf-8")
 
 
@@ -581,8 +619,7 @@ class _Field:
     def __get__(self, obj: Manifest | None, owner: type) -> Any:
         if obj is None:
             return self
-        value = obj._doc[self.name]
-        return copy.deepcopy(value) if isinstance(value, (dict, list)) else value
+        return _to_jsonable(obj._doc[self.name])
 
 
 class Manifest:
@@ -646,7 +683,7 @@ class Manifest:
 
     def to_dict(self) -> dict[str, Any]:
         """Return the whole manifest, digest included, as a fresh JSON-ready dict."""
-        doc = copy.deepcopy(self._doc)
+        doc = _to_jsonable(self._doc)
         doc["manifest_digest"] = self.manifest_digest
         return doc
 
@@ -654,7 +691,15 @@ class Manifest:
         """Return the manifest as JSON: sorted keys, indent 2, a trailing newline."""
         doc = dict(self._doc)
         doc["manifest_digest"] = self.manifest_digest
-        return json.dumps(doc, sort_keys=True, indent=2, ensure_ascii=False, allow_nan=False) + "\n"
+        text = json.dumps(
+            doc,
+            sort_keys=True,
+            indent=2,
+            ensure_ascii=False,
+            allow_nan=False,
+            default=_json_default,
+        )
+        return text + "\n"
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Manifest):
@@ -853,40 +898,14 @@ def recommended_workers(path: PathLike, default: int) -> int:
 # Merge
 
 
-def _merge_lock_order(datas: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-    """Merge lock-order graphs; the one place that knows who implements it.
+def _merge_lock_order(datas: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """Merge lock-order graphs with :func:`otel_lockwatch._order.merge_order_data`: the union of
+    the edges (each keeping its earliest witness) and the cycles recomputed from that union, so
+    that ``A -> B`` seen in one process and ``B -> A`` in another is a cycle."""
+    from otel_lockwatch._order import merge_order_data
 
-    Prefers ``otel_lockwatch._order.merge_order_data`` (which finds cycles that only the union
-    of the graphs closes). Until it exists: the union of the edges and of the cycles already
-    found, keeping for each edge (and each cycle) the smallest witness in canonical order, so
-    that the result does not depend on the order of the inputs.
-    """
-    ordered = sorted(datas, key=canonical_json)
-    try:
-        from otel_lockwatch._order import merge_order_data
-    except ImportError:
-        pass
-    else:
-        merged = merge_order_data(ordered)
-        return {"edges": list(merged["edges"]), "cycles": list(merged["cycles"])}
-    edges: dict[tuple[str, str], Any] = {}
-    for d in ordered:
-        for e in d["edges"]:
-            key = (str(e.get("holding")), str(e.get("acquiring")))
-            if key not in edges or canonical_json(e) < canonical_json(edges[key]):
-                edges[key] = e
-    cycles: dict[tuple[str, ...], Any] = {}
-    for d in ordered:
-        for c in d["cycles"]:
-            names = [str(n) for n in c["cycle"]]
-            start = names.index(min(names)) if names else 0
-            key = tuple(names[start:] + names[:start])
-            if key not in cycles or canonical_json(c) < canonical_json(cycles[key]):
-                cycles[key] = c
-    return {
-        "edges": [edges[k] for k in sorted(edges)],
-        "cycles": [cycles[k] for k in sorted(cycles)],
-    }
+    merged = merge_order_data(datas)
+    return {"edges": list(merged["edges"]), "cycles": list(merged["cycles"])}
 
 
 def _as_manifest(item: object) -> Manifest:
