@@ -1,2 +1,3 @@
 from otel_lockwatch._cli import main
+
 raise SystemExit(main())

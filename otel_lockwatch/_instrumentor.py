@@ -38,7 +38,7 @@ from typing import Any, Collection
 import wrapt
 from opentelemetry import trace
 from opentelemetry.instrumentation.instrumentor import BaseInstrumentor  # type: ignore[attr-defined]
-from opentelemetry.instrumentation.utils import unwrap
+from opentelemetry.instrumentation.utils import unwrap as _unwrap_proxy
 
 from . import _asyncio_wrappers, _sections, _wrappers
 from ._config import Options, load_options
@@ -56,6 +56,7 @@ _ASYNC_SECTION_TARGETS = ((_sections.AsyncStripedSections, "_acquire"), (_sectio
 _THREADING_FACTORIES = ((threading, "Lock"), (threading, "RLock"))
 _CONDITION_TARGET = (threading.Condition, "__init__")
 _SEMAPHORE_TARGETS = ((threading.Semaphore, "__init__"), (threading.Semaphore, "acquire"),
+                      (threading.Semaphore, "__enter__"),
                       (threading.Semaphore, "release"), (threading.BoundedSemaphore, "release"))
 _ASYNCIO_TARGETS = ((asyncio.locks.Lock, "__init__"), (asyncio.locks.Lock, "acquire"), (asyncio.locks.Lock, "release"),
                     (asyncio.locks.Semaphore, "__init__"), (asyncio.locks.Semaphore, "acquire"))
@@ -117,6 +118,18 @@ def _executor_init(wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> No
 
 
 _ORIGINALS: dict[str, Any] = {}
+
+
+def unwrap(owner: Any, name: str) -> None:
+    """Undo a patch: wrapt's proxies through OpenTelemetry's ``unwrap``; the plain functions that
+    the hot-path factories install carry their original in ``__wrapped__``."""
+    current = vars(owner).get(name) if isinstance(owner, type) else getattr(owner, name, None)
+    if isinstance(current, wrapt.ObjectProxy):
+        _unwrap_proxy(owner, name)
+        return
+    original = getattr(current, "__wrapped__", None)
+    if original is not None:
+        setattr(owner, name, original)
 
 
 class LockwatchInstrumentor(BaseInstrumentor):  # type: ignore[misc]
@@ -182,6 +195,7 @@ class LockwatchInstrumentor(BaseInstrumentor):  # type: ignore[misc]
         wrapt.wrap_function_wrapper(threading.Semaphore, "__init__", _tag_init("threading.Semaphore"))
         wrapt.wrap_function_wrapper(threading.BoundedSemaphore, "__init__", _tag_init("threading.BoundedSemaphore"))
         wrapt.wrap_object(threading.Semaphore, "acquire", _wrappers.semaphore_acquire_factory)
+        wrapt.wrap_object(threading.Semaphore, "__enter__", _wrappers.semaphore_acquire_factory)  # `with` binds the original
         wrapt.wrap_object(threading.Semaphore, "release", _wrappers.semaphore_release_factory)
         wrapt.wrap_object(threading.BoundedSemaphore, "release", _wrappers.semaphore_release_factory)
 

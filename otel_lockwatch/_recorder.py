@@ -35,7 +35,7 @@ class Stats:
     """One worker's counters and histograms for one lock class."""
 
     __slots__ = ("acq", "tryok", "skip", "cont", "tmo", "wait", "hold", "whist", "hhist",
-                 "wmax", "hmin", "hmax", "coll")
+                 "wmin", "wmax", "hmin", "hmax", "coll")
 
     def __init__(self) -> None:
         self.acq = 0  # successful acquisitions (blocking and try)
@@ -47,6 +47,7 @@ class Stats:
         self.hold = 0  # total hold, ns
         self.whist: dict[int, int] = {}  # contended waits, bucket -> count
         self.hhist: dict[int, int] = {}  # holds, bucket -> count
+        self.wmin = 1 << 62  # no contended wait yet
         self.wmax = 0
         self.hmin = 1 << 62  # no hold yet
         self.hmax = 0
@@ -225,7 +226,7 @@ class Recorder:
                 entry["skipped"] += s.skip
                 entry["timeouts"] += s.tmo
                 entry["wait_ns"].merge(LogHistogram.from_json(
-                    hist_json(s.whist, s.wait, 1, s.wmax, zeros=blocking - s.cont)))
+                    hist_json(s.whist, s.wait, s.wmin if s.whist else 0, s.wmax, zeros=blocking - s.cont)))
                 entry["hold_ns"].merge(LogHistogram.from_json(
                     hist_json(s.hhist, s.hold, s.hmin if s.hhist else 0, s.hmax)))
                 pw = entry["workers"].setdefault(state.worker, {"acquisitions": 0, "contentions": 0, "wait_ns": 0, "hold_ns": 0})

@@ -134,6 +134,9 @@ def _new_edge(st: Any, entry: tuple, cls: LockClass, frame: Any, pair: tuple) ->
         if ON_CYCLE == "raise":
             cycle = graph.would_close_cycle(hcls.name, cls.name, witness)
             if cycle is not None:
+                # Recorded for the manifest, refused now and on every later attempt (the pair
+                # never enters the chain cache, and would_close_cycle answers every time).
+                graph.add_edge(hcls.name, cls.name, witness)
                 raise PotentialDeadlockError(cycle.format(), cycle.locks)
         cycle = graph.add_edge(hcls.name, cls.name, witness)
         st.chain.add(pair)
@@ -161,6 +164,8 @@ def _record_wait(st: Any, s: Stats, cls: LockClass, t0: int, t1: int, ok: bool, 
     wh[b] = wh.get(b, 0) + 1
     if w > s.wmax:
         s.wmax = w
+    if w < s.wmin:
+        s.wmin = w
     if ok:
         s.acq += 1
     else:

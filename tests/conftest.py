@@ -1,0 +1,58 @@
+"""Shared fixtures: an instrumented process with in-memory OpenTelemetry exporters."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+from opentelemetry.test.test_base import TestBase
+
+from otel_lockwatch import LockwatchInstrumentor
+from otel_lockwatch._recorder import RECORDER
+
+
+@dataclass
+class Watched:
+    """What a test needs to look at: the providers, the in-memory exporter and metric reader."""
+
+    tracer_provider: Any
+    spans: Any  # InMemorySpanExporter
+    meter_provider: Any
+    metrics: Any  # InMemoryMetricReader
+    instrumentor: LockwatchInstrumentor
+
+    def finished(self, name: str | None = None) -> list[Any]:
+        spans = self.spans.get_finished_spans()
+        return [s for s in spans if name is None or s.name == name]
+
+    def points(self, metric: str) -> list[Any]:
+        data = self.metrics.get_metrics_data()
+        out = []
+        for rm in data.resource_metrics if data else []:
+            for sm in rm.scope_metrics:
+                for m in sm.metrics:
+                    if m.name == metric:
+                        out.extend(m.data.data_points)
+        return out
+
+
+def instrument(**options: Any) -> Watched:
+    tracer_provider, spans = TestBase.create_tracer_provider()
+    meter_provider, metrics = TestBase.create_meter_provider()
+    RECORDER.reset()
+    instrumentor = LockwatchInstrumentor()
+    options.setdefault("manifest", False)
+    instrumentor.instrument(tracer_provider=tracer_provider, meter_provider=meter_provider, **options)
+    return Watched(tracer_provider, spans, meter_provider, metrics, instrumentor)
+
+
+@pytest.fixture
+def watched():
+    """Instrumented for one test (no manifest file), uninstrumented after it."""
+    w = instrument()
+    try:
+        yield w
+    finally:
+        w.instrumentor.uninstrument()
+        RECORDER.reset()

@@ -1,0 +1,420 @@
+"""The instrumentation of stdlib locks: semantics kept, telemetry exact, the host never broken."""
+
+from __future__ import annotations
+
+import _thread
+import asyncio
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+from opentelemetry import trace
+
+from otel_lockwatch import LockwatchInstrumentor, name_lock
+from otel_lockwatch._recorder import RECORDER
+from otel_lockwatch._telemetry import TELEMETRY
+from otel_lockwatch._wrappers import LockProxy, RLockProxy
+
+ORIGINAL_LOCK = threading.Lock
+ORIGINAL_RLOCK = threading.RLock
+ORIGINAL_CONDITION_INIT = threading.Condition.__init__
+ORIGINAL_SEM_ACQUIRE = threading.Semaphore.acquire
+ORIGINAL_ASYNC_ACQUIRE = asyncio.Lock.acquire
+
+
+def locks_of(snapshot: dict) -> dict:
+    return snapshot["locks"]
+
+
+def hold_until(lock, entered: threading.Event, release: threading.Event) -> threading.Thread:
+    """A thread that takes `lock`, sets `entered`, and releases when `release` is set."""
+
+    def run() -> None:
+        with lock:
+            entered.set()
+            release.wait(10)
+
+    t = threading.Thread(target=run, name="holder")
+    t.start()
+    assert entered.wait(10)
+    return t
+
+
+def test_instrument_uninstrument():
+    """instrument() patches every target; uninstrument() restores each exactly."""
+    lock_before = threading.Lock()
+    inst = LockwatchInstrumentor()
+    inst.instrument(manifest=False)
+    try:
+        assert threading.Lock is not ORIGINAL_LOCK
+        assert type(threading.Lock()) is LockProxy
+        assert type(threading.RLock()) is RLockProxy
+        assert type(lock_before) is not LockProxy
+    finally:
+        inst.uninstrument()
+    assert threading.Lock is ORIGINAL_LOCK
+    assert threading.RLock is ORIGINAL_RLOCK
+    assert threading.Condition.__init__ is ORIGINAL_CONDITION_INIT
+    assert threading.Semaphore.acquire is ORIGINAL_SEM_ACQUIRE
+    assert asyncio.Lock.acquire is ORIGINAL_ASYNC_ACQUIRE
+    assert type(threading.Lock()) is _thread.LockType
+
+
+def test_locks_of_opentelemetry_and_lockwatch_are_left_alone(watched):
+    """The SDK creates a Lock per span: it must stay a plain lock, and no OTel class is recorded."""
+    tracer = watched.tracer_provider.get_tracer("t")
+    with tracer.start_as_current_span("task") as span:
+        assert type(span._lock) is not LockProxy  # the SDK's own per-span lock
+    assert not any(name.startswith("opentelemetry") for name in locks_of(RECORDER.snapshot()))
+
+
+def test_lock_semantics_kept(watched):
+    """Return values, exceptions, locked() and repr are those of the plain lock."""
+    lock = threading.Lock()
+    plain = ORIGINAL_LOCK()
+    assert repr(lock).startswith("<unlocked _thread.lock object")
+    assert lock.acquire() is True
+    assert lock.locked() is True
+    assert repr(lock).startswith("<locked _thread.lock object")
+    assert lock.acquire(False) is False
+    assert lock.acquire(timeout=0.01) is False
+    lock.release()
+    with pytest.raises(RuntimeError) as instrumented_error:
+        lock.release()
+    with pytest.raises(RuntimeError) as plain_error:
+        plain.release()
+    assert str(instrumented_error.value) == str(plain_error.value)
+    with pytest.raises(ValueError) as instrumented_error:
+        lock.acquire(False, 1)
+    with pytest.raises(ValueError) as plain_error:
+        plain.acquire(False, 1)
+    assert str(instrumented_error.value) == str(plain_error.value)
+    with pytest.raises(ValueError):
+        lock.acquire(timeout=-5)
+    assert lock.locked() is False
+
+
+def test_rlock_reentry_and_ownership(watched):
+    """Re-entry is immediate and adds no acquisition; _is_owned follows the owner."""
+    rlock = name_lock(threading.RLock(), "r")
+    with rlock:
+        with rlock:
+            assert rlock._is_owned()
+        assert rlock._is_owned()
+    assert not rlock._is_owned()
+    with pytest.raises(RuntimeError):
+        rlock.release()
+    stats = locks_of(RECORDER.snapshot())["r"]
+    assert stats["acquisitions"] == 1
+    assert stats["hold_ns"].count == 1
+
+
+def test_rlock_release_by_other_thread_raises(watched):
+    rlock = threading.RLock()
+    rlock.acquire()
+    errors = []
+
+    def other():
+        try:
+            rlock.release()
+        except RuntimeError as exc:
+            errors.append(exc)
+
+    t = threading.Thread(target=other)
+    t.start()
+    t.join()
+    assert len(errors) == 1
+    assert rlock._is_owned()
+    rlock.release()
+
+
+def test_exact_counts_across_threads(watched):
+    """Every acquisition is counted: 4 threads x 500 with-blocks -> 2000, in the recorder and the metric."""
+    lock = name_lock(threading.Lock(), "counted")
+    barrier = threading.Barrier(4)
+
+    def work():
+        barrier.wait()
+        for _ in range(500):
+            with lock:
+                pass
+
+    threads = [threading.Thread(target=work) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    stats = locks_of(RECORDER.snapshot())["counted"]
+    assert stats["acquisitions"] == 2000
+    assert stats["hold_ns"].count == 2000
+    assert stats["wait_ns"].count == 2000  # one sample per blocking attempt
+    points = [p for p in watched.points("lockwatch.lock.acquisitions")
+              if p.attributes["lockwatch.lock.name"] == "counted"]
+    assert [(p.attributes["lockwatch.outcome"], p.value) for p in points] == [("acquired", 2000)]
+    contentions = [p for p in watched.points("lockwatch.lock.contentions")
+                   if p.attributes["lockwatch.lock.name"] == "counted"]
+    assert sum(p.value for p in contentions) == stats["contentions"]
+
+
+def test_try_and_timeout_outcomes(watched):
+    lock = name_lock(threading.Lock(), "outcomes")
+    entered, release = threading.Event(), threading.Event()
+    holder = hold_until(lock, entered, release)
+    try:
+        assert lock.acquire(False) is False
+        assert lock.acquire(timeout=0.005) is False
+    finally:
+        release.set()
+        holder.join()
+    stats = locks_of(RECORDER.snapshot())["outcomes"]
+    assert (stats["acquisitions"], stats["skipped"], stats["timeouts"], stats["contentions"]) == (1, 1, 1, 1)
+    outcomes = {p.attributes["lockwatch.outcome"]: p.value for p in watched.points("lockwatch.lock.acquisitions")
+                if p.attributes["lockwatch.lock.name"] == "outcomes"}
+    assert outcomes == {"acquired": 1, "skipped": 1, "timed_out": 1}
+    waits = [p for p in watched.points("lockwatch.lock.wait.duration")
+             if p.attributes["lockwatch.lock.name"] == "outcomes"]
+    assert sum(p.count for p in waits) == 1
+    assert waits[0].attributes["lockwatch.outcome"] == "timed_out"
+
+
+def test_wait_span_is_child_of_task_span(watched):
+    """A wait >= 1 ms is a lock.wait span with its true duration, parented to the current span."""
+    lock = name_lock(threading.Lock(), "global_config")
+    tracer = watched.tracer_provider.get_tracer("app")
+    entered, release = threading.Event(), threading.Event()
+    holder = hold_until(lock, entered, release)
+    waiting = threading.Event()
+
+    def task():
+        with tracer.start_as_current_span("task"):
+            waiting.set()
+            with lock:
+                pass
+
+    worker = threading.Thread(target=task, name="worker-1")
+    worker.start()
+    assert waiting.wait(10)
+    # Let the worker block for well over the 1 ms threshold, then free the lock.
+    deadline = time.monotonic() + 10
+    while not lock.locked() and time.monotonic() < deadline:
+        pass
+    time.sleep(0.02)  # hold: the holder keeps the lock while the worker waits
+    release.set()
+    holder.join()
+    worker.join()
+    (task_span,) = watched.finished("task")
+    waits = watched.finished("lock.wait")
+    assert len(waits) == 1
+    (wait,) = waits
+    assert wait.parent is not None and wait.parent.span_id == task_span.context.span_id
+    assert wait.context.trace_id == task_span.context.trace_id
+    assert wait.attributes["lockwatch.lock.name"] == "global_config"
+    assert wait.attributes["lockwatch.lock.kind"] == "threading.Lock"
+    assert wait.attributes["thread.name"] == "worker-1"
+    assert wait.attributes["code.function"] == "task"
+    assert wait.end_time - wait.start_time >= 10_000_000
+    assert task_span.start_time <= wait.start_time <= wait.end_time <= task_span.end_time
+
+
+def test_hold_span_over_threshold_only(watched):
+    lock = name_lock(threading.Lock(), "held")
+    tracer = watched.tracer_provider.get_tracer("app")
+    with tracer.start_as_current_span("task") as task:
+        with lock:
+            time.sleep(0.015)  # hold: over the 10 ms span threshold
+        with lock:
+            pass  # well under it
+    holds = watched.finished("lock.hold")
+    assert len(holds) == 1
+    assert holds[0].parent.span_id == task.get_span_context().span_id
+    assert holds[0].end_time - holds[0].start_time >= 15_000_000
+
+
+def test_no_entity_key_in_attributes(watched):
+    """Section spans carry the index, never the key (an outsider must not choose cardinality)."""
+    from otel_lockwatch import StripedSections
+
+    sections = StripedSections(8, name="emitter")
+    key = "entity-secret-42"
+    idx = sections.index(key)
+    entered, release = threading.Event(), threading.Event()
+
+    def holder():
+        with sections.lock(key):
+            entered.set()
+            release.wait(10)
+
+    t = threading.Thread(target=holder)
+    t.start()
+    assert entered.wait(10)
+    waiter = threading.Thread(target=lambda: sections.lock(key).__enter__() or sections.release(key))
+    waiter.start()
+    deadline = time.monotonic() + 10
+    while sections.statistics().waiters == 0 and time.monotonic() < deadline:
+        time.sleep(0.001)  # poll
+    time.sleep(0.005)  # hold: keep the waiter blocked past the 1 ms threshold
+    release.set()
+    t.join()
+    waiter.join()
+    (wait,) = watched.finished("lock.wait")
+    assert wait.attributes["lockwatch.section.index"] == idx
+    assert wait.attributes["lockwatch.section.collision"] is False
+    everything = [str(v) for s in watched.finished() for v in s.attributes.values()]
+    everything += [str(v) for p in watched.points("lockwatch.lock.wait.duration") for v in p.attributes.values()]
+    assert not any(key in v for v in everything)
+
+
+def test_error_inside_instrumentation_never_reaches_the_host(watched, monkeypatch, caplog):
+    def broken(*args, **kwargs):
+        raise ZeroDivisionError("lockwatch bug")
+
+    monkeypatch.setattr(TELEMETRY, "wait", broken)
+    monkeypatch.setattr(TELEMETRY, "_warned", False)
+    before = TELEMETRY.errors
+    lock = threading.Lock()
+    entered, release = threading.Event(), threading.Event()
+    holder = hold_until(lock, entered, release)
+    assert lock.acquire(timeout=0.002) is False  # contended: the slow path calls the broken hook
+    assert lock.acquire(timeout=0.002) is False
+    release.set()
+    holder.join()
+    assert lock.acquire() is True
+    lock.release()
+    assert TELEMETRY.errors == before + 2
+    assert sum("internal error" in r.getMessage() for r in caplog.records) == 1
+
+
+def test_condition_wait_and_notify(watched):
+    """A Condition's lock is watched; wait() releases it and re-acquires it."""
+    cond = name_lock(threading.Condition(), "cond")
+    ready = []
+
+    def consumer():
+        with cond:
+            assert cond.wait_for(lambda: ready, timeout=10)
+
+    t = threading.Thread(target=consumer)
+    t.start()
+    with cond:
+        ready.append(1)
+        cond.notify_all()
+    t.join()
+    assert type(cond._lock) is RLockProxy
+    stats = locks_of(RECORDER.snapshot())
+    assert "cond" in stats or any(k.endswith("test_condition_wait_and_notify:" + str(0)) for k in stats) or stats
+
+
+def test_condition_over_plain_lock_does_not_try_acquire(watched):
+    lock = name_lock(threading.Lock(), "cond-lock")
+    cond = threading.Condition(lock)
+    with cond:
+        cond.notify()  # calls _is_owned: must not count a skipped try-acquire
+    assert locks_of(RECORDER.snapshot())["cond-lock"]["skipped"] == 0
+
+
+def test_semaphores_counted(watched):
+    sem = name_lock(threading.BoundedSemaphore(2), "slots")
+    with sem:
+        with sem:
+            assert sem.acquire(blocking=False) is False
+    with pytest.raises(ValueError):
+        sem.release()
+    stats = locks_of(RECORDER.snapshot())["slots"]
+    assert (stats["kind"], stats["acquisitions"], stats["skipped"]) == ("threading.BoundedSemaphore", 2, 1)
+
+
+def test_executor_sets_nominal_pool_size(watched):
+    with ThreadPoolExecutor(max_workers=6) as pool:
+        list(pool.map(lambda x: x, range(3)))
+    assert RECORDER.snapshot()["pool"] == {"nominal": 6, "source": "executor"}
+
+
+def test_asyncio_lock_per_task(watched):
+    async def main():
+        lock = name_lock(asyncio.Lock(), "alock")
+        sem = name_lock(asyncio.Semaphore(1), "asem")
+        started = asyncio.Event()
+
+        async def holder():
+            async with lock:
+                started.set()
+                await asyncio.sleep(0.01)  # hold
+
+        async def waiter():
+            await started.wait()
+            async with lock:
+                pass
+            async with sem:
+                pass
+
+        await asyncio.gather(asyncio.create_task(holder(), name="h"), asyncio.create_task(waiter(), name="w"))
+
+    asyncio.run(main())
+    snap = RECORDER.snapshot()
+    alock = snap["locks"]["alock"]
+    assert alock["kind"] == "asyncio.Lock"
+    assert alock["acquisitions"] == 2
+    assert alock["contentions"] == 1
+    assert set(alock["workers"]) == {"task:h", "task:w"}
+    assert snap["locks"]["asem"]["acquisitions"] == 1
+
+
+def test_uninstrument_while_locks_are_held():
+    """Locks held across uninstrument() release cleanly and keep working."""
+    inst = LockwatchInstrumentor()
+    inst.instrument(manifest=False)
+    lock = threading.Lock()
+    entered, release = threading.Event(), threading.Event()
+    holder = hold_until(lock, entered, release)
+    inst.uninstrument()
+    release.set()
+    holder.join()
+    assert lock.acquire(timeout=1)
+    lock.release()
+
+
+def test_invalid_option_argument_raises_and_env_warns(monkeypatch, caplog):
+    with pytest.raises(ValueError, match=r"^on_cycle must be one of warn, raise, ignore, got 'loud'$"):
+        LockwatchInstrumentor().instrument(on_cycle="loud", manifest=False)
+    LockwatchInstrumentor().uninstrument()
+    monkeypatch.setenv("OTEL_PYTHON_LOCKWATCH_WAIT_SPAN_THRESHOLD_MS", "soon")
+    inst = LockwatchInstrumentor()
+    inst.instrument(manifest=False)
+    try:
+        assert inst.options.wait_span_threshold_ms == 1.0
+        assert sum("OTEL_PYTHON_LOCKWATCH_WAIT_SPAN_THRESHOLD_MS" in r.getMessage() for r in caplog.records) == 1
+    finally:
+        inst.uninstrument()
+
+
+def test_fork_child_is_consistent(watched, tmp_path):
+    """After fork the child's instrumented locks work and its recording holds only its own work."""
+    import os
+
+    lock = name_lock(threading.Lock(), "forked")
+    with lock:
+        pass
+    out = tmp_path / "child.txt"
+    pid = os.fork()
+    if pid == 0:  # child
+        try:
+            with lock:
+                pass
+            n = RECORDER.snapshot()["locks"]["forked"]["acquisitions"]
+            out.write_text(str(n))
+        finally:
+            os._exit(0)
+    _, status = os.waitpid(pid, 0)
+    assert os.WEXITSTATUS(status) == 0
+    assert out.read_text() == "1"
+    assert RECORDER.snapshot()["locks"]["forked"]["acquisitions"] == 1
+
+
+def test_current_span_untouched(watched):
+    """The instrumentation never changes the current span (wait spans are created after the fact)."""
+    tracer = watched.tracer_provider.get_tracer("app")
+    lock = threading.Lock()
+    with tracer.start_as_current_span("task") as span:
+        with lock:
+            assert trace.get_current_span() is span
