@@ -303,9 +303,7 @@ class LogHistogram:
         if h.count:
             first, last = min(counts), max(counts)
             if bucket_of(h.min) != first or bucket_of(h.max) != last:
-                raise ValueError(
-                    f"histogram min {h.min} / max {h.max} fall outside its buckets"
-                )
+                raise ValueError(f"histogram min {h.min} / max {h.max} fall outside its buckets")
             if not h.min * h.count <= h.sum <= h.max * h.count:
                 raise ValueError(
                     f"histogram sum {h.sum} is impossible for {h.count} samples "

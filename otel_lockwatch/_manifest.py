@@ -159,9 +159,7 @@ def _ratio_ok(v: float) -> bool:
     return v > 1.0
 
 
-def _threshold(
-    arg: object, env: str, default: float, ok: Any, name: str, expected: str
-) -> float:
+def _threshold(arg: object, env: str, default: float, ok: Any, name: str, expected: str) -> float:
     if arg is not None:
         if not _is_number(arg) or not ok(arg):
             raise ValueError(f"{name} must be {expected}, got {arg!r}")
@@ -264,9 +262,7 @@ def _lock_workers(per_worker: object, where: str) -> dict[str, dict[str, int]]:
             raise ValueError(
                 f"{where}[{worker!r}] must be an object with {', '.join(_LOCK_WORKER_FIELDS)}"
             )
-        out[worker] = {
-            k: _count(w[k], f"{where}[{worker!r}].{k}") for k in _LOCK_WORKER_FIELDS
-        }
+        out[worker] = {k: _count(w[k], f"{where}[{worker!r}].{k}") for k in _LOCK_WORKER_FIELDS}
     return out
 
 
@@ -786,9 +782,7 @@ def _check_doc(doc: object, where: str) -> Manifest:
     except ValueError:  # NaN / Infinity in the document
         actual = None
     if digest != actual:
-        raise ManifestError(
-            f"{where} was edited: its manifest_digest does not match its content"
-        )
+        raise ManifestError(f"{where} was edited: its manifest_digest does not match its content")
     try:
         _normalize(doc)
         Verdict(doc["verdict"])
@@ -1000,6 +994,7 @@ def merge_manifests(
             rename = str
         else:
             pid = process.get("pid", "?")
+
             def rename(name: str, pid: object = pid) -> str:
                 return _prefix_worker(pid, name)
 
