@@ -1,0 +1,78 @@
+"""CPython's own lock conformance suite (``test.lock_tests``) against the instrumented types.
+
+Each class below reruns a stdlib suite with lockwatch instrumented for the whole class, and the
+lock factories resolved at call time, so every lock a test creates is a watched one (a test
+checks that, so the suite cannot pass by testing plain locks).
+"""
+
+from __future__ import annotations
+
+import threading
+import unittest
+
+import pytest
+
+lock_tests = pytest.importorskip("test.lock_tests", reason="CPython's test package is not installed")
+
+from otel_lockwatch import LockwatchInstrumentor  # noqa: E402
+from otel_lockwatch._recorder import RECORDER  # noqa: E402
+from otel_lockwatch._wrappers import LockProxy, RLockProxy  # noqa: E402
+
+
+class _Instrumented(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls) -> None:
+        super().setUpClass()
+        RECORDER.reset()
+        cls._instrumentor = LockwatchInstrumentor()
+        cls._instrumentor.instrument(manifest=False)
+
+    @classmethod
+    def tearDownClass(cls) -> None:
+        cls._instrumentor.uninstrument()
+        RECORDER.reset()
+        super().tearDownClass()
+
+
+class TestLock(_Instrumented, lock_tests.LockTests):
+    locktype = staticmethod(lambda: threading.Lock())
+
+    def test_is_instrumented(self) -> None:
+        self.assertIs(type(self.locktype()), LockProxy)
+
+
+class TestRLock(_Instrumented, lock_tests.RLockTests):
+    locktype = staticmethod(lambda: threading.RLock())
+
+    def test_is_instrumented(self) -> None:
+        self.assertIs(type(self.locktype()), RLockProxy)
+
+
+class TestCondition(_Instrumented, lock_tests.ConditionTests):
+    condtype = staticmethod(lambda *args, **kwargs: threading.Condition(*args, **kwargs))
+
+    def test_is_instrumented(self) -> None:
+        self.assertIs(type(self.condtype()._lock), RLockProxy)
+        self.assertIs(type(self.condtype(threading.Lock())._lock), LockProxy)
+
+
+class TestSemaphore(_Instrumented, lock_tests.SemaphoreTests):
+    semtype = staticmethod(lambda *args, **kwargs: threading.Semaphore(*args, **kwargs))
+
+    def test_is_instrumented(self) -> None:
+        self.assertIn("_lockwatch_class", vars(self.semtype(2)))
+
+
+class TestBoundedSemaphore(_Instrumented, lock_tests.BoundedSemaphoreTests):
+    semtype = staticmethod(lambda *args, **kwargs: threading.BoundedSemaphore(*args, **kwargs))
+
+    def test_is_instrumented(self) -> None:
+        self.assertIn("_lockwatch_class", vars(self.semtype(2)))
+
+
+class TestEvent(_Instrumented, lock_tests.EventTests):
+    eventtype = staticmethod(lambda: threading.Event())
+
+
+class TestBarrier(_Instrumented, lock_tests.BarrierTests):
+    barriertype = staticmethod(lambda *args, **kwargs: threading.Barrier(*args, **kwargs))
