@@ -320,9 +320,10 @@ def unique_service(prefix: str) -> str:
 
 
 def run_workload(
-    mode: str, service: str, otlp_grpc: str, cwd: Path, tasks: int = 3
+    mode: str, service: str, otlp_grpc: str, cwd: Path, tasks: int = 3, metrics: bool = False
 ) -> dict[str, Any]:
-    """Run tests/e2e/workload.py exporting OTLP/gRPC to ``otlp_grpc`` as ``service``.
+    """Run tests/e2e/workload.py in ``cwd`` exporting OTLP/gRPC to ``otlp_grpc`` as ``service``
+    (metrics too when ``metrics``; lockwatch writes its manifest file there).
 
     Returns:
         The workload's JSON summary (``task_traces``: task name -> trace id).
@@ -335,11 +336,10 @@ def run_workload(
         "OTEL_SERVICE_NAME": service,
         "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://{otlp_grpc}",
         "OTEL_EXPORTER_OTLP_INSECURE": "true",
-        "OTEL_TRACES_EXPORTER": "otlp",
-        "OTEL_METRICS_EXPORTER": "otlp",
     }
     result = subprocess.run(
-        [sys.executable, str(WORKLOAD), "--mode", mode, "--tasks", str(tasks)],
+        [sys.executable, str(WORKLOAD), "--mode", mode, "--tasks", str(tasks)]
+        + (["--metrics"] if metrics else []),
         env=env,
         cwd=cwd,
         capture_output=True,

@@ -153,7 +153,9 @@ def test_lockwatch_spans_and_metrics_pass_through(
     """Through the collector, lockwatch's ``lock.wait`` spans and manifest span reach Jaeger,
     and its wait-duration histogram reaches the Prometheus exporter labelled with the lock."""
     service = unique_service("e2e-otelcol-lockwatch")
-    summary = run_workload("lockwatch", service, collector.otlp_grpc, tmp_path, tasks=TASKS)
+    summary = run_workload(
+        "lockwatch", service, collector.otlp_grpc, tmp_path, tasks=TASKS, metrics=True
+    )
     trace_ids = set(summary["task_traces"].values())
 
     traces = jaeger.wait_for_traces(service, _traces_with(trace_ids, "lock.wait"))

@@ -7,6 +7,7 @@ tests read the traces back through Jaeger's HTTP query API, as a user's UI would
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -59,9 +60,8 @@ def lockwatch_run(jaeger: Jaeger, tmp_path_factory: pytest.TempPathFactory) -> d
     """The instrumented workload, run once: its service, its task traces as Jaeger holds them
     (polled until every task trace has its ``lock.wait`` span), and the manifest traces."""
     service = unique_service("e2e-lockwatch")
-    summary = run_workload(
-        "lockwatch", service, jaeger.otlp_grpc, tmp_path_factory.mktemp("workload"), tasks=TASKS
-    )
+    workdir = tmp_path_factory.mktemp("workload")
+    summary = run_workload("lockwatch", service, jaeger.otlp_grpc, workdir, tasks=TASKS)
     trace_ids = set(summary["task_traces"].values())
     traces = jaeger.wait_for_traces(service, _has_all(trace_ids, "lock.wait"))
     manifests = jaeger.wait_for_traces(
@@ -72,6 +72,7 @@ def lockwatch_run(jaeger: Jaeger, tmp_path_factory: pytest.TempPathFactory) -> d
         "task_traces": summary["task_traces"],
         "traces": {t["traceID"]: t for t in traces},
         "manifests": manifests,
+        "workdir": workdir,
     }
 
 
@@ -106,7 +107,7 @@ def test_lock_wait_spans_are_children_of_the_task_span(lockwatch_run: dict[str, 
 
 def test_manifest_span_carries_the_verdict(lockwatch_run: dict[str, Any]) -> None:
     """At tracer-provider shutdown lockwatch exported exactly one ``lockwatch.manifest`` span,
-    whose ``lockwatch.verdict`` is one of the manifest's verdicts."""
+    whose ``lockwatch.verdict`` is the verdict of the manifest file the run wrote."""
     spans = [
         s
         for t in lockwatch_run["manifests"]
@@ -114,5 +115,10 @@ def test_manifest_span_carries_the_verdict(lockwatch_run: dict[str, Any]) -> Non
         if s["operationName"] == "lockwatch.manifest"
     ]
     assert len(spans) == 1, spans
-    verdict = tags(spans[0]).get("lockwatch.verdict")
-    assert verdict in {v.value for v in Verdict}, tags(spans[0])
+    attributes = tags(spans[0])
+    assert attributes.get("lockwatch.verdict") in {v.value for v in Verdict}, attributes
+    # The span and the file are the same manifest.
+    manifest = json.loads(
+        (lockwatch_run["workdir"] / attributes["lockwatch.manifest.path"]).read_text()
+    )
+    assert attributes["lockwatch.verdict"] == manifest["verdict"]

@@ -3,7 +3,8 @@
 It exports over OTLP/gRPC to ``OTEL_EXPORTER_OTLP_ENDPOINT`` (Jaeger, or a collector in front
 of it), under ``OTEL_SERVICE_NAME``, then prints one JSON line on stdout:
 ``{"service": ..., "task_traces": {"<task name>": "<trace id hex>", ...}}`` so the test can
-fetch each task's trace by id.
+fetch each task's trace by id. Metrics are exported too with ``--metrics`` (a collector takes
+them; Jaeger has no metrics service).
 
 The contention is made deterministic by a handshake, not by timing luck: a holder thread takes
 the lock first, every worker announces that it is about to acquire, and only then does the
@@ -43,22 +44,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the workload and print the task traces as one JSON line.
 
     Args:
-        argv: ``--mode {lockwatch,plain}`` and ``--tasks N`` (default 3).
+        argv: ``--mode {lockwatch,plain}``, ``--tasks N`` (default 3), ``--metrics``.
     """
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--mode", choices=("lockwatch", "plain"), required=True)
     parser.add_argument("--tasks", type=int, default=3)
+    parser.add_argument("--metrics", action="store_true", help="export metrics over OTLP too")
     args = parser.parse_args(argv)
 
     resource = Resource.create()  # service.name from OTEL_SERVICE_NAME
     tracer_provider = TracerProvider(resource=resource)
     tracer_provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
-    meter_provider = MeterProvider(
-        resource=resource,
-        metric_readers=[
-            PeriodicExportingMetricReader(OTLPMetricExporter(), export_interval_millis=500)
-        ],
+    readers = (
+        [PeriodicExportingMetricReader(OTLPMetricExporter(), export_interval_millis=500)]
+        if args.metrics
+        else []
     )
+    meter_provider = MeterProvider(resource=resource, metric_readers=readers)
 
     instrumentor = None
     if args.mode == "lockwatch":
