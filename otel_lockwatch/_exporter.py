@@ -36,6 +36,7 @@ from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
 from . import _manifest
 from ._recorder import RECORDER
+from ._telemetry import TELEMETRY
 
 __all__ = ["ManifestExporter", "evaluate", "write_manifest"]
 
@@ -170,6 +171,7 @@ class ManifestExporter(SpanExporter):  # type: ignore[misc]
                 self.writes += 1
                 if final and not self._span_sent:
                     self._span_sent = True
+                    TELEMETRY.flush()
                     _send_manifest_span(manifest, self.last_path, self._provider)
                 return self.last_path
         except Exception as exc:  # never into the host
@@ -213,10 +215,12 @@ def _send_manifest_span(manifest: _manifest.Manifest, path: Path, provider: Any)
                                                "lockwatch.workers": sorted({e["worker"] for e in cyc["edges"]})})
 
 
-class _ShutdownFirst(SpanProcessor):  # type: ignore[misc]
-    """Runs the exporter's final write at the start of the provider's shutdown."""
+class FrontProcessor(SpanProcessor):  # type: ignore[misc]
+    """Put in front of the provider's processors: at ``force_flush`` and ``shutdown`` it first
+    emits lockwatch's queued spans, then (at shutdown) has the manifest exporter write, while the
+    processors behind it are still up to carry what it sends."""
 
-    def __init__(self, exporter: ManifestExporter) -> None:
+    def __init__(self, exporter: ManifestExporter | None) -> None:
         self.exporter = exporter
 
     def on_start(self, span: Any, parent_context: Any = None) -> None:
@@ -226,15 +230,18 @@ class _ShutdownFirst(SpanProcessor):  # type: ignore[misc]
         pass
 
     def shutdown(self) -> None:
-        self.exporter.shutdown()
+        TELEMETRY.flush()
+        if self.exporter is not None:
+            self.exporter.shutdown()
 
     def force_flush(self, timeout_millis: int = 30000) -> bool:
+        TELEMETRY.flush()
         return True
 
 
-def install_first(provider: Any, exporter: ManifestExporter) -> SpanProcessor | None:
-    """Put the exporter's processor in front of the provider's others; None if not an SDK provider."""
-    processor = _ShutdownFirst(exporter)
+def install_first(provider: Any, exporter: ManifestExporter | None) -> SpanProcessor | None:
+    """Put a FrontProcessor in front of the provider's others; None if not an SDK provider."""
+    processor = FrontProcessor(exporter)
     multi = getattr(provider, "_active_span_processor", None)
     lock = getattr(multi, "_lock", None)
     if multi is not None and lock is not None and hasattr(multi, "_span_processors"):

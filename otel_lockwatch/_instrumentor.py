@@ -242,15 +242,16 @@ class LockwatchInstrumentor(BaseInstrumentor):  # type: ignore[misc]
     def _start_manifest(self, tracer_provider: Any, options: Options) -> None:
         from ._exporter import ManifestExporter, install_first
 
-        if not options.manifest:
-            return
         provider = tracer_provider if tracer_provider is not None else trace.get_tracer_provider()
-        exporter = ManifestExporter(options.manifest_path, options.checkpoint_interval_s, provider)
+        exporter = None
+        if options.manifest:
+            exporter = ManifestExporter(options.manifest_path, options.checkpoint_interval_s, provider)
         processor = install_first(provider, exporter)
         if processor is not None:
             LockwatchInstrumentor._added.append((provider, processor))
-        exporter.start()
-        LockwatchInstrumentor.exporter = exporter
+        if exporter is not None:
+            exporter.start()
+            LockwatchInstrumentor.exporter = exporter
 
     def _remove_processors(self) -> None:
         exporter = LockwatchInstrumentor.exporter

@@ -4,6 +4,13 @@ Everything here runs on the *slow* path only: after a wait that blocked, or at t
 hold longer than a threshold. The uncontended path never reaches this module; its acquisitions
 are counted exactly by the recorder and reported through observable counters read at collection.
 
+Even the slow path does not call the SDK: it appends a record to a bounded queue (a
+``deque.append``, no lock), and an emitter thread turns records into spans and histogram values
+every 50 ms, and at every flush (the tracer provider's ``force_flush`` and ``shutdown``, the
+manifest's final write, ``uninstrument()``). So an exporter that is down or slow never blocks a
+lock path, and a contended acquisition costs a few microseconds beyond its wait. When the queue
+is full (65,536 records) the oldest is dropped and counted in ``dropped``.
+
 - ``lock.wait``: a wait of at least ``wait_span_threshold`` (default 1 ms), created after the
   fact with its true start and end, parented to the span current at the acquisition.
 - ``lock.hold``: a hold of at least ``hold_span_threshold`` (default 10 ms), parented to the span
@@ -24,7 +31,9 @@ key is never an attribute.
 
 from __future__ import annotations
 
+import collections
 import logging
+import os
 import threading
 import time
 from typing import Any
@@ -50,6 +59,9 @@ DURATION_BUCKETS = (
 class Telemetry:
     """The instruments, the tracer, and the thresholds that decide what reaches them."""
 
+    QUEUE_SIZE = 65536
+    INTERVAL_S = 0.05
+
     def __init__(self) -> None:
         self.tracer: Tracer | None = None
         self.wait_hist: Any = None
@@ -57,6 +69,61 @@ class Telemetry:
         self._observables: list[Any] = []
         self.errors = 0
         self._warned = False
+        self.dropped = 0
+        self._queue: collections.deque[tuple] = collections.deque(maxlen=self.QUEUE_SIZE)
+        self._emitter: threading.Thread | None = None
+        self._emitter_pid = 0
+        self._stop = threading.Event()
+
+    # -- the emitter -----------------------------------------------------------------------
+    def _ensure_emitter(self) -> None:
+        if self._emitter is not None and self._emitter_pid == os.getpid() and self._emitter.is_alive():
+            return
+        self._stop = threading.Event()
+        self._emitter_pid = os.getpid()
+        self._emitter = threading.Thread(target=self._run, name="otel-lockwatch-emitter", daemon=True)
+        self._emitter.start()
+
+    def _run(self) -> None:
+        from ._recorder import RECORDER
+
+        RECORDER.thread_state().busy = True  # nothing lockwatch does here is recorded
+        stop = self._stop
+        while not stop.wait(self.INTERVAL_S):
+            self._drain()
+
+    def flush(self) -> None:
+        """Emit every queued record now, from the calling thread."""
+        from ._recorder import RECORDER
+
+        st = RECORDER.thread_state()
+        was_busy = st.busy
+        st.busy = True
+        try:
+            self._drain()
+        finally:
+            st.busy = was_busy
+
+    def _drain(self) -> None:
+        queue = self._queue
+        while True:
+            try:
+                record = queue.popleft()
+            except IndexError:
+                return
+            try:
+                self._emit(*record)
+            except Exception as exc:
+                self.failed(exc)
+
+    def _enqueue(self, record: tuple) -> None:
+        if self._emitter_pid != os.getpid():  # first use, or a forked child: (re)start the emitter
+            self._queue.clear()  # a child drops its parent's records: the parent emits them
+            self._ensure_emitter()
+        queue = self._queue
+        if len(queue) >= self.QUEUE_SIZE:
+            self.dropped += 1
+        queue.append(record)
 
     def configure(self, tracer_provider: Any, meter_provider: Any, recorder: Any) -> None:
         """Create the tracer and instruments (None providers: the global ones)."""
@@ -91,6 +158,7 @@ class Telemetry:
                 for (name, kind, outcome), n in recorder.totals().items() if outcome == "contended"
             ]
 
+        self._ensure_emitter()
         self._observables = [
             meter.create_observable_counter(
                 "lockwatch.lock.acquisitions", callbacks=[acquisitions], unit="{acquisition}",
@@ -101,6 +169,8 @@ class Telemetry:
         ]
 
     def disable(self) -> None:
+        self.flush()
+        self._stop.set()
         self.tracer = None
         self.wait_hist = None
         self.hold_hist = None
@@ -114,35 +184,44 @@ class Telemetry:
             logger.warning("otel-lockwatch: internal error (reported once; the program is unaffected): %r", exc,
                            exc_info=exc)
 
-    # -- slow path ---------------------------------------------------------------------------
+    # -- slow path (on the lock's thread: enqueue only) -----------------------------------
     def wait(self, cls: Any, t0: int, t1: int, ctx: Context | None, outcome: str, span_ns: int,
              extra: dict[str, Any] | None, site: str | None) -> None:
-        """Record a wait that blocked: metric always, span when long enough."""
-        seconds = (t1 - t0) / 1e9
-        hist = self.wait_hist
-        if hist is not None:
-            attrs = cls.attrs if outcome == "acquired" else {**cls.attrs, "lockwatch.outcome": outcome}
-            hist.record(seconds, attrs)
-        if self.tracer is not None and t1 - t0 >= span_ns:
-            self._span("lock.wait", cls, t0, t1, ctx, outcome, extra, site)
+        """Queue a wait that blocked: its metric value always, its span when long enough."""
+        if self.wait_hist is None and self.tracer is None:
+            return
+        thread = threading.current_thread()
+        self._enqueue(("lock.wait", cls, t0, t1, ctx, outcome, t1 - t0 >= span_ns, extra, site,
+                       thread.name, thread.ident))
 
     def hold(self, cls: Any, t0: int, t1: int, ctx: Context | None, span_ns: int,
              extra: dict[str, Any] | None, site: str | None) -> None:
-        hist = self.hold_hist
+        """Queue a hold at or above the metric floor; its span when long enough."""
+        if self.hold_hist is None and self.tracer is None:
+            return
+        thread = threading.current_thread()
+        self._enqueue(("lock.hold", cls, t0, t1, ctx, None, t1 - t0 >= span_ns, extra, site,
+                       thread.name, thread.ident))
+
+    # -- the emitter's side ----------------------------------------------------------------
+    def _emit(self, name: str, cls: Any, t0: int, t1: int, ctx: Context | None, outcome: str | None,
+              span: bool, extra: dict[str, Any] | None, site: str | None, thread_name: str,
+              thread_id: int | None) -> None:
+        hist = self.wait_hist if name == "lock.wait" else self.hold_hist
         if hist is not None:
-            hist.record((t1 - t0) / 1e9, cls.attrs)
-        if self.tracer is not None and t1 - t0 >= span_ns:
-            self._span("lock.hold", cls, t0, t1, ctx, None, extra, site)
+            attrs = cls.attrs if outcome in (None, "acquired") else {**cls.attrs, "lockwatch.outcome": outcome}
+            hist.record((t1 - t0) / 1e9, attrs)
+        if span and self.tracer is not None:
+            self._span(name, cls, t0, t1, ctx, outcome, extra, site, thread_name, thread_id)
 
     def _span(self, name: str, cls: Any, t0: int, t1: int, ctx: Context | None, outcome: str | None,
-              extra: dict[str, Any] | None, site: str | None) -> None:
+              extra: dict[str, Any] | None, site: str | None, thread_name: str, thread_id: int | None) -> None:
         offset = time.time_ns() - time.perf_counter_ns()  # perf_counter -> epoch, read now
-        thread = threading.current_thread()
         attrs: dict[str, Any] = {
             "lockwatch.lock.name": cls.name,
             "lockwatch.lock.kind": cls.kind,
-            "thread.name": thread.name,
-            "thread.id": thread.ident or 0,
+            "thread.name": thread_name,
+            "thread.id": thread_id or 0,
         }
         if outcome is not None:
             attrs["lockwatch.outcome"] = outcome

@@ -10,6 +10,7 @@ from opentelemetry.test.test_base import TestBase
 
 from otel_lockwatch import LockwatchInstrumentor
 from otel_lockwatch._recorder import RECORDER
+from otel_lockwatch._telemetry import TELEMETRY
 
 
 @dataclass
@@ -23,10 +24,12 @@ class Watched:
     instrumentor: LockwatchInstrumentor
 
     def finished(self, name: str | None = None) -> list[Any]:
+        TELEMETRY.flush()
         spans = self.spans.get_finished_spans()
         return [s for s in spans if name is None or s.name == name]
 
     def points(self, metric: str) -> list[Any]:
+        TELEMETRY.flush()
         data = self.metrics.get_metrics_data()
         out = []
         for rm in data.resource_metrics if data else []:

@@ -1,0 +1,186 @@
+"""What the instrumentation costs on the lock path, as ratios measured in one run.
+
+Run: ``python benchmarks/bench_locks.py`` (add ``--quick`` for a short run, ``--memory`` for the
+10^5 vs 10^7 acquisitions memory check). Every row is an uncontended acquire+release pair (a
+``with`` block), best of several repeats; the ratios divide rows of the same run, since this
+machine is shared and noisy. Nothing here is a test: the figures go into the README.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import sys
+import threading
+import time
+import timeit
+import tracemalloc
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from opentelemetry.sdk.metrics import MeterProvider  # noqa: E402
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader  # noqa: E402
+from opentelemetry.sdk.trace import TracerProvider  # noqa: E402
+from opentelemetry.sdk.trace.export import BatchSpanProcessor  # noqa: E402
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter  # noqa: E402
+
+from otel_lockwatch import LockwatchInstrumentor, StripedSections  # noqa: E402
+from otel_lockwatch._recorder import RECORDER  # noqa: E402
+
+
+def best_ns(fn, number: int, repeat: int) -> float:
+    return min(timeit.repeat(fn, number=number, repeat=repeat)) / number * 1e9
+
+
+def pair(lock):
+    def run():
+        with lock:
+            pass
+
+    return run
+
+
+def section_pair(sections, key):
+    def run():
+        with sections.lock(key):
+            pass
+
+    return run
+
+
+def nested(outer, inner):
+    def run():
+        with outer:
+            with inner:
+                pass
+
+    return run
+
+
+def naive_baseline(tracer, wait_hist, hold_hist):
+    """A naive instrumentation: a span and two histogram values per acquisition."""
+    lock = threading.Lock.__wrapped__() if hasattr(threading.Lock, "__wrapped__") else threading.Lock()
+    attrs = {"lock": "naive"}
+
+    def run():
+        t0 = time.perf_counter()
+        with tracer.start_as_current_span("lock.hold", attributes=attrs):
+            lock.acquire()
+            t1 = time.perf_counter()
+            wait_hist.record(t1 - t0, attrs)
+            lock.release()
+            hold_hist.record(time.perf_counter() - t1, attrs)
+
+    return run
+
+
+def slow_path_cost(number: int) -> float:
+    """The work a contended acquisition adds beyond its wait: recording the wait, a 2 ms
+    lock.wait span through a BatchSpanProcessor, the wait histogram. Called with a synthetic wait."""
+    from otel_lockwatch._naming import lock_class
+    from otel_lockwatch._recorder import Stats
+    from otel_lockwatch._wrappers import _ctx_get, _record_wait
+
+    st = RECORDER.thread_state()
+    cls = lock_class("bench-contended", "threading.Lock", "bench:slow:1")
+    s = Stats()
+    frame = sys._getframe()
+
+    def run():
+        ctx = _ctx_get()
+        t0 = time.perf_counter_ns()
+        _record_wait(st, s, cls, t0 - 2_000_000, t0, True, ctx, frame, None)
+
+    return best_ns(run, number, 3)
+
+
+def memory_check(small: int, large: int) -> tuple[int, int]:
+    lock = threading.Lock()
+    run = pair(lock)
+    for _ in range(small):
+        run()
+    gc.collect()
+    tracemalloc.start()
+    base, _ = tracemalloc.get_traced_memory()
+    for _ in range(small):
+        run()
+    gc.collect()
+    after_small, _ = tracemalloc.get_traced_memory()
+    for _ in range(large - small):
+        run()
+    gc.collect()
+    after_large, _ = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    return after_small - base, after_large - base
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="fewer iterations")
+    parser.add_argument("--memory", action="store_true", help="also compare memory after 1e5 and 1e7 acquisitions")
+    args = parser.parse_args()
+    number, repeat = (100_000, 3) if args.quick else (300_000, 7)
+
+    raw_lock = threading.Lock()
+    raw_outer = threading.Lock()
+    raw_inner = threading.Lock()
+    plain_sections = StripedSections(256, name="plain")
+    key = "entity-00000042"
+    plain_sections.index(key)
+
+    rows: dict[str, float] = {}
+    rows["raw threading.Lock"] = best_ns(pair(raw_lock), number, repeat)
+    rows["raw nested Lock pair"] = best_ns(nested(raw_outer, raw_inner), number, repeat)
+    rows["section, uninstrumented"] = best_ns(section_pair(plain_sections, key), number, repeat)
+
+    tracer_provider = TracerProvider()
+    tracer_provider.add_span_processor(BatchSpanProcessor(InMemorySpanExporter()))
+    reader = InMemoryMetricReader()
+    meter_provider = MeterProvider(metric_readers=[reader])
+    RECORDER.reset()
+    instrumentor = LockwatchInstrumentor()
+    instrumentor.instrument(tracer_provider=tracer_provider, meter_provider=meter_provider, manifest=False)
+    try:
+        lock = threading.Lock()
+        rlock = threading.RLock()
+        outer = threading.Lock()
+        inner = threading.Lock()
+        sections = StripedSections(256, name="watched")
+        sections.index(key)
+        rows["section, instrumented"] = best_ns(section_pair(sections, key), number, repeat)
+        rows["instrumented threading.Lock"] = best_ns(pair(lock), number, repeat)
+        rows["instrumented threading.RLock"] = best_ns(pair(rlock), number, repeat)
+        rows["instrumented nested Lock pair (order check)"] = best_ns(nested(outer, inner), number, repeat)
+        tracer = tracer_provider.get_tracer("naive")
+        meter = meter_provider.get_meter("naive")
+        naive = naive_baseline(tracer, meter.create_histogram("naive.wait"), meter.create_histogram("naive.hold"))
+        rows["naive span + 2 histograms per acquisition"] = best_ns(naive, max(number // 20, 2000), repeat)
+        contended_extra = slow_path_cost(max(number // 50, 1000))
+        memory = memory_check(10**5, 10**7) if args.memory else None
+    finally:
+        instrumentor.uninstrument()
+        tracer_provider.shutdown()
+
+    raw = rows["raw threading.Lock"]
+    width = max(len(k) for k in rows)
+    print(f"{'uncontended acquire+release (with block)':<{width}}  {'ns':>8}  {'x raw Lock':>10}")
+    for name, ns in rows.items():
+        print(f"{name:<{width}}  {ns:8.0f}  {ns / raw:10.2f}")
+    print()
+    print(f"instrumented Lock / raw Lock:               {rows['instrumented threading.Lock'] / raw:.2f}x (target <= 6)")
+    print(f"instrumented section / uninstrumented:      "
+          f"{rows['section, instrumented'] / rows['section, uninstrumented']:.2f}x (target <= 2.5)")
+    print(f"nested order check, instrumented / raw:     "
+          f"{rows['instrumented nested Lock pair (order check)'] / rows['raw nested Lock pair']:.2f}x")
+    print(f"naive baseline / instrumented Lock:         "
+          f"{rows['naive span + 2 histograms per acquisition'] / rows['instrumented threading.Lock']:.1f}x")
+    print(f"contended acquisition, added beyond its wait: {contended_extra / 1000:.1f} us (target <= 20 us; "
+          "includes a lock.wait span and the wait histogram)")
+    if memory is not None:
+        small, large = memory
+        print(f"memory held by the recorder after 1e5 acquisitions: {small} B; after 1e7: {large} B")
+
+
+if __name__ == "__main__":
+    main()
