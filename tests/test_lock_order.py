@@ -9,6 +9,10 @@ Locks are named with ``name_lock`` where the test reads names; where a test read
 classes, each lock is created on its own line (lockdep's rule: one site, one class).
 """
 
+# Nested `with` blocks are the subject here: one acquisition per line, so that each witness
+# site names its own line.
+# ruff: noqa: SIM117
+
 from __future__ import annotations
 
 import graphlib
@@ -190,9 +194,12 @@ def test_three_lock_cycle_across_three_threads(watched):
     [cycle] = RECORDER.graph.cycles()
     assert cycle.locks == ("A", "B", "C")
     assert [(e.holding, e.acquiring, e.worker) for e in cycle.edges] == [
-        ("A", "B", "w1"), ("B", "C", "w2"), ("C", "A", "w3"),
+        ("A", "B", "w1"),
+        ("B", "C", "w2"),
+        ("C", "A", "w3"),
     ]
-    assert cycle.format().splitlines()[0] == "possible circular locking dependency: A -> B -> C -> A"
+    header = cycle.format().splitlines()[0]
+    assert header == "possible circular locking dependency: A -> B -> C -> A"
 
 
 def test_consistent_order_reports_nothing(watched):
@@ -724,7 +731,9 @@ def test_raise_refuses_before_blocking_and_leaves_the_lock_alone(policy):
         r"\(at [\w.]+:w2:\d+\), \S+Z",
         str(first),
     )
-    with pytest.raises(PotentialDeadlockError, match=r"^possible circular locking dependency: A -> B -> A\n"):
+    with pytest.raises(
+        PotentialDeadlockError, match=r"^possible circular locking dependency: A -> B -> A\n"
+    ):
         raise second
     assert first.report == str(first)
     assert edge_pairs() == {("A", "B"), ("B", "A")}
@@ -749,7 +758,8 @@ def test_raise_on_nested_sections(policy):
 
     def nested() -> None:
         with sections.lock(lo):
-            with pytest.raises(PotentialDeadlockError, match=r"^possible recursive locking: emitter \("):
+            refused = r"^possible recursive locking: emitter \("
+            with pytest.raises(PotentialDeadlockError, match=refused):
                 with sections.lock(hi):
                     pass
             assert sections.statistics().held == (sections.index(lo),)
@@ -771,7 +781,9 @@ STEP = st.tuples(st.sampled_from(["take", "take", "try", "drop"]), st.integers(0
 WORKERS = st.lists(st.lists(STEP, max_size=8), min_size=1, max_size=4)
 
 
-def model_edges(workers: list[list[tuple[str, int]]], reentrant: list[bool]) -> set[tuple[int, int]]:
+def model_edges(
+    workers: list[list[tuple[str, int]]], reentrant: list[bool]
+) -> set[tuple[int, int]]:
     """The edges the rules imply, workers run one after another (so every try succeeds)."""
     edges: set[tuple[int, int]] = set()
     for steps in workers:
@@ -853,9 +865,10 @@ def test_live_cycles_match_an_offline_check():
 
 def test_property_strategy_reaches_cycles():
     """The property above is not vacuous: its model finds cycles for some inputs."""
-    assert has_cycle(model_edges([[("take", 0), ("take", 1)], [("take", 1), ("take", 0)]], [False] * 4))
-    assert not has_cycle(model_edges([[("take", 0), ("drop", 0), ("take", 1)], [("take", 1), ("try", 0)]],
-                                     [False] * 4))
+    plain = [False] * 4
+    assert has_cycle(model_edges([[("take", 0), ("take", 1)], [("take", 1), ("take", 0)]], plain))
+    released = [("take", 0), ("drop", 0), ("take", 1)]
+    assert not has_cycle(model_edges([released, [("take", 1), ("try", 0)]], plain))
 
 
 if __name__ == "__main__":  # pragma: no cover
