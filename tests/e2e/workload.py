@@ -6,11 +6,12 @@ of it), under ``OTEL_SERVICE_NAME``, then prints one JSON line on stdout:
 fetch each task's trace by id. Metrics are exported too with ``--metrics`` (a collector takes
 them; Jaeger has no metrics service).
 
-The contention is made deterministic by a handshake, not by timing luck: a holder thread takes
-the lock first, every worker announces that it is about to acquire, and only then does the
-holder keep the lock for ``HOLD_S`` more and release it. Each worker, inside its task span,
-therefore waits far longer than lockwatch's 1 ms span threshold, and the workers queue behind
-each other for their own holds.
+The contention is made deterministic by a handshake, not by timing luck: the main thread takes
+the lock first, every worker announces that it is about to acquire, and the main thread waits
+until each worker's stack is inside the instrumented acquire (``sys._current_frames``: a frame
+of otel_lockwatch above the worker's); only then does it keep the lock ``HOLD_S`` more and
+release it. Each worker, inside its task span, therefore waits far longer than lockwatch's
+1 ms span threshold.
 
 Modes:
   lockwatch  the real instrumentation: ``LockwatchInstrumentor().instrument(...)`` before the
@@ -24,9 +25,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import threading
 import time
 from collections.abc import Sequence
+from pathlib import Path
 
 from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import OTLPMetricExporter
 from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
@@ -38,6 +41,29 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
 HOLD_S = 0.05
 LOCK_NAME = "global_config"
+BLOCKED_TIMEOUT_S = 30.0
+
+
+def _inside_instrumented_acquire(thread: threading.Thread, caller: object) -> bool:
+    """Whether ``thread`` is in a call the frame of code ``caller`` made into otel_lockwatch
+    (for a worker: inside the lock proxy's acquire, not in ``Event.set`` just before it)."""
+    package = str(Path(sys.modules["otel_lockwatch"].__file__ or "").parent)
+    frame = sys._current_frames().get(thread.ident or -1)
+    while frame is not None and frame.f_back is not None:
+        if frame.f_back.f_code is caller:
+            return frame.f_code.co_filename.startswith(package)
+        frame = frame.f_back
+    return False
+
+
+def _wait_blocked(threads: list[threading.Thread], caller: object) -> None:
+    """Poll until every thread is inside the instrumented acquire; at the deadline, go on."""
+    deadline = time.monotonic() + BLOCKED_TIMEOUT_S
+    while time.monotonic() < deadline:
+        if all(_inside_instrumented_acquire(t, caller) for t in threads):
+            return
+        time.sleep(0.001)
+    print("workload: workers not seen inside the acquire; continuing", file=sys.stderr)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -96,6 +122,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         thread.start()
     for event in about_to_acquire:
         event.wait()
+    if instrumentor is not None:
+        _wait_blocked(workers, worker.__code__)
     time.sleep(HOLD_S)  # hold: every worker is now blocked on the lock
     lock.release()
     for thread in workers:
