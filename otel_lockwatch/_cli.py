@@ -22,7 +22,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import IO, Any, NoReturn
 
-from otel_lockwatch import _report
+from otel_lockwatch import _demo, _report
 from otel_lockwatch._manifest import (
     dump_manifest,
     load_manifest,
@@ -207,9 +207,9 @@ def _run_merge(args: argparse.Namespace, out: IO[str], err: IO[str]) -> int:
 # --------------------------------------------------------------------------------------------
 # The registry
 
-#: The subcommands, in the order ``--help`` lists them. ``demo`` and ``run`` (``_demo.py``)
-#: are added at the front of this tuple; nothing else here needs to change for them.
+#: The subcommands, in the order ``--help`` lists them.
 SUBCOMMANDS: tuple[Subcommand, ...] = (
+    Subcommand("demo", _demo.HELP, _demo.configure, _demo.run, description=_demo.DESCRIPTION),
     Subcommand(
         "report",
         "print a manifest's contention report (--json, --html OUT, --dot OUT)",
