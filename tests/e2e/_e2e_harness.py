@@ -16,6 +16,7 @@ did; its log is attached to any failure.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import shutil
@@ -103,6 +104,7 @@ def find_binary(
 
 
 def cached_jaeger() -> Path | None:
+    """The Jaeger scripts/build-jaeger.sh caches for the version pinned in tools/jaeger."""
     version = _pinned_version(
         ROOT / "tools" / "jaeger" / "go.mod", "github.com/jaegertracing/jaeger"
     )
@@ -110,10 +112,17 @@ def cached_jaeger() -> Path | None:
 
 
 def cached_otelcol() -> Path | None:
-    # scripts/build-otelcol.sh keys the binary by dist.version and a hash of the manifest;
-    # the newest build wins.
-    builds = sorted(CACHE_BIN.glob("otelcol-lockwatch-*"), key=lambda p: p.stat().st_mtime)
-    return builds[-1] if builds else None
+    """The collector scripts/build-otelcol.sh caches for the current manifest: keyed by its
+    ``dist.version`` and the first 12 hex digits of its SHA-256, as the script does."""
+    manifest = ROOT / "tools" / "otelcol" / "manifest.yaml"
+    data = manifest.read_bytes()
+    versions = [
+        line.split()[1] for line in data.decode().splitlines() if line.split()[:1] == ["version:"]
+    ]
+    if not versions:
+        return None
+    digest = hashlib.sha256(data).hexdigest()[:12]
+    return CACHE_BIN / f"otelcol-lockwatch-{versions[0]}-{digest}"
 
 
 # ----------------------------------------------------------------------------------------------
