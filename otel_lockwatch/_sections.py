@@ -36,9 +36,10 @@ from __future__ import annotations
 import asyncio
 from _thread import allocate_lock, get_ident
 from collections import deque
+from contextlib import suppress
 from dataclasses import dataclass
 from time import monotonic
-from typing import TYPE_CHECKING, Any, Union
+from typing import TYPE_CHECKING, Any
 
 from ._fnv import hash_key, str_hashes
 from .exceptions import SectionReentryError, SectionTimeout
@@ -49,7 +50,7 @@ if TYPE_CHECKING:
 __all__ = ["AsyncStripedSections", "SectionKey", "SectionStatistics", "StripedSections"]
 
 #: The types a section key may have (``bool`` excluded).
-SectionKey = Union[str, bytes, bytearray, int]
+SectionKey = str | bytes | bytearray | int
 
 # The hot path: a str key seen before costs one dict lookup instead of a call to hash_key.
 _str_hash = str_hashes.get
@@ -653,10 +654,8 @@ class AsyncStripedSections:
 
 
 def _discard(waiters: deque[Any], entry: object) -> None:
-    try:
+    with suppress(ValueError):  # already popped by a hand-off that found it done
         waiters.remove(entry)
-    except ValueError:  # already popped by a hand-off that found it done
-        pass
 
 
 class _AsyncLocked:

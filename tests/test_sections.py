@@ -236,12 +236,12 @@ def test_acquire_release_and_holder_bookkeeping() -> None:
 
 def test_release_not_held() -> None:
     s = StripedSections(8, name="emitter")
-    i = s.index("unit-7")
-    with pytest.raises(RuntimeError, match=rf"^release of section {i} of 'emitter', which is not held$"):
+    message = rf"^release of section {s.index('unit-7')} of 'emitter', which is not held$"
+    with pytest.raises(RuntimeError, match=message):
         s.release("unit-7")
     s.acquire("unit-7")
     s.release("unit-7")
-    with pytest.raises(RuntimeError, match=r"^release of section \d+ of 'emitter', which is not held$"):
+    with pytest.raises(RuntimeError, match=message):
         s.release("unit-7")
 
 
@@ -295,7 +295,8 @@ def test_acquire_timeout_succeeds_when_released_in_time() -> None:
       "can't specify a timeout for a non-blocking call, got timeout=1"),
      ({"timeout": -2}, ValueError, "timeout must be a non-negative number or -1, got -2"),
      ({"timeout": -0.5}, ValueError, "timeout must be a non-negative number or -1, got -0.5"),
-     ({"timeout": float("nan")}, ValueError, "timeout must be a non-negative number or -1, got nan"),
+     ({"timeout": float("nan")}, ValueError,
+      "timeout must be a non-negative number or -1, got nan"),
      ({"timeout": "1"}, TypeError, "timeout must be a number, got str")],
 )
 def test_acquire_argument_errors(kwargs: dict, error: type, message: str) -> None:
@@ -305,7 +306,7 @@ def test_acquire_argument_errors(kwargs: dict, error: type, message: str) -> Non
     assert s.statistics().held == ()
 
 
-# -- lock / try_lock --------------------------------------------------------------------------------
+# -- lock / try_lock ------------------------------------------------------------------------------
 
 
 def test_lock_binds_the_index_and_releases() -> None:
@@ -328,9 +329,9 @@ def test_lock_timeout_raises_section_timeout() -> None:
     s = StripedSections(8, name="emitter")
     i = s.index("a")
     with held_elsewhere(s, "a"):
-        with pytest.raises(SectionTimeout, match=rf"^section {i} of 'emitter' not acquired within 0.05 s$") as info:
-            with s.lock("a", timeout=0.05):
-                pytest.fail("entered a held section")  # pragma: no cover
+        message = rf"^section {i} of 'emitter' not acquired within 0.05 s$"
+        with pytest.raises(SectionTimeout, match=message) as info, s.lock("a", timeout=0.05):
+            pytest.fail("entered a held section")  # pragma: no cover
         assert (info.value.name, info.value.index, info.value.timeout) == ("emitter", i, 0.05)
         assert isinstance(info.value, TimeoutError)
         with pytest.raises(SectionTimeout), s.lock(colliding_key(s, "a"), timeout=0):
@@ -435,13 +436,15 @@ def test_reentry_same_key_raises_at_once() -> None:
     message = (rf"^section {i} of 'emitter' is already held by the caller; "
                r"acquiring it again would deadlock$")
     with s.lock("a"):
-        with pytest.raises(SectionReentryError, match=message) as info:
-            with s.lock("a"):
-                pass  # pragma: no cover
+        # a broken guard would fail with SectionTimeout, not hang
+        with pytest.raises(SectionReentryError, match=message) as info, s.lock("a", timeout=1):
+            pass  # pragma: no cover
         assert (info.value.name, info.value.index) == ("emitter", i)
         assert isinstance(info.value, RuntimeError)
         with pytest.raises(SectionReentryError, match=message):
             s.lock("a", timeout=DEADLINE).__enter__()  # raises at once, not after the timeout
+        with pytest.raises(SectionReentryError, match=message):
+            s.acquire("a", timeout=1)
         with pytest.raises(SectionReentryError, match=message):
             s.acquire("a")
         assert s.acquire("a", blocking=False) is False
@@ -456,9 +459,8 @@ def test_reentry_colliding_key_raises() -> None:
     s = StripedSections(16)
     other = colliding_key(s, "a")
     with s.lock("a"):
-        with pytest.raises(SectionReentryError):
-            with s.lock(other):
-                pass  # pragma: no cover
+        with pytest.raises(SectionReentryError), s.lock(other, timeout=1):
+            pass  # pragma: no cover
         with s.try_lock(other) as held:
             assert held is False
         with s.lock(distinct_key(s, "a")):  # another section is fine
@@ -521,7 +523,8 @@ def test_lock_many_empty_and_bad_keys() -> None:
     with s.lock_many([]) as indices:
         assert indices == ()
     for single in ("abc", b"abc", bytearray(b"abc"), 5):
-        with pytest.raises(TypeError, match=rf"^lock_many takes an iterable of keys, got {type(single).__name__}$"):
+        message = rf"^lock_many takes an iterable of keys, got {type(single).__name__}$"
+        with pytest.raises(TypeError, match=message):
             s.lock_many(single)  # type: ignore[arg-type]
     with pytest.raises(TypeError, match=r"^lock_many takes an iterable of keys, got NoneType$"):
         s.lock_many(None)  # type: ignore[arg-type]
@@ -532,29 +535,38 @@ def test_lock_many_timeout_releases_what_it_took() -> None:
     s = StripedSections(64, name="emitter")
     a, b = sorted(["a", distinct_key(s, "a")], key=s.index)
     with held_elsewhere(s, b):
-        with pytest.raises(SectionTimeout, match=rf"^section {s.index(b)} of 'emitter' not acquired within 0.05 s$"):
-            with s.lock_many([b, a], timeout=0.05):
-                pass  # pragma: no cover
+        message = rf"^section {s.index(b)} of 'emitter' not acquired within 0.05 s$"
+        with pytest.raises(SectionTimeout, match=message), s.lock_many([b, a], timeout=0.05):
+            pass  # pragma: no cover
         assert s.statistics().held == (s.index(b),)  # a was released
         assert s.acquire(a, blocking=False)
         s.release(a)
 
 
 def test_lock_many_reentry_releases_what_it_took() -> None:
-    """lock_many over a section the caller holds raises the reentry error, leaving only that held."""
+    """lock_many over a section the caller holds raises the reentry error; only it stays held."""
     s = StripedSections(64)
     low, high = sorted(["a", distinct_key(s, "a")], key=s.index)
     with s.lock(high):
-        with pytest.raises(SectionReentryError):
-            with s.lock_many([low, high]):
-                pass  # pragma: no cover
+        with pytest.raises(SectionReentryError), s.lock_many([low, high]):
+            pass  # pragma: no cover
         assert s.statistics().held == (s.index(high),)
+
+
+class Yielding(StripedSections):
+    """Invites a thread switch before each acquisition, so lock_many calls interleave."""
+
+    __slots__ = ()
+
+    def _acquire(self, index, key, blocking=True, timeout=-1, canonical=False):  # type: ignore[no-untyped-def]
+        time.sleep(0)  # yield the GIL between the sections of one lock_many
+        return super()._acquire(index, key, blocking, timeout, canonical)
 
 
 def test_lock_many_against_reversed_lock_many() -> None:
     """Two threads taking the same sections with their keys in opposite orders never deadlock
     (a deadlock would surface as SectionTimeout, not as a hang)."""
-    s = StripedSections(32)
+    s = Yielding(32)
     ks = [f"unit-{i}" for i in range(12)]
     assert len({s.index(k) for k in ks}) > 3
     rounds = 400
@@ -577,7 +589,7 @@ def test_lock_many_against_reversed_lock_many() -> None:
     assert s.statistics().held == ()
 
 
-# -- the contract with the instrumentation ---------------------------------------------------------
+# -- the contract with the instrumentation --------------------------------------------------------
 
 
 def test_every_entry_point_goes_through_the_patch_points() -> None:
@@ -621,7 +633,7 @@ def test_patching_the_class_covers_existing_arrays(monkeypatch: pytest.MonkeyPat
     assert seen == ["acquire x", f"acquire {y}", "release", "release"]
 
 
-# -- statistics and repr ------------------------------------------------------------------------------
+# -- statistics and repr --------------------------------------------------------------------------
 
 
 def test_statistics_is_a_frozen_snapshot() -> None:
