@@ -39,7 +39,6 @@ import math
 import operator
 import os
 import tempfile
-from array import array
 from collections.abc import Mapping, Sequence
 from fractions import Fraction
 from itertools import chain
@@ -231,30 +230,49 @@ def _histogram(v: object, where: str) -> LogHistogram:
 
 
 _GET_LOCK_WORKER = operator.itemgetter(*_LOCK_WORKER_FIELDS)
+_GET_WAIT = operator.itemgetter(2)
 
 
-def _lock_workers(per_worker: object, where: str) -> dict[str, dict[str, int]]:
+class _WorkerTotals:
+    """One lock's per-worker totals, ``{worker: (acquisitions, contentions, wait_ns, hold_ns)}``.
+
+    Kept as tuples because this is the bulk of a large snapshot (10^4 locks x 64 workers would
+    be 640 000 small dicts to copy); expanded into ``{worker: {acquisitions, contentions,
+    wait_ns, hold_ns}}`` objects only when the manifest is serialized. Never mutated.
+    """
+
+    __slots__ = ("rows",)
+
+    def __init__(self, rows: dict[str, tuple[int, int, int, int]]) -> None:
+        self.rows = rows
+
+    def to_json(self) -> dict[str, dict[str, int]]:
+        return {w: dict(zip(_LOCK_WORKER_FIELDS, r, strict=True)) for w, r in self.rows.items()}
+
+
+def _lock_workers(per_worker: object, where: str) -> _WorkerTotals:
     """Validate and copy one lock's ``{worker: {acquisitions, contentions, wait_ns, hold_ns}}``.
 
-    This is the bulk of a large snapshot (locks x workers entries), so the common case is
-    checked with C-level loops (itemgetter, array('q'), min) and only a failure walks the
-    entries one by one to name the culprit.
+    The common case is checked with C-level loops (itemgetter, sum, min); only a failure walks
+    the entries one by one to name the culprit. Extra keys are ignored.
     """
+    if isinstance(per_worker, _WorkerTotals):
+        return _WorkerTotals(dict(per_worker.rows))
     per_worker = _mapping(per_worker, where)
     try:
         rows = list(map(_GET_LOCK_WORKER, per_worker.values()))
-        values = array("q", chain.from_iterable(rows))
+        values = list(chain.from_iterable(rows))
+        # A sum of ints is an int: a float among them makes it a float, a str a TypeError.
         fast = (
-            (not values or min(values) >= 0)
+            type(sum(values)) is int
+            and (not values or min(values) >= 0)
             and set(map(type, per_worker)) <= {str}
-            and set(map(type, per_worker.values())) == {dict}
-            and set(map(len, per_worker.values())) == {len(_LOCK_WORKER_FIELDS)}
         )
-    except (KeyError, TypeError, OverflowError):
+    except (KeyError, TypeError):
         fast = False
     if fast:
-        return {worker: w.copy() for worker, w in per_worker.items()}
-    out: dict[str, dict[str, int]] = {}
+        return _WorkerTotals(dict(zip(per_worker.keys(), rows, strict=True)))
+    out: dict[str, tuple[int, int, int, int]] = {}
     for worker, w in per_worker.items():
         if not isinstance(worker, str):
             raise ValueError(f"{where} keys must be worker names, got {worker!r}")
@@ -262,8 +280,9 @@ def _lock_workers(per_worker: object, where: str) -> dict[str, dict[str, int]]:
             raise ValueError(
                 f"{where}[{worker!r}] must be an object with {', '.join(_LOCK_WORKER_FIELDS)}"
             )
-        out[worker] = {k: _count(w[k], f"{where}[{worker!r}].{k}") for k in _LOCK_WORKER_FIELDS}
-    return out
+        a, c, wn, hn = (_count(w[k], f"{where}[{worker!r}].{k}") for k in _LOCK_WORKER_FIELDS)
+        out[worker] = (a, c, wn, hn)
+    return _WorkerTotals(out)
 
 
 def _normalize(data: object) -> dict[str, Any]:
@@ -352,13 +371,13 @@ def _to_jsonable(obj: Any) -> Any:
         return {k: _to_jsonable(v) for k, v in obj.items()}
     if isinstance(obj, list):
         return [_to_jsonable(v) for v in obj]
-    if isinstance(obj, LogHistogram):
+    if isinstance(obj, (LogHistogram, _WorkerTotals)):
         return obj.to_json()
     return obj
 
 
 def _json_default(obj: Any) -> Any:
-    if isinstance(obj, LogHistogram):
+    if isinstance(obj, (LogHistogram, _WorkerTotals)):
         return obj.to_json()
     raise TypeError(f"{type(obj).__name__} is not JSON serializable")
 
@@ -494,10 +513,10 @@ def _evaluate_normalized(
     min_wait_ns = STARVATION_MIN_WAIT_MS * _NS_PER_MS
     starving: list[tuple[int, str, str, int]] = []
     for name, lock in locks.items():
-        per_worker = lock["workers"]
+        per_worker = lock["workers"].rows
         if len(per_worker) < 2:
             continue
-        waits = [w["wait_ns"] for w in per_worker.values()]
+        waits = list(map(_GET_WAIT, per_worker.values()))
         top = max(waits)
         if top < min_wait_ns or top <= ratio * floor_ns:
             continue
@@ -507,7 +526,7 @@ def _evaluate_normalized(
         if top <= limit:
             continue
         for worker, w in per_worker.items():
-            wn = w["wait_ns"]
+            wn = w[2]
             if wn > limit and wn >= min_wait_ns:
                 starving.append((wn, worker, name, median))
     starving.sort(key=lambda t: (-t[0], t[1], t[2]))
@@ -674,8 +693,12 @@ class Manifest:
 
     @property
     def data(self) -> dict[str, Any]:
-        """The mergeable part as a fresh snapshot (histograms as :class:`LogHistogram`)."""
-        return _normalize(self._doc)
+        """The mergeable part as a fresh snapshot (histograms as :class:`LogHistogram`), in the
+        recorder's form (``docs/ARCHITECTURE.md``)."""
+        data = _normalize(self._doc)
+        for lock in data["locks"].values():
+            lock["workers"] = lock["workers"].to_json()
+        return data
 
     def to_dict(self) -> dict[str, Any]:
         """Return the whole manifest, digest included, as a fresh JSON-ready dict."""
@@ -987,7 +1010,7 @@ def merge_manifests(
     processes: list[Mapping[str, Any]] = []
 
     for m in items:
-        data = m.data
+        data = _normalize(m._doc)
         process = data["process"]
         processes.append(process)
         if "pids" in process:
@@ -1014,14 +1037,10 @@ def merge_manifests(
             into["wait_ns"].merge(lock["wait_ns"])
             into["hold_ns"].merge(lock["hold_ns"])
             per_worker = into["workers"]
-            for worker, w in lock["workers"].items():
+            for worker, w in lock["workers"].rows.items():
                 key = rename(worker)
                 acc = per_worker.get(key)
-                if acc is None:
-                    per_worker[key] = dict(w)
-                else:
-                    for k in _LOCK_WORKER_FIELDS:
-                        acc[k] += w[k]
+                per_worker[key] = w if acc is None else tuple(map(operator.add, acc, w))
         for worker, w in data["workers"].items():
             key = rename(worker)
             acc = workers.get(key)
@@ -1057,6 +1076,8 @@ def merge_manifests(
             rank = _POOL_SOURCE_RANK.get(pool["source"], len(_POOL_SOURCE_RANK))
             pools.append((rank, -pool["nominal"], pool["source"]))
 
+    for lock in locks.values():
+        lock["workers"] = _WorkerTotals(lock["workers"])
     if pools:
         rank, neg, source = min(pools, key=lambda t: (t[0], t[1], t[2] or ""))
         merged_pool: dict[str, Any] = {"nominal": -neg, "source": source}
