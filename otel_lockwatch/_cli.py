@@ -22,7 +22,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import IO, Any, NoReturn
 
-from otel_lockwatch import _demo, _report
+from otel_lockwatch import _demo, _report, _run
 from otel_lockwatch._manifest import (
     dump_manifest,
     load_manifest,
@@ -210,6 +210,7 @@ def _run_merge(args: argparse.Namespace, out: IO[str], err: IO[str]) -> int:
 #: The subcommands, in the order ``--help`` lists them.
 SUBCOMMANDS: tuple[Subcommand, ...] = (
     Subcommand("demo", _demo.HELP, _demo.configure, _demo.run, description=_demo.DESCRIPTION),
+    Subcommand("run", _run.HELP, _run.configure, _run.run, description=_run.DESCRIPTION),
     Subcommand(
         "report",
         "print a manifest's contention report (--json, --html OUT, --dot OUT)",
