@@ -1,0 +1,139 @@
+"""The manifest survives every way a real process ends (real subprocesses, real signals)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from otel_lockwatch import load_manifest
+
+PRELUDE = textwrap.dedent(
+    """
+    import os, signal, sys, threading, time
+    from opentelemetry.sdk.trace import TracerProvider
+    from otel_lockwatch import LockwatchInstrumentor, name_lock
+
+    provider = TracerProvider()
+    LockwatchInstrumentor().instrument(tracer_provider=provider, manifest_path=sys.argv[1],
+                                       checkpoint_interval_s=float(sys.argv[2]))
+    lock = name_lock(threading.Lock(), "exit-lock")
+    for _ in range(10):
+        with lock:
+            pass
+    """
+)
+
+
+def spawn(tmp_path: Path, body: str, interval: float = 0.0) -> tuple[subprocess.Popen, Path]:
+    script = tmp_path / "app.py"
+    script.write_text(PRELUDE + textwrap.dedent(body))
+    manifest = tmp_path / "manifest-{pid}.json"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
+    proc = subprocess.Popen([sys.executable, str(script), str(manifest), str(interval)], cwd=tmp_path,
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return proc, tmp_path / f"manifest-{proc.pid}.json"
+
+
+def wait_ready(proc: subprocess.Popen) -> None:
+    """Block until the child prints 'ready' (it has installed what the test needs)."""
+    assert proc.stdout is not None
+    line = proc.stdout.readline()
+    assert line.strip() == "ready", (line, proc.stderr.read() if proc.stderr else "")
+
+
+def assert_valid(path: Path, acquisitions: int = 10) -> None:
+    manifest = load_manifest(path)  # checks schema and digest
+    assert manifest.locks["exit-lock"]["acquisitions"] == acquisitions
+    assert not list(path.parent.glob(".*.tmp*")), "no temporary file left behind"
+
+
+def test_normal_exit(tmp_path):
+    proc, manifest = spawn(tmp_path, "")
+    assert proc.wait(60) == 0
+    assert_valid(manifest)
+
+
+def test_sys_exit(tmp_path):
+    proc, manifest = spawn(tmp_path, "sys.exit(3)\n")
+    assert proc.wait(60) == 3
+    assert_valid(manifest)
+
+
+def test_unhandled_exception(tmp_path):
+    proc, manifest = spawn(tmp_path, "raise RuntimeError('boom')\n")
+    assert proc.wait(60) == 1
+    assert "RuntimeError: boom" in proc.stderr.read()
+    assert_valid(manifest)
+
+
+def test_sigterm_default_action_kept(tmp_path):
+    """SIGTERM writes the manifest, then the process still dies of SIGTERM."""
+    proc, manifest = spawn(tmp_path, "print('ready', flush=True)\nthreading.Event().wait(60)\n")
+    wait_ready(proc)
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(60) == -signal.SIGTERM
+    assert_valid(manifest)
+
+
+def test_sigterm_chains_the_handler_installed_before(tmp_path):
+    """A SIGTERM handler installed before instrument() still runs, after the manifest is written."""
+    script_prelude = PRELUDE.replace("provider = TracerProvider()",
+                                     "def mine(signum, frame):\n    print('user handler', flush=True)\n"
+                                     "    sys.exit(7)\nsignal.signal(signal.SIGTERM, mine)\nprovider = TracerProvider()")
+    script = tmp_path / "app.py"
+    script.write_text(script_prelude + "print('ready', flush=True)\nthreading.Event().wait(60)\n")
+    manifest = tmp_path / "m.json"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
+    proc = subprocess.Popen([sys.executable, str(script), str(manifest), "0"], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    wait_ready(proc)
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(60) == 7
+    assert "user handler" in proc.stdout.read()
+    assert_valid(manifest)
+
+
+def test_sigint(tmp_path):
+    proc, manifest = spawn(tmp_path, "print('ready', flush=True)\nthreading.Event().wait(60)\n")
+    wait_ready(proc)
+    proc.send_signal(signal.SIGINT)
+    assert proc.wait(60) != 0
+    assert "KeyboardInterrupt" in proc.stderr.read()
+    assert_valid(manifest)
+
+
+def test_checkpoint_survives_sigkill(tmp_path):
+    """With checkpoints every 0.1 s, a SIGKILL loses at most one interval."""
+    proc, manifest = spawn(tmp_path, "print('ready', flush=True)\nthreading.Event().wait(60)\n", interval=0.1)
+    wait_ready(proc)
+    deadline = time.monotonic() + 30
+    while not manifest.exists() and time.monotonic() < deadline:
+        time.sleep(0.02)  # poll for the first checkpoint
+    proc.kill()
+    assert proc.wait(60) == -signal.SIGKILL
+    assert_valid(manifest)
+
+
+def test_interrupted_write_keeps_the_previous_manifest(tmp_path, monkeypatch):
+    """A write that fails half-way leaves the previous manifest whole and no temporary file."""
+    from otel_lockwatch import _manifest, evaluate
+
+    target = tmp_path / "m.json"
+    _manifest.dump_manifest(evaluate({}), target)
+    before = target.read_bytes()
+
+    def broken_replace(src, dst):
+        raise OSError("disk went away")
+
+    monkeypatch.setattr(_manifest.os, "replace", broken_replace)
+    with pytest.raises(OSError):
+        _manifest.dump_manifest(evaluate({}), target)
+    assert target.read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m.json"]
