@@ -418,3 +418,43 @@ def test_current_span_untouched(watched):
     with tracer.start_as_current_span("task") as span:
         with lock:
             assert trace.get_current_span() is span
+
+
+def test_stuck_exporter_never_blocks_a_lock_path():
+    """An exporter that hangs holds up lockwatch's emitter thread, never a lock's caller."""
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter, SpanExportResult
+
+    unstick = threading.Event()
+    exporting = threading.Event()
+
+    class Stuck(SpanExporter):
+        def export(self, spans):
+            exporting.set()
+            unstick.wait(30)
+            return SpanExportResult.SUCCESS
+
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(Stuck()))
+    inst = LockwatchInstrumentor()
+    RECORDER.reset()
+    inst.instrument(tracer_provider=provider, manifest=False)
+    try:
+        lock = threading.Lock()
+        for _ in range(3):
+            entered, release = threading.Event(), threading.Event()
+            holder = hold_until(lock, entered, release)
+            timer = threading.Timer(0.005, release.set)
+            timer.start()
+            started = time.monotonic()
+            assert lock.acquire(timeout=10)  # waits ~5 ms: a lock.wait span is queued
+            lock.release()
+            holder.join()
+            assert time.monotonic() - started < 5
+            assert exporting.wait(10)  # the emitter is stuck in export from the first span on
+        assert not unstick.is_set()
+        assert locks_of(RECORDER.snapshot())[lock._lockwatch_class.name]["contentions"] == 3
+    finally:
+        unstick.set()
+        inst.uninstrument()
+        provider.shutdown()
