@@ -248,7 +248,7 @@ class LockProxy:
             st = RECORDER.tls.st
         except AttributeError:
             st = RECORDER.thread_state()
-        if st.busy or not _valid(blocking, timeout):
+        if st.busy or (timeout != -1 and not _valid(blocking, timeout)):
             return lock.acquire(blocking, timeout)
         cls = self._lockwatch_class
         s = st.stats.get(cls)
@@ -292,7 +292,29 @@ class LockProxy:
             return
         self._lw_st = None
         self._lw_lock.release()
-        _untrack(st, self._lw_entry, self._lw_s, self._lw_t0, self._lw_ctx, None)
+        # _untrack(), inlined: this is the hottest function of the package.
+        t1 = _pc()
+        t0 = self._lw_t0
+        h = t1 - t0
+        entry = self._lw_entry
+        held = st.held
+        if held and held[-1] is entry:
+            held.pop()
+        else:
+            _discard(held, entry)
+        s = self._lw_s
+        s.hold += h
+        b = h.bit_length()
+        b = ((b - 5) << 4) + (h >> (b - 5)) if b > 5 else h
+        hh = s.hhist
+        hh[b] = hh.get(b, 0) + 1
+        if h > s.hmax:
+            s.hmax = h
+        if h < s.hmin:
+            s.hmin = h
+        st.last = t1
+        if h >= HOLD_METRIC_NS:
+            _record_hold(st, s, entry, t0, t1, self._lw_ctx, None)
 
     release_lock = release
 
@@ -458,7 +480,9 @@ def section_acquire_factory(original: Any, sections_module_globals: dict) -> Any
             st = RECORDER.thread_state()
         if st.busy:
             return original(self, index, key, blocking, timeout, canonical)
-        track = track_of(self)
+        track = self._lw
+        if track is None or track.name != self._name:
+            track = track_of(self)
         cls = track.cls
         s = st.stats.get(cls)
         if s is None:
@@ -492,7 +516,21 @@ def section_acquire_factory(original: Any, sections_module_globals: dict) -> Any
         else:
             s.skip += 1
             return False
-        _hold_section(track, index, st, s, (cls, f.f_code, f.f_lasti, self, canonical))
+        # _hold_section(), inlined.
+        slot = track.slots[index]
+        if slot is None:
+            slot = track.slots[index] = _SectionSlot(index)
+        entry = (cls, f.f_code, f.f_lasti, self, canonical)
+        st.held.append(entry)
+        slot.entry = entry
+        slot.s = s
+        slot.ctx = _ctx_get()
+        slot.st = st
+        held = track.held
+        held.append(1)
+        if len(held) > track.max_held:
+            track.max_held = len(held)
+        slot.t0 = _pc()
         return True
 
     _acquire.__wrapped__ = original  # type: ignore[attr-defined]
