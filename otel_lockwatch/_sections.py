@@ -55,6 +55,9 @@ SectionKey = str | bytes | bytearray | int
 # The hot path: a str key seen before costs one dict lookup instead of a call to hash_key.
 _str_hash = str_hashes.get
 
+# Per array, how many shared lock() managers (exact str key, no timeout) are kept.
+_LOCKERS_SIZE = 1024
+
 # 2**32: the hash has 32 bits, so a larger array would have sections no key reaches.
 _MAX_COUNT = 1 << 32
 
@@ -143,8 +146,8 @@ class StripedSections:
         ValueError: ``count`` is not a power of two (or exceeds 2**32), or ``name`` is empty.
     """
 
-    __slots__ = ("__weakref__", "_count", "_guard", "_keys", "_locks", "_lw", "_mask", "_name",
-                 "_owners", "_waiting")
+    __slots__ = ("__weakref__", "_count", "_guard", "_keys", "_lockers", "_locks", "_lw", "_mask",
+                 "_name", "_owners", "_waiting")
 
     def __init__(self, count: int = 256, *, name: str = "sections") -> None:
         _check_count(count)
@@ -157,6 +160,9 @@ class StripedSections:
         self._keys: list[SectionKey | None] = [None] * count
         self._waiting = [0] * count  # blocked threads per section, guarded by _guard
         self._guard = allocate_lock()  # taken only on the slow path, around a wait
+        # str key -> its lock() manager: _Locked is immutable, so one serves every thread; the
+        # dict is emptied when full, like the hash cache, so memory stays bounded.
+        self._lockers: dict[str, _Locked] = {}
         self._lw = None  # the instrumentation's per-array state (see _wrappers.track_of)
 
     @property
@@ -286,6 +292,12 @@ class StripedSections:
             ValueError: a negative timeout.
         """
         if timeout is None:
+            if type(key) is str:
+                # The event path's common case: an immutable manager, shared by every thread.
+                cm = self._lockers.get(key)
+                if cm is None:
+                    cm = self._new_locker(key)
+                return cm
             timeout = -1
         else:
             _check_timeout(timeout, "None")
@@ -293,6 +305,14 @@ class StripedSections:
         if h is None:
             h = hash_key(key)
         return _Locked(self, h & self._mask, key, timeout)
+
+    def _new_locker(self, key: str) -> _Locked:
+        cm = _Locked(self, hash_key(key) & self._mask, key, -1)
+        lockers = self._lockers
+        if len(lockers) >= _LOCKERS_SIZE:
+            lockers.clear()
+        lockers[key] = cm
+        return cm
 
     def try_lock(self, key: SectionKey) -> _TryLocked:
         """Hold ``key``'s section for a ``with`` block if it is free: the deferrable path.

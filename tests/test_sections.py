@@ -24,6 +24,7 @@ from otel_lockwatch import (
     StripedSections,
 )
 from otel_lockwatch._fnv import fnv1a_32
+from otel_lockwatch._sections import _LOCKERS_SIZE
 
 DEADLINE = 10.0  # seconds: only ever reached when a test is failing
 
@@ -171,8 +172,23 @@ def test_memory_is_bounded_by_count() -> None:
             pass
     assert [len(s._locks), len(s._owners), len(s._keys), len(s._waiting)] == [16] * 4
     assert s._owners == [None] * 16 and s._keys == [None] * 16
+    assert len(s._lockers) <= _LOCKERS_SIZE  # the shared lock() managers are bounded too
     with pytest.raises(AttributeError):
         s.anything = 1  # type: ignore[attr-defined]  # __slots__: no per-instance dict
+
+
+def test_lock_managers_are_shared_only_when_immutable() -> None:
+    """lock(str key) without a timeout hands out one shared manager per key (it has no state);
+    with a timeout, or for another key type, a fresh one each time."""
+    s = StripedSections(16)
+    assert s.lock("a") is s.lock("a")
+    assert s.lock("a") is not s.lock("b")
+    assert s.lock("a", timeout=1) is not s.lock("a", timeout=1)
+    assert s.lock(7) is not s.lock(7)
+    shared = s.lock("a")
+    with shared, pytest.raises(SectionReentryError), shared:  # the guard still fires
+        pytest.fail("re-entered a section")  # pragma: no cover
+    assert s.statistics().held == ()
 
 
 # -- index -------------------------------------------------------------------------------------
