@@ -3,14 +3,17 @@
 A program run under lockwatch writes a contention manifest when it exits: a verdict
 (LOW_CONTENTION, HOT_LOCK_DETECTED, STARVATION_OBSERVED, CYCLIC_ORDERING_DETECTED), the
 recommended pool size for its successor, the hot locks, the starved workers and the lock-order
-cycles. This command reads manifests:
+cycles. This command shows it, runs programs under it, and reads manifests:
 
+  demo                     a built-in worker pool under lockwatch, then its report
+  run -- python app.py     a program under lockwatch (opentelemetry-instrument), then its report
   report MANIFEST          the terminal summary; --json, --html OUT, --dot OUT
   check MANIFEST -p N      may a successor spawn N workers? exit 0 yes, 1 no, 2 unreadable
   merge A B ... -o OUT     one manifest from the manifests of several processes
 
 Exit status: 0 success (or admissible), 1 pool-size violation, 2 a user error (a missing or
-invalid file, an edited manifest, a bad option), reported on one line.
+invalid file, an edited manifest, a bad option, a program that left no manifest), reported on
+one line; run exits with the program's status.
 """
 
 from __future__ import annotations

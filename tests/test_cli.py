@@ -295,8 +295,10 @@ def test_version(capsys):
 
 
 @pytest.mark.parametrize(
-    "argv", [["--help"], ["report", "--help"], ["check", "-h"], ["merge", "-h"]]
-)
+    "argv",
+    [["--help"], ["demo", "--help"], ["run", "-h"], ["report", "--help"], ["check", "-h"],
+     ["merge", "-h"]],
+)  # fmt: skip
 def test_help_on_every_subcommand(capsys, argv):
     with pytest.raises(SystemExit) as exc:
         main(argv)
@@ -316,6 +318,10 @@ def test_help_on_every_subcommand(capsys, argv):
         (["frobnicate"], "argument COMMAND: invalid choice: 'frobnicate'"),
         (["report"], "the following arguments are required: MANIFEST"),
         (["report", "m.json", "--colour"], "unrecognized arguments: --colour"),
+        (["demo", "--workers", "0"], "argument -w/--workers: must be a positive integer, got '0'"),
+        (["demo", "--seconds", "nan"], "argument -s/--seconds: must be a positive number, got 'nan'"),
+        (["demo", "--seconds", "-1"], "argument -s/--seconds: must be a positive number, got '-1'"),
+        (["demo", "-w", "3"], "argument -w/--workers: the demo needs at least 4 workers"),
     ],
 )
 def test_bad_usage_is_one_line_and_exit_2(capsys, argv, message):

@@ -1,0 +1,445 @@
+"""``otel-lockwatch demo`` and ``otel-lockwatch run`` end to end: ``main([...])`` with ``tmp_path``
+and ``capsys``, real manifests read back with ``load_manifest``.
+
+The demo's workload is built so that each finding is caused, not hoped for: ``global_config``
+is held 1 ms by every publish (hot), the reporter waits behind 20 ms holds of ``stats_snapshot``
+while the compactor that holds them never waits (starved: 5x a median of 0), and the compactor
+and publisher-03 take ``accounts`` and ``ledger`` in opposite orders, one after the other
+(a cycle, no deadlock). The verdict follows from the precedence cycle > starvation > hot.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import re
+import signal
+import sys
+import textwrap
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+
+from otel_lockwatch import LockwatchInstrumentor, _demo, _report, _run, load_manifest
+from otel_lockwatch._cli import main
+from otel_lockwatch._recorder import RECORDER
+
+ANSI = re.compile(r"\x1b\[")
+ERROR_LINE = re.compile(r"^otel-lockwatch: error: [^\n]+\n$")
+
+
+def _one_error(capsys: pytest.CaptureFixture[str], rc: int) -> str:
+    out, err = capsys.readouterr()
+    assert rc == 2
+    assert out == ""
+    assert ERROR_LINE.match(err), err
+    assert "Traceback" not in err
+    return err
+
+
+@pytest.fixture
+def no_otlp(monkeypatch):
+    for var in ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_PROTOCOL", "OTEL_SERVICE_NAME"):
+        monkeypatch.delenv(var, raising=False)
+
+
+# --------------------------------------------------------------------------------------------
+# demo
+
+
+@pytest.fixture(scope="module")
+def demo_run(tmp_path_factory):
+    """One demo run (4 workers, 1 s) shared by the tests that read what it did."""
+    saved = {
+        v: os.environ.pop(v, None) for v in ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_SERVICE_NAME")
+    }
+    path = tmp_path_factory.mktemp("demo") / "manifest.json"
+    out, err = io.StringIO(), io.StringIO()
+    saved_streams = sys.stdout, sys.stderr
+    sys.stdout, sys.stderr = out, err
+    try:
+        rc = main(["demo", "--workers", "4", "--seconds", "1", "--manifest", str(path)])
+    finally:
+        sys.stdout, sys.stderr = saved_streams
+        for var, value in saved.items():
+            if value is not None:
+                os.environ[var] = value
+    return rc, path, out.getvalue(), err.getvalue()
+
+
+def test_demo_exits_0_and_its_manifest_loads_back_with_the_verdict(demo_run):
+    """A lock-order cycle outranks starvation, which outranks a hot lock."""
+    rc, path, out, err = demo_run
+    assert rc == 0, err
+    doc = load_manifest(path).to_dict()
+    assert doc["verdict"] == "CYCLIC_ORDERING_DETECTED"
+    assert doc["nominal_pool_size"] == 4
+    assert doc["pool_size_source"] == "executor"
+    assert doc["recommended_pool_size"] == 2
+    assert doc["process"]["service.name"] == "otel-lockwatch-demo"
+
+
+def test_demo_global_config_is_the_hot_lock(demo_run):
+    doc = load_manifest(demo_run[1]).to_dict()
+    hot = [h["lock"] for h in doc["hot_lock_register"]]
+    assert hot[0] == "global_config", hot
+    assert doc["locks"]["global_config"]["workers"].keys() == {"sweeper", "publisher-03"}
+    assert "global_config" in doc["hold_time_distribution"]
+
+
+def test_demo_the_reporter_starves_on_stats_snapshot(demo_run):
+    doc = load_manifest(demo_run[1]).to_dict()
+    starved = {(s["worker"], s["lock"]) for s in doc["starvation_signatures"]}
+    assert ("reporter", "stats_snapshot") in starved
+    assert {w for w, _ in starved} == {"reporter"}, starved
+
+
+def test_demo_the_accounts_ledger_cycle_has_its_witnesses(demo_run):
+    doc = load_manifest(demo_run[1]).to_dict()
+    (cycle,) = doc["pre_deadlock_ordering_witness"]
+    assert sorted(cycle["cycle"]) == ["accounts", "ledger"]
+    edges = {(e["holding"], e["acquiring"]): e for e in cycle["edges"]}
+    assert edges[("accounts", "ledger")]["worker"] == "compactor"
+    assert edges[("ledger", "accounts")]["worker"] == "publisher-03"
+    for edge in edges.values():
+        holding_site, acquiring_site = edge["sites"]
+        assert holding_site.startswith("lockwatch_demo:") and acquiring_site.startswith(
+            "lockwatch_demo:"
+        )
+        assert holding_site != acquiring_site  # nested `with`, one line each
+
+
+def test_demo_sections_serialize_publishes_and_the_subscriber_never_regresses(demo_run):
+    rc, path, out, _ = demo_run
+    doc = load_manifest(path).to_dict()
+    assert doc["sections"]["entity_sections"]["count"] == 64
+    entity = doc["locks"]["entity_sections"]
+    assert entity["kind"] == "section"
+    assert entity["acquisitions"] > 0
+    assert set(entity["workers"]) == {"sweeper", "publisher-03"}
+    (subscriber,) = [line for line in out.splitlines() if line.startswith("  subscriber")]
+    assert re.search(r"sends received for 256 entities, 0 regressions ", subscriber), subscriber
+    assert re.search(r"^  sweeper +\d+ sweeps of 256 entities with try_lock", out, re.M)
+
+
+def test_demo_prints_the_report_exactly_as_report_does(demo_run, capsys):
+    rc, path, out, _ = demo_run
+    assert "CYCLIC_ORDERING_DETECTED" in out
+    assert main(["report", str(path)]) == 0
+    report = capsys.readouterr().out
+    assert out.endswith("\n" + report)
+    assert report == _report.render_text(load_manifest(path).to_dict(), source=str(path))
+
+
+def test_demo_output_is_plain_text_when_not_a_tty(demo_run):
+    """No colour, no progress animation: start, the live cycle finding, and the end."""
+    _, path, out, err = demo_run
+    assert not ANSI.search(out) and not ANSI.search(err) and "\r" not in err
+    assert err.splitlines() == [
+        f"otel-lockwatch demo: 4 workers for 1 s (the manifest goes to {path})",
+        "  otel-lockwatch: possible circular locking dependency: accounts -> ledger -> accounts",
+        err.splitlines()[-1],
+    ]
+    assert re.match(r"^otel-lockwatch demo: done in \d+\.\d s$", err.splitlines()[-1])
+    assert "OTLP" not in err  # no endpoint: nothing said about exporters
+
+
+def test_demo_undoes_its_instrumentation(demo_run):
+    """Other tests in this process must see plain locks and an empty recorder."""
+    assert not LockwatchInstrumentor().is_instrumented_by_opentelemetry
+    assert type(threading.Lock()).__module__ == "_thread"
+    assert RECORDER.snapshot()["locks"] == {}
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--workers", "2"], "argument -w/--workers: the demo needs at least 4 workers (a "
+         "sweeper, a reporter, a compactor and a publisher), got 2"),
+        (["--manifest", "/nonexistent-dir/m.json"],
+         "cannot write the manifest to /nonexistent-dir/m.json: no directory /nonexistent-dir"),
+    ],
+)  # fmt: skip
+def test_demo_user_errors_before_any_work(capsys, no_otlp, argv, message):
+    err = _one_error(capsys, main(["demo", *argv]))
+    assert err == f"otel-lockwatch: error: {message}\n"
+
+
+def test_demo_unknown_otlp_protocol(capsys, monkeypatch, tmp_path):
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:9")
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "carrier-pigeon")
+    err = _one_error(capsys, main(["demo", "--manifest", str(tmp_path / "m.json")]))
+    assert err == (
+        "otel-lockwatch: error: OTEL_EXPORTER_OTLP_PROTOCOL must be grpc or http/protobuf, "
+        "got 'carrier-pigeon'\n"
+    )
+    assert not (tmp_path / "m.json").exists()
+
+
+class _Collector(BaseHTTPRequestHandler):
+    """A minimal OTLP/HTTP receiver: keeps every request body by path."""
+
+    received: dict[str, list[bytes]] = {}
+
+    def do_POST(self) -> None:  # noqa: N802 (the http.server name)
+        body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        self.received.setdefault(self.path, []).append(body)
+        self.send_response(200)
+        self.send_header("Content-Type", "application/x-protobuf")
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+def test_demo_exports_traces_and_metrics_over_otlp_http(tmp_path, monkeypatch, capsys):
+    """With an endpoint, the spans (lock.wait, lockwatch.manifest) and the metrics reach it."""
+    from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
+        ExportMetricsServiceRequest,
+    )
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+        ExportTraceServiceRequest,
+    )
+
+    _Collector.received = {}
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Collector)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    endpoint = f"http://127.0.0.1:{server.server_address[1]}"
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint)
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf")
+    monkeypatch.setenv("OTEL_SERVICE_NAME", "demo-under-test")
+    try:
+        rc = main(["demo", "-w", "4", "-s", "0.5", "--manifest", str(tmp_path / "m.json")])
+    finally:
+        server.shutdown()
+        server.server_close()
+    out, err = capsys.readouterr()
+    assert rc == 0, err
+    assert f"exporting traces and metrics over OTLP to {endpoint} (http/protobuf)" in err
+    spans = set()
+    services = set()
+    for body in _Collector.received.get("/v1/traces", []):
+        request = ExportTraceServiceRequest.FromString(body)
+        for rs in request.resource_spans:
+            services |= {
+                a.value.string_value for a in rs.resource.attributes if a.key == "service.name"
+            }
+            spans |= {s.name for ss in rs.scope_spans for s in ss.spans}
+    assert {"lock.wait", "lockwatch.manifest"} <= spans
+    assert services == {"demo-under-test"}
+    metrics = set()
+    for body in _Collector.received.get("/v1/metrics", []):
+        request = ExportMetricsServiceRequest.FromString(body)
+        for rm in request.resource_metrics:
+            metrics |= {m.name for sm in rm.scope_metrics for m in sm.metrics}
+    assert any(name.startswith("lockwatch.") for name in metrics), metrics
+    assert load_manifest(tmp_path / "m.json").to_dict()["process"]["service.name"] == (
+        "demo-under-test"
+    )
+
+
+class _Tty(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_progress_is_a_bar_on_a_tty_and_silent_otherwise():
+    counts = {"published": 1234, "sweeps": 5, "snapshots": 7, "regressions": 0}
+    tty = _Tty()
+    progress = _demo._Progress(tty, 2.0)
+    progress.update(1.0, counts)
+    assert tty.getvalue() == (
+        "\r\x1b[K  [############------------]  1.0/2 s  events 1,234  sweeps 5  snapshots 7"
+        "  regressions 0"
+    )
+    progress.line("a finding")
+    assert tty.getvalue().endswith("regressions 0\r\x1b[Ka finding\n")
+    progress.update(2.5, counts)
+    progress.clear()
+    assert tty.getvalue().endswith("\r\x1b[K")
+    plain = io.StringIO()
+    quiet = _demo._Progress(plain, 2.0)
+    quiet.update(1.0, counts)
+    quiet.clear()
+    quiet.line("a finding")
+    assert plain.getvalue() == "a finding\n"
+
+
+# --------------------------------------------------------------------------------------------
+# run
+
+CONTENDED = textwrap.dedent(
+    """\
+    import threading, time
+    from concurrent.futures import ThreadPoolExecutor
+
+    shared = threading.Lock()
+
+
+    def work(i):
+        for _ in range(10):
+            with shared:
+                time.sleep(0.002)  # hold
+
+
+    with ThreadPoolExecutor(max_workers=4) as executor:
+        list(executor.map(work, range(4)))
+    print("script done")
+    raise SystemExit({status})
+    """
+)
+#: The lock class of ``shared`` above: created at line 4 of the script's module.
+SHARED = "__main__:<module>:4"
+
+
+def _script(tmp_path: Path, status: int = 0) -> Path:
+    script = tmp_path / "app.py"
+    script.write_text(CONTENDED.format(status=status))
+    return script
+
+
+def test_run_prints_the_report_of_the_manifest_the_program_left(tmp_path, capsys, no_otlp):
+    manifest = tmp_path / "m.json"
+    rc = main(["run", "--manifest", str(manifest), "--", sys.executable, str(_script(tmp_path))])
+    out, err = capsys.readouterr()
+    assert rc == 0, err
+    doc = load_manifest(manifest).to_dict()
+    lock = doc["locks"][SHARED]
+    assert lock["kind"] == "threading.Lock"
+    assert lock["acquisitions"] == 40
+    assert lock["contentions"] > 0
+    assert doc["nominal_pool_size"] == 4 and doc["pool_size_source"] == "executor"
+    assert doc["process"]["service.name"] == "app"
+    assert out == "\n" + _report.render_text(doc, source=str(manifest))
+    assert not ANSI.search(out)
+
+
+def test_run_exits_with_the_program_status(tmp_path, capsys, no_otlp):
+    """The manifest is written on the way out of a failing program too; the temporary one is
+    removed."""
+    before = set(Path(os.environ.get("TMPDIR", "/tmp")).glob("otel-lockwatch-run-*"))
+    rc = main(["run", sys.executable, str(_script(tmp_path, status=3))])
+    out, err = capsys.readouterr()
+    assert rc == 3, err
+    assert f"contention report: {sys.executable} {tmp_path / 'app.py'}\n" in out
+    assert SHARED in out
+    assert set(Path(os.environ.get("TMPDIR", "/tmp")).glob("otel-lockwatch-run-*")) == before
+
+
+@pytest.mark.parametrize("argv", [[], ["--"], ["--manifest", "m.json", "--"]])
+def test_run_without_a_program(capsys, argv):
+    err = _one_error(capsys, main(["run", *argv]))
+    assert err == (
+        "otel-lockwatch: error: no program to run "
+        "(usage: otel-lockwatch run [--manifest PATH] -- python app.py ...)\n"
+    )
+
+
+def test_run_of_a_program_that_does_not_exist(capsys):
+    err = _one_error(capsys, main(["run", "--", "no-such-program-lockwatch"]))
+    assert err == (
+        "otel-lockwatch: error: program 'no-such-program-lockwatch' not found (or not executable)\n"
+    )
+
+
+def test_run_of_a_program_that_leaves_no_manifest(tmp_path, capsys, no_otlp):
+    """``python -S`` skips sitecustomize, so lockwatch never starts: exit 2, one line, and a
+    stale manifest at the path is not taken for this run's."""
+    stale = tmp_path / "m.json"
+    stale.write_text("{}")
+    rc = main(["run", "-m", str(stale), "--", sys.executable, "-S", "-c", "pass"])
+    err = _one_error(capsys, rc)
+    assert err == (
+        f"otel-lockwatch: error: {sys.executable} -S -c pass exited with status 0 and left no "
+        "manifest (is it a Python program whose Python has otel-lockwatch installed?)\n"
+    )
+
+
+def test_run_refuses_when_lockwatch_is_disabled(capsys, monkeypatch):
+    monkeypatch.setenv("OTEL_PYTHON_DISABLED_INSTRUMENTATIONS", "redis, lockwatch")
+    err = _one_error(capsys, main(["run", "--", sys.executable, "-c", "pass"]))
+    assert err == (
+        "otel-lockwatch: error: OTEL_PYTHON_DISABLED_INSTRUMENTATIONS='redis, lockwatch' "
+        "disables lockwatch\n"
+    )
+
+
+WAITS_FOR_SIGTERM = textwrap.dedent(
+    """\
+    import sys, threading, time
+    lock = threading.Lock()
+    with lock:
+        pass
+    open(sys.argv[1], "w").close()
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        time.sleep(0.05)
+    """
+)
+
+
+@pytest.mark.skipif(threading.current_thread() is not threading.main_thread(), reason="signals")
+def test_run_forwards_sigterm_and_reports_what_was_written(tmp_path, capsys, no_otlp):
+    """SIGTERM to ``run`` reaches the program, whose lockwatch writes the manifest before it
+    dies of SIGTERM; ``run`` reports it and exits 128 + 15."""
+    script = tmp_path / "wait.py"
+    script.write_text(WAITS_FOR_SIGTERM)
+    ready = tmp_path / "ready"
+    manifest = tmp_path / "m.json"
+
+    def terminate_when_ready() -> None:
+        deadline = time.monotonic() + 60
+        while not ready.exists() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    # If forwarding were broken, SIGTERM must not end the test process itself.
+    fallback = signal.signal(signal.SIGTERM, lambda signum, frame: None)
+    try:
+        killer = threading.Thread(target=terminate_when_ready, daemon=True)
+        killer.start()
+        rc = main(["run", "-m", str(manifest), "--", sys.executable, str(script), str(ready)])
+        killer.join(5)
+    finally:
+        restored = signal.signal(signal.SIGTERM, fallback)
+    out, err = capsys.readouterr()
+    assert rc == 128 + signal.SIGTERM, err
+    assert "__main__:<module>:2" in load_manifest(manifest).to_dict()["locks"]
+    assert "contention report" in out
+    assert getattr(restored, "__name__", None) == "<lambda>"  # run put our handler back
+
+
+def test_child_environment():
+    base = {"PATH": "/bin", "OTEL_LOGS_EXPORTER": "console"}
+    env = _run.child_environment(base, "/tmp/m.json", ["python3", "-u", "app.py"])
+    assert env["OTEL_PYTHON_LOCKWATCH_MANIFEST_PATH"] == "/tmp/m.json"
+    assert env["OTEL_PYTHON_LOCKWATCH_MANIFEST"] == "true"
+    assert (env["OTEL_TRACES_EXPORTER"], env["OTEL_METRICS_EXPORTER"]) == ("none", "none")
+    assert env["OTEL_LOGS_EXPORTER"] == "console"  # the user's choice stays
+    assert env["OTEL_SERVICE_NAME"] == "app"
+    assert base == {"PATH": "/bin", "OTEL_LOGS_EXPORTER": "console"}  # not modified
+    otlp = _run.child_environment(
+        {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4317", "OTEL_SERVICE_NAME": "billing"},
+        "/tmp/m.json",
+        ["./serve"],
+    )
+    assert [otlp[f"OTEL_{s}_EXPORTER"] for s in ("TRACES", "METRICS", "LOGS")] == ["otlp"] * 3
+    assert otlp["OTEL_SERVICE_NAME"] == "billing"
+
+
+@pytest.mark.parametrize(
+    ("program", "name"),
+    [
+        (["python", "app.py", "--jobs", "8"], "app"),
+        (["/usr/bin/python3.11", "-X", "dev", "-m", "pkg.worker"], "pkg.worker"),
+        (["python3", "-c", "pass"], "python3"),
+        (["./bin/serve", "--port", "8000"], "serve"),
+    ],
+)
+def test_program_name(program, name):
+    assert _run.program_name(program) == name
