@@ -27,7 +27,8 @@ through ``_acquire(index, key, blocking, timeout, canonical)`` and ``_release(in
 instrumentor replaces on the class; ``canonical=True`` marks ``lock_many``'s acquisitions. Per
 section, ``_owners[index]`` is the holder (a thread ident, or an ``asyncio.Task``; ``None`` when
 free) and ``_keys[index]`` the key it was taken with, so a waiter can tell a collision from
-contention on its own entity. The raw locks come from ``_thread.allocate_lock`` so that the
+contention on its own entity; ``_lw`` is a slot the instrumentation keeps its per-array state
+in (``None`` until then). The raw locks come from ``_thread.allocate_lock`` so that the
 instrumentation, which patches ``threading.Lock``, never instruments them.
 """
 
