@@ -935,10 +935,6 @@ def _as_manifest(item: object) -> Manifest:
     raise TypeError(f"cannot merge a {type(item).__name__}: expected a Manifest, dict or path")
 
 
-def _prefix_worker(pid: object, name: str) -> str:
-    return f"{pid}/{name}"
-
-
 def _merge_process(processes: list[Mapping[str, Any]]) -> dict[str, Any]:
     pids: set[int] = set()
     names: set[str] = set()
@@ -1013,13 +1009,12 @@ def merge_manifests(
         data = _normalize(m._doc)
         process = data["process"]
         processes.append(process)
-        if "pids" in process:
-            rename = str
-        else:
-            pid = process.get("pid", "?")
+        # Workers of an already merged manifest are prefixed already.
+        prefix = "" if "pids" in process else f"{process.get('pid', '?')}/"
+        prefixed = bool(prefix)
 
-            def rename(name: str, pid: object = pid) -> str:
-                return _prefix_worker(pid, name)
+        def rename(name: str, prefix: str = prefix) -> str:
+            return prefix + name
 
         for name, lock in data["locks"].items():
             into = locks.get(name)
@@ -1062,7 +1057,7 @@ def merge_manifests(
                 acc["max_held"] = max(acc["max_held"], s["max_held"])
                 acc["collision_waits"] += s["collision_waits"]
         order = data["lock_order"]
-        if rename is not str:
+        if prefixed:
             for e in order["edges"]:
                 if isinstance(e.get("worker"), str):
                     e["worker"] = rename(e["worker"])
