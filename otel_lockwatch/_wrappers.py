@@ -103,6 +103,19 @@ def _module_of_code(code: Any) -> str:
     return name
 
 
+# Frames that are not the acquisition site: RLockProxy.acquire / _acquire_restore calling
+# LockProxy.acquire, and threading.Condition's __enter__ / wait() calling its lock's methods.
+_OWN_GLOBALS = globals()
+_THREADING_GLOBALS = vars(threading)
+
+
+def _caller(f: Any) -> Any:
+    """The first frame at or above ``f`` outside this module and ``threading``."""
+    while f.f_globals is _OWN_GLOBALS or f.f_globals is _THREADING_GLOBALS:
+        f = f.f_back
+    return f
+
+
 def _frame_site(frame: Any) -> str:
     return site_of(frame)
 
@@ -255,6 +268,8 @@ class LockProxy:
         if s is None:
             s = st.stats[cls] = Stats()
         f = _getframe(1)
+        if f.f_globals is _OWN_GLOBALS or f.f_globals is _THREADING_GLOBALS:
+            f = _caller(f)  # an RLock or a Condition: the site is their caller's
         if blocking:
             if st.held:
                 _check_order(st, cls, f, self, False)
