@@ -416,12 +416,12 @@ def _summary(workload: ModuleType, pool: Any, counts: dict[str, int], written: P
         (
             "sweeper",
             f"{counts['sweeps']:,} sweeps of {keys} entities with try_lock (every "
-            f"{sweep_ms:g} ms), {counts['sweep_skips']:,} held sections skipped",
+            f"{sweep_ms:g} ms), {counts['sweep_skips']:,} skipped: their section was held",
         ),
         (
             "publisher-NN",
-            f"{counts['published']:,} events from {w - 3} publishers and the sweeper: "
-            "global_config, then sections.lock(key)",
+            f"{counts['published']:,} events from {w - 3} publisher{'s' if w > 4 else ''} and "
+            "the sweeper: global_config, then sections.lock(key)",
         ),
         (
             "reporter",

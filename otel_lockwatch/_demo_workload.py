@@ -10,7 +10,7 @@ The pool has ``workers`` threads (a real ``ThreadPoolExecutor``, so the manifest
 size), each given a role by its index:
 
 ``sweeper`` (worker 0)
-    The periodic path of the section pattern (design seed 000): every ``SWEEP_INTERVAL_S`` it
+    The periodic path of the section pattern (design seed 000): every ``SWEEP_INTERVAL_S`` (20 ms) it
     walks every entity with ``sections.try_lock(key)``, skips an entity whose section is held
     (a later sweep re-reads state at least as new) and publishes what changed. Between sweeps it
     publishes events like a publisher.
@@ -61,8 +61,10 @@ COMPACT_HOLD_S = 0.02
 COMPACT_PAUSE_S = 0.001
 #: How long the reporter works between two snapshots.
 REPORT_PAUSE_S = 0.1
-#: Time between two sweeps.
-SWEEP_INTERVAL_S = 0.05
+#: Time between two sweeps; a sweep loads the entities in batches, each load taking a moment.
+SWEEP_INTERVAL_S = 0.02
+SWEEP_BATCH = 32
+SWEEP_BATCH_LOAD_S = 0.0002
 #: How long publisher-03 waits at most for the compactor's accounts -> ledger.
 ORDERING_WAIT_S = 10.0
 
@@ -136,7 +138,9 @@ class Pool:
 
     def sweep(self) -> None:
         """The periodic path: skip a held section rather than queue behind it."""
-        for key in self.keys:
+        for i, key in enumerate(self.keys):
+            if i % SWEEP_BATCH == 0:
+                time.sleep(SWEEP_BATCH_LOAD_S)  # loading the next batch of entities
             with self.sections.try_lock(key) as held:
                 if not held:
                     self.sweep_skips += 1
