@@ -319,7 +319,7 @@ def test_help_on_every_subcommand(capsys, argv):
         (["report"], "the following arguments are required: MANIFEST"),
         (["report", "m.json", "--colour"], "unrecognized arguments: --colour"),
         (["demo", "--workers", "0"], "argument -w/--workers: must be a positive integer, got '0'"),
-        (["demo", "--seconds", "nan"], "argument -s/--seconds: must be a positive number, got 'nan'"),
+        (["demo", "-s", "nan"], "argument -s/--seconds: must be a positive number, got 'nan'"),
         (["demo", "--seconds", "-1"], "argument -s/--seconds: must be a positive number, got '-1'"),
         (["demo", "-w", "3"], "argument -w/--workers: the demo needs at least 4 workers"),
     ],
