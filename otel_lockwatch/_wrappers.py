@@ -126,8 +126,8 @@ def _check_order(st: Any, cls: LockClass, frame: Any, obj: Any, canonical: bool)
     chain = st.chain
     for entry in st.held:
         hcls = entry[0]
-        if canonical and entry[4] and hcls is cls:
-            continue  # lock_many's ascending order among one array's sections is canonical
+        if canonical and entry[4] and hcls is cls and entry[2] == frame.f_lasti and entry[1] is frame.f_code:
+            continue  # one lock_many call (same caller frame position) takes ascending sections: canonical
         pair = (hcls, cls)
         if pair in chain:
             continue

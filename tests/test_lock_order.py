@@ -567,6 +567,24 @@ def test_lock_many_is_canonical(watched):
     assert cycle_locks() == []
 
 
+def test_nested_lock_many_calls_are_recursive_locking(watched):
+    """Regression (every section held from any lock_many call was exempt): lock_many is
+    canonical within one call only. A second lock_many nested in a first one over the same array
+    is recursive locking (w1: {x} then {y}, w2: {y} then {x} deadlock)."""
+    sections = StripedSections(16, name="emitter")
+    hi, lo = two_keys(sections)
+
+    def w1() -> None:
+        with sections.lock_many([lo]):  # @many-outer
+            with sections.lock_many([hi]):  # @many-inner
+                pass
+
+    run("w1", w1)
+    [cycle] = RECORDER.graph.cycles()
+    assert cycle.locks == ("emitter",)
+    assert cycle.edges[0].sites == (site("w1", "many-outer"), site("w1", "many-inner"))
+
+
 def test_lock_many_under_another_lock_is_ordered(watched):
     """lock_many is canonical among its own sections only: under lock A it is A -> emitter,
     and a section held while taking A is emitter -> A, a cycle."""
