@@ -45,6 +45,7 @@ from itertools import chain
 from pathlib import Path
 from typing import Any, Union
 
+from otel_lockwatch import environment_variables as _ev
 from otel_lockwatch._histogram import RELATIVE_ERROR, LogHistogram
 from otel_lockwatch.exceptions import ManifestError
 
@@ -66,9 +67,9 @@ _log = logging.getLogger(__name__)
 
 SCHEMA = "otel-lockwatch/manifest/1"
 
-ENV_HOT_LOCK_THRESHOLD_PCT = "OTEL_PYTHON_LOCKWATCH_HOT_LOCK_THRESHOLD_PCT"
-ENV_STARVATION_RATIO = "OTEL_PYTHON_LOCKWATCH_STARVATION_RATIO"
-ENV_POOL_SIZE = "OTEL_PYTHON_LOCKWATCH_POOL_SIZE"
+ENV_HOT_LOCK_THRESHOLD_PCT = _ev.OTEL_PYTHON_LOCKWATCH_HOT_LOCK_THRESHOLD_PCT
+ENV_STARVATION_RATIO = _ev.OTEL_PYTHON_LOCKWATCH_STARVATION_RATIO
+ENV_POOL_SIZE = _ev.OTEL_PYTHON_LOCKWATCH_POOL_SIZE
 
 #: A lock is hot when its share of the aggregate wait is at least this (percent)...
 DEFAULT_HOT_LOCK_THRESHOLD_PCT = 20.0
