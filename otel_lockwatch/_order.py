@@ -83,8 +83,9 @@ or ``None``). It answers "where does my code take B while holding A?", which is 
 
 Rules the caller applies before calling the graph
 -------------------------------------------------
-The graph knows only edges; the per-thread held-lock stacks (``_processor.py``) decide which
-acquisitions make them, as lockdep and ThreadSanitizer do:
+The graph knows only edges; the per-worker held-lock stacks (``_recorder.py``, fed by the lock
+wrappers in ``_wrappers.py``) decide which acquisitions make them, as lockdep and ThreadSanitizer
+do:
 
 * a blocking acquire of ``B`` adds ``H -> B`` for *each* lock ``H`` held by the worker (not only
   the top of the stack: a lock taken by a try-acquire between them would hide ``H -> B``);
@@ -96,8 +97,10 @@ acquisitions make them, as lockdep and ThreadSanitizer do:
 * two locks of one class held at once give the self-edge ``A -> A``: two ``threading.Lock``
   created at the same site, or two sections of one array taken outside ``lock_many`` (two workers
   with reversed or colliding keys deadlock). ``lock_many`` acquires in ascending index order, a
-  canonical order, and adds no edge between the sections it takes;
-* the graph is called on a chain-cache miss only (:class:`ChainCache`, per thread).
+  canonical order, and adds no edge between the sections of one call (a ``lock_many`` nested in
+  another is two calls: recursive locking);
+* the graph is called on a chain-cache miss only (per worker: the wrappers keep a plain set of
+  pairs in the worker's state; :class:`ChainCache` is the bounded variant).
 
 Under the ``raise`` policy the caller asks :meth:`~LockOrderGraph.would_close_cycle` before
 blocking, raises ``PotentialDeadlockError(cycle.format(), cycle.locks)`` when it answers a cycle,
