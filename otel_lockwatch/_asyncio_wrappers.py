@@ -35,6 +35,7 @@ __all__ = [
 _getframe = sys._getframe
 _LOCKS_GLOBALS = vars(asyncio.locks)
 _current_task = asyncio.current_task
+_tls = RECORDER.tls
 
 
 def _state() -> Any:
@@ -44,7 +45,7 @@ def _state() -> Any:
         task = None
     if task is None:
         try:
-            return RECORDER.tls.st
+            return _tls.st
         except AttributeError:
             return RECORDER.thread_state()
     return RECORDER.task_state(task)
@@ -91,7 +92,7 @@ def lock_acquire_factory(original: Any) -> Any:
                 _record_wait(st, s, cls, t0, _pc(), False, ctx, f, None)  # cancelled while waiting
                 raise
             _record_wait(st, s, cls, t0, _pc(), True, ctx, f, None)
-        entry = (cls, f.f_code, f.f_lasti, self, False)
+        entry = (cls, f, f.f_lasti, self, False)
         st.held.append(entry)
         self._lw_track = (st, entry, s, _pc(), _ctx_get())
         return True
@@ -189,11 +190,14 @@ def async_section_acquire_factory(original: Any, sections_module_globals: dict) 
         else:
             s.skip += 1
             return False
-        _hold_section(track, index, st, s, (cls, f.f_code, f.f_lasti, self, canonical))
+        _hold_section(track, index, st, s, (cls, f, f.f_lasti, self, canonical))
         return True
 
     _acquire.__wrapped__ = original  # type: ignore[attr-defined]
     return _acquire
 
 
-async_section_release_factory = section_release_factory
+def async_section_release_factory(original: Any) -> Any:
+    """The instrumented ``AsyncStripedSections._release`` (the array's own release hands the
+    section to the next waiter, so it is always called)."""
+    return section_release_factory(original, mirror=False)

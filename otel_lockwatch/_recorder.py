@@ -17,6 +17,7 @@ import logging
 import os
 import threading
 import time
+import weakref
 from datetime import datetime, timezone
 from typing import Any
 
@@ -57,10 +58,11 @@ class Stats:
 class WorkerState:
     """What one worker (thread or task) holds and has recorded."""
 
-    __slots__ = ("held", "stats", "worker", "chain", "busy", "first", "last", "spans", "__weakref__")
+    __slots__ = ("held", "stats", "worker", "chain", "busy", "first", "last", "spans", "thread", "__weakref__")
 
-    def __init__(self, worker: str, stats: dict[LockClass, Stats] | None = None) -> None:
-        self.held: list[Any] = []  # lock objects (proxies / section handles) in acquisition order
+    def __init__(self, worker: str, stats: dict[LockClass, Stats] | None = None,
+                 thread: threading.Thread | None = None) -> None:
+        self.held: list[Any] = []  # held-stack entries, in acquisition order
         self.stats: dict[LockClass, Stats] = {} if stats is None else stats
         self.worker = worker
         self.chain: set[tuple[LockClass, LockClass]] = set()  # lock-order chain cache
@@ -68,6 +70,16 @@ class WorkerState:
         self.first = time.perf_counter_ns()
         self.last = self.first
         self.spans: dict[tuple[str, str], int] = {}  # (lock name, span name) -> spans started under it
+        self.thread = weakref.ref(thread) if thread is not None else None
+
+    def clear(self) -> None:
+        """Forget what was recorded, the held stack included (a release of a lock held across
+        the reset finds nothing to pop, which is harmless)."""
+        self.held.clear()
+        self.stats.clear()
+        self.chain.clear()
+        self.spans.clear()
+        self.first = self.last = time.perf_counter_ns()
 
 
 def _iso(ns: int) -> str:
@@ -93,7 +105,6 @@ class Recorder:
         self.tls = threading.local()
         self._lock = _thread.allocate_lock()
         self._states: list[WorkerState] = []
-        self._names: dict[str, WorkerState] = {}
         self._overflow: WorkerState | None = None
         self._arrays: list[Any] = []  # ArrayTrack of every instrumented section array
         self.pool_size: int | None = None
@@ -106,21 +117,29 @@ class Recorder:
 
     # -- states ------------------------------------------------------------------------------
     def reset(self) -> None:
-        """Forget everything recorded (tests; a fresh start)."""
+        """Forget everything recorded (tests; a fresh start).
+
+        The thread-local storage is kept (the hot path holds a reference to it): the states of
+        live threads are cleared and stay registered; those of ended threads and tasks go.
+        """
         from ._order import LockOrderGraph
 
         with self._lock:
-            self._states = []
-            self._names = {}
+            keep = []
+            for state in self._states:
+                thread = state.thread() if state.thread is not None else None
+                if thread is not None and thread.is_alive():
+                    state.clear()
+                    keep.append(state)
+            self._states = keep
             self._overflow = None
             self._arrays = []
             self.pool_size = None
             self.pool_source = None
             self.start_ns = time.time_ns()
             self.graph = LockOrderGraph()
-        self.tls = threading.local()
 
-    def _register(self, worker: str) -> WorkerState:
+    def _register(self, worker: str, thread: threading.Thread | None = None) -> WorkerState:
         with self._lock:
             if len(self._states) >= MAX_WORKERS:
                 if self._overflow is None:
@@ -129,7 +148,7 @@ class Recorder:
                     logger.warning("otel-lockwatch: more than %d workers; later ones are reported as '(other)'", MAX_WORKERS)
                 state = WorkerState("(other)", self._overflow.stats)
                 return state
-            state = WorkerState(worker)
+            state = WorkerState(worker, thread=thread)
             self._states.append(state)
             return state
 
@@ -138,7 +157,8 @@ class Recorder:
         try:
             return self.tls.st
         except AttributeError:
-            state = self._register(threading.current_thread().name)
+            thread = threading.current_thread()
+            state = self._register(thread.name, thread)
             self.tls.st = state
             return state
 
@@ -165,13 +185,12 @@ class Recorder:
         self._lock = _thread.allocate_lock()
         current = getattr(self.tls, "st", None)
         self._states = []
-        self._names = {}
         self._overflow = None
         self.start_ns = time.time_ns()
         if self.graph is not None:
             self.graph._lock = _thread.allocate_lock()
         if current is not None:
-            fresh = WorkerState(current.worker)
+            fresh = WorkerState(current.worker, thread=threading.current_thread())
             fresh.held = current.held
             fresh.chain = current.chain
             self._states.append(fresh)
@@ -207,6 +226,8 @@ class Recorder:
         collisions: dict[str, int] = {}
         spans: dict[str, dict[str, int]] = {}
         for state in list(self._states):
+            if not state.stats:
+                continue  # touched no lock: not a worker of the pool
             w = workers.setdefault(state.worker, {"observed_ns": 0, "wait_ns": 0})
             end = now if state.held else state.last
             w["observed_ns"] += max(0, end - state.first)
