@@ -13,7 +13,6 @@ The package is layered; each layer only uses the ones above it:
 - ``_report``, ``_cli``, ``pytest_plugin``: the command and the pytest plugin.
 """
 
-from ._exporter import evaluate, write_manifest
 from ._manifest import (
     Manifest,
     Verdict,
@@ -58,7 +57,11 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str):  # the instrumentor imports OpenTelemetry's instrumentation: lazily
+def __getattr__(name: str):  # what imports the OpenTelemetry SDK is loaded on first use
+    if name in ("evaluate", "write_manifest"):
+        from . import _exporter
+
+        return getattr(_exporter, name)
     if name == "LockwatchInstrumentor":
         from ._instrumentor import LockwatchInstrumentor
 

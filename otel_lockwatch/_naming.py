@@ -21,14 +21,23 @@ __all__ = ["LockClass", "lock_class", "name_lock", "site_of", "watched_site"]
 
 T = TypeVar("T")
 
-# Modules whose locks are never watched (prefix match on the creating module's __name__).
-EXCLUDED_PREFIXES = ("opentelemetry", "otel_lockwatch", "logging", "wrapt", "importlib", "grpc", "google.protobuf")
-# Locks created directly by these modules are never watched either: they are the internals of
-# primitives that are patched where users create them.
-_INTERNAL_PREFIXES = EXCLUDED_PREFIXES + ("threading", "concurrent.futures", "asyncio", "multiprocessing")
-# How many frames above the creation site are searched for an excluded caller (an OpenTelemetry
-# exporter creating a queue.Queue creates its mutex inside `queue`).
+# Locks created by these packages are never watched, nor locks created anywhere while one of them
+# is among the few callers above (an OpenTelemetry exporter creating a queue.Queue).
+EXCLUDED_PACKAGES = ("opentelemetry", "otel_lockwatch", "logging", "wrapt", "grpc", "google.protobuf")
+# Locks created directly by these are never watched either: they are the internals of primitives
+# that are patched where users create them, or of the import machinery.
+_INTERNAL_PACKAGES = EXCLUDED_PACKAGES + ("threading", "concurrent.futures", "asyncio", "multiprocessing",
+                                          "importlib", "_weakrefset")
+# How many frames above the creation site are searched for an excluded caller.
 _EXCLUSION_DEPTH = 6
+
+
+def _in(module: str, packages: tuple[str, ...]) -> bool:
+    """Whether ``module`` is one of ``packages`` or inside one (``asyncio_pool`` is not ``asyncio``)."""
+    for package in packages:
+        if module == package or module.startswith(package + "."):
+            return True
+    return False
 
 
 class LockClass:
@@ -85,14 +94,13 @@ def watched_site(depth: int = 1) -> str | None:
         depth: 1 when the caller of this function is the factory called by the creating code.
     """
     frame = sys._getframe(depth + 1)
-    module = _module_of(frame)
-    if module.startswith(_INTERNAL_PREFIXES):
+    if _in(_module_of(frame), _INTERNAL_PACKAGES):
         return None
     probe = frame.f_back
     for _ in range(_EXCLUSION_DEPTH):
         if probe is None:
             break
-        if _module_of(probe).startswith(EXCLUDED_PREFIXES):
+        if _in(_module_of(probe), EXCLUDED_PACKAGES):
             return None
         probe = probe.f_back
     return site_of(frame)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import _thread
+import sys
 import asyncio
 import threading
 import time
@@ -458,3 +459,21 @@ def test_stuck_exporter_never_blocks_a_lock_path():
         unstick.set()
         inst.uninstrument()
         provider.shutdown()
+
+
+def test_module_level_and_lookalike_modules_are_watched(watched, tmp_path, monkeypatch):
+    """A lock created at import time is watched, and so is one made in a module whose name merely
+    starts like an excluded package's (``asyncio_pool`` is not ``asyncio``); ``logging``'s is not."""
+    import importlib
+    import logging
+
+    (tmp_path / "asyncio_pool.py").write_text("import threading\nCONFIG = threading.Lock()\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    module = importlib.import_module("asyncio_pool")
+    try:
+        assert type(module.CONFIG) is LockProxy
+        assert module.CONFIG._lockwatch_class.name == "asyncio_pool:<module>:2"
+    finally:
+        sys.modules.pop("asyncio_pool", None)
+    handler = logging.StreamHandler()
+    assert type(handler.lock) is not RLockProxy

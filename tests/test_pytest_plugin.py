@@ -146,7 +146,8 @@ def test_without_the_flag_nothing_is_instrumented(pytester):
     result = run(pytester, "-s")
     result.assert_outcomes(passed=1)
     result.stdout.fnmatch_lines(["*LOCK TYPE lock", "INSTRUMENTOR IMPORTED False"])
-    result.stdout.no_fnmatch_line("*lockwatch*")
+    # The plugin's name in pytest's "plugins:" header is all that may mention it.
+    assert [line for line in result.stdout.lines if "lockwatch" in line and not line.startswith("plugins:")] == []
 
     result = run(pytester, "-s", "--lockwatch")
     result.assert_outcomes(passed=1)
@@ -185,11 +186,6 @@ def test_import(inverted):""",
     result.stdout.fnmatch_lines(["    B -> A: test_fixture.py::test_import"])
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="_naming.watched_site: a lock created while its module is imported has importlib "
-    "frames above it and is not watched (reported to the lead)",
-)
 def test_module_level_locks_are_watched(pytester):
     """Locks created at module level (the usual global lock) take part in the report."""
     pytester.makepyfile(
