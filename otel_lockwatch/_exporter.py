@@ -34,7 +34,7 @@ from opentelemetry import trace
 from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
-from . import _manifest
+from . import _manifest, _multiprocess
 from ._recorder import RECORDER
 from ._telemetry import TELEMETRY
 
@@ -95,6 +95,7 @@ def write_manifest(path: str | os.PathLike[str] | None = None) -> Path:
         opts = _options()
         path = opts.manifest_path if opts is not None else os.environ.get(
             "OTEL_PYTHON_LOCKWATCH_MANIFEST_PATH", "lockwatch-manifest.json")
+        path = _multiprocess.manifest_path(path)  # a child process writes its own file
     return _manifest.dump_manifest(evaluate(), path)
 
 
@@ -144,6 +145,22 @@ class ManifestExporter(SpanExporter):  # type: ignore[misc]
         while not self._stop.wait(self._interval):
             self.write(final=False)
 
+    def _after_fork_in_child(self) -> None:
+        """A forked child's own exporter state (``_multiprocess``): a fresh write lock, the
+        manifest span not yet sent, and its own checkpoint thread when an interval is set."""
+        self._lock = _raw_lock()
+        self._span_sent = False
+        self.last_path = None
+        self.writes = 0
+        stopped = self._stop.is_set()
+        self._stop = threading.Event()
+        self._checkpointer = None
+        if stopped:
+            self._stop.set()
+        elif self._interval and self._interval > 0:
+            self._checkpointer = threading.Thread(target=self._run, name="otel-lockwatch-checkpoint", daemon=True)
+            self._checkpointer.start()
+
     def stop(self) -> None:
         """Stop the checkpoints and the exit hooks without writing (``uninstrument()``)."""
         self._stop.set()
@@ -157,9 +174,14 @@ class ManifestExporter(SpanExporter):  # type: ignore[misc]
 
     def write(self, final: bool) -> Path | None:
         """Evaluate and write the manifest now; ``final`` also sends the manifest span once."""
+        if _multiprocess.skip_write():  # a child process that recorded no lock activity
+            return None
         st = RECORDER.thread_state()
         was_busy = st.busy
         st.busy = True
+        outer = _HOOKS.writing is None
+        if outer:
+            _HOOKS.writing = threading.get_ident()
         try:
             with self._lock:
                 manifest = evaluate()
@@ -167,6 +189,7 @@ class ManifestExporter(SpanExporter):  # type: ignore[misc]
                 if path is None:
                     opts = _options()
                     path = opts.manifest_path if opts is not None else "lockwatch-manifest.json"
+                path = _multiprocess.manifest_path(path)  # a child process writes its own file
                 self.last_path = _manifest.dump_manifest(manifest, path)
                 self.writes += 1
                 if final and not self._span_sent:
@@ -179,6 +202,9 @@ class ManifestExporter(SpanExporter):  # type: ignore[misc]
             return None
         finally:
             st.busy = was_busy
+            if outer:
+                _HOOKS.writing = None
+                _HOOKS.deliver_deferred()
 
 
 def _raw_lock() -> Any:
@@ -288,7 +314,21 @@ class _Hooks:
         except (ValueError, OSError):  # not the main interpreter, or no signals here
             self._previous = None
 
+    # A SIGTERM that interrupts a write on the thread writing (a pool worker's final write when
+    # Pool.terminate() signals it) waits for that write to end: the write holds the exporter's
+    # lock, and the process must not die with its manifest half written.
+    writing: int | None = None
+    _deferred: tuple[int, Any] | None = None
+
+    def deliver_deferred(self) -> None:
+        deferred, self._deferred = self._deferred, None
+        if deferred is not None:
+            self._on_sigterm(*deferred)
+
     def _on_sigterm(self, signum: int, frame: Any) -> None:
+        if self.writing == threading.get_ident():
+            self._deferred = (signum, frame)
+            return
         self._at_exit()
         previous = self._previous
         if callable(previous):

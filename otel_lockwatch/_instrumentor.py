@@ -40,7 +40,7 @@ from opentelemetry import trace
 from opentelemetry.instrumentation.instrumentor import BaseInstrumentor  # type: ignore[attr-defined]
 from opentelemetry.instrumentation.utils import unwrap as _unwrap_proxy
 
-from . import _asyncio_wrappers, _sections, _wrappers
+from . import _asyncio_wrappers, _multiprocess, _sections, _wrappers
 from ._config import Options, load_options
 from ._naming import lock_class, watched_site
 from ._recorder import RECORDER
@@ -164,8 +164,10 @@ class LockwatchInstrumentor(BaseInstrumentor):  # type: ignore[misc]
         self._instrument_executor()
         self._add_processors(kwargs.get("tracer_provider"), options)
         self._start_manifest(kwargs.get("tracer_provider"), options)
+        _multiprocess.instrument(options)  # multiprocess: locks, pool size, children report (issue 8)
 
     def _uninstrument(self, **kwargs: Any) -> None:
+        _multiprocess.uninstrument()  # multiprocess (issue 8)
         self._remove_processors()
         self._uninstrument_executor()
         self._uninstrument_asyncio()
