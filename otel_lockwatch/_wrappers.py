@@ -270,7 +270,8 @@ class LockProxy:
         if s is None:
             s = st.stats[cls] = Stats()
         f = _getframe(1)
-        if f.f_globals is _OWN_GLOBALS or f.f_globals is _THREADING_GLOBALS:
+        g = f.f_globals
+        if g is _OWN_GLOBALS or g is _THREADING_GLOBALS:
             f = _caller(f)  # an RLock or a Condition: the site is their caller's
         if blocking:
             if st.held:
