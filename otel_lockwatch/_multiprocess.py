@@ -5,11 +5,11 @@ contention over many processes. Each process records its own locks and writes it
 ``otel-lockwatch merge`` (``merge_manifests``) adds them up exactly. This module makes that happen
 for the three start methods, and watches the locks that cross processes.
 
-**File naming.** The parent writes the configured path. A child (``multiprocessing.parent_process()``
-is not None, or a plain ``os.fork()`` child) writing a path without ``{pid}`` inserts ``.{pid}``
-before the suffix: ``lockwatch-manifest.json`` becomes ``lockwatch-manifest.12345.json``. A child
-that recorded no lock activity at all (the forkserver process, an idle pool worker) writes no
-manifest.
+**File naming.** The parent writes the configured path. A child
+(``multiprocessing.parent_process()`` is not None, or a plain ``os.fork()`` child) writing a path
+without ``{pid}`` inserts ``.{pid}`` before the suffix: ``lockwatch-manifest.json`` becomes
+``lockwatch-manifest.12345.json``. A child that recorded no lock activity at all (the forkserver
+process, an idle pool worker) writes no manifest.
 
 **fork.** The child inherits the instrumentation. At the fork (``os.register_at_fork``) the child
 marks itself a child and resets the exporter's per-process state (its write lock, the
@@ -48,6 +48,7 @@ child still unpickles a plain lock.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import logging
@@ -69,12 +70,23 @@ from ._recorder import RECORDER, Stats
 from ._telemetry import TELEMETRY
 from ._wrappers import _check_order, _ctx_get, _discard, _record_hold, _record_wait
 
-__all__ = ["BOOTSTRAP_DIR", "CHILD_OPTIONS_ENV", "EXIT_PRIORITY", "child_options", "instrument", "is_child",
-           "manifest_path", "mark_child", "skip_write", "uninstrument", "write_at_process_end"]
+__all__ = [
+    "BOOTSTRAP_DIR",
+    "CHILD_OPTIONS_ENV",
+    "EXIT_PRIORITY",
+    "child_options",
+    "instrument",
+    "is_child",
+    "manifest_path",
+    "mark_child",
+    "skip_write",
+    "uninstrument",
+    "write_at_process_end",
+]
 
 logger = logging.getLogger("otel_lockwatch")
 
-#: The options a bootstrapped child instruments itself with (JSON object of ``instrument()`` kwargs).
+#: The options a bootstrapped child instruments itself with (JSON: ``instrument()`` kwargs).
 CHILD_OPTIONS_ENV = "OTEL_PYTHON_LOCKWATCH_CHILD_OPTIONS"
 #: The directory holding the bootstrap ``sitecustomize`` prepended to ``PYTHONPATH``.
 BOOTSTRAP_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_bootstrap")
@@ -115,15 +127,15 @@ _RECEIVED: dict[str, tuple[str, str]] = {}
 
 
 class _Anchor:
-    """A long-lived object for ``multiprocessing.util.register_after_fork`` (it keeps weak values)."""
+    """A long-lived object for ``multiprocessing.util.register_after_fork`` (weak values)."""
 
 
 _ANCHOR = _Anchor()
 
 
-# -- which process is this, and where does it write ---------------------------------------------
+# -- which process is this, and where does it write -----------------------------------------------
 def is_child() -> bool:
-    """True in a multiprocessing child, a bootstrapped interpreter, or a plain ``os.fork()`` child."""
+    """True in a multiprocessing child, a bootstrapped interpreter, an ``os.fork()`` child."""
     return _STATE.child or multiprocessing.parent_process() is not None
 
 
@@ -140,10 +152,8 @@ def manifest_path(path: str | os.PathLike[str]) -> str:
         return text
     head, name = os.path.split(text)
     stem, dot, suffix = name.rpartition(".")
-    if not dot or not stem:  # no suffix (or a dot file): append
-        name = name + ".{pid}"
-    else:
-        name = f"{stem}.{{pid}}.{suffix}"
+    # No suffix (or a dot file): append.
+    name = name + ".{pid}" if not dot or not stem else f"{stem}.{{pid}}.{suffix}"
     return os.path.join(head, name)
 
 
@@ -154,9 +164,9 @@ def skip_write() -> bool:
     return not any(state.stats for state in list(RECORDER._states))
 
 
-# -- trackers: the instance methods of a watched SemLock -----------------------------------------
+# -- trackers: the instance methods of a watched SemLock ------------------------------------------
 def _entries_hold_frames() -> bool:
-    """Whether ``_wrappers``' held-stack entries carry the acquiring frame (else its code object)."""
+    """Whether ``_wrappers``' held-stack entries carry the acquiring frame (else its code)."""
     f = _getframe(0)
     try:
         _wrappers.entry_site((None, f, f.f_lasti, None, False))
@@ -369,17 +379,20 @@ def _creation_site(instance: Any) -> str | None:
     are skipped; a lock created inside multiprocessing itself (a ``Condition``'s, a queue's) is
     not watched."""
     depth = 2
-    f = _getframe(depth)
+    f: Any = _getframe(depth)
     while f is not None and f.f_code.co_name == "__init__" and f.f_locals.get("self") is instance:
         depth += 1
         f = f.f_back
-    if (f is not None and f.f_globals.get("__name__") == "multiprocessing.context"
-            and f.f_code.co_name in _CONTEXT_FACTORIES):
+    if (
+        f is not None
+        and f.f_globals.get("__name__") == "multiprocessing.context"
+        and f.f_code.co_name in _CONTEXT_FACTORIES
+    ):
         depth += 1
     return watched_site(depth)
 
 
-# -- the patches -----------------------------------------------------------------------------------
+# -- the patches ----------------------------------------------------------------------------------
 def _semlock_init_factory(original: Any) -> Any:
     def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
         original(self, *args, **kwargs)
@@ -438,7 +451,9 @@ def _semlock_setstate_factory(original: Any) -> Any:
             return
         try:
             kind = _KINDS.get(type(self))
-            received = _RECEIVED.get(state[3]) if kind is not None and isinstance(state, tuple) else None
+            received = (
+                _RECEIVED.get(state[3]) if kind is not None and isinstance(state, tuple) else None
+            )
             if received is not None:
                 _tag(self, lock_class(received[0], kind, received[1]))  # type: ignore[arg-type]
         except Exception as exc:
@@ -516,14 +531,12 @@ def _unpatch() -> None:
     if "_lockwatch_rename" in vars(_sync.SemLock):
         del _sync.SemLock._lockwatch_rename  # type: ignore[attr-defined]
     for lock in list(_TAGGED):
-        try:
+        with contextlib.suppress(Exception):  # a lock whose semaphore is gone: nothing to restore
             _untag(lock)
-        except Exception:  # a lock whose semaphore is gone: nothing to restore
-            pass
     _TAGGED.clear()
 
 
-# -- processes ---------------------------------------------------------------------------------
+# -- processes ------------------------------------------------------------------------------------
 def _exporter() -> Any:
     from ._instrumentor import LockwatchInstrumentor
 
@@ -559,7 +572,9 @@ def write_at_process_end() -> None:
 
 def _register_process_hooks() -> None:
     if not _STATE.at_fork_registered and hasattr(os, "register_at_fork"):
-        os.register_at_fork(after_in_child=_after_fork_in_child)  # can't be unregistered: checks _STATE
+        os.register_at_fork(
+            after_in_child=_after_fork_in_child
+        )  # can't be unregistered: checks _STATE
         _STATE.at_fork_registered = True
     if _STATE.after_fork_pid != os.getpid():
         # Inherited across a fork (the registry is copied); registered afresh in a new interpreter.
@@ -567,9 +582,11 @@ def _register_process_hooks() -> None:
         _STATE.after_fork_pid = os.getpid()
 
 
-# -- spawn / forkserver: the bootstrap ----------------------------------------------------------
+# -- spawn / forkserver: the bootstrap ------------------------------------------------------------
 def _under_opentelemetry_instrument(pythonpath: str) -> bool:
-    return any(os.path.normpath(p).endswith(_OTEL_AUTO_DIR) for p in pythonpath.split(os.pathsep) if p)
+    return any(
+        os.path.normpath(p).endswith(_OTEL_AUTO_DIR) for p in pythonpath.split(os.pathsep) if p
+    )
 
 
 def child_options(options: Any) -> dict[str, Any]:
@@ -597,7 +614,11 @@ def _install_bootstrap(options: Any) -> None:
 
 def _remove_bootstrap() -> None:
     if _STATE.added_path:
-        entries = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p and p != BOOTSTRAP_DIR]
+        entries = [
+            p
+            for p in os.environ.get("PYTHONPATH", "").split(os.pathsep)
+            if p and p != BOOTSTRAP_DIR
+        ]
         if entries or not _STATE.created_pythonpath:
             os.environ["PYTHONPATH"] = os.pathsep.join(entries)
         else:
@@ -608,7 +629,7 @@ def _remove_bootstrap() -> None:
         _STATE.set_options = False
 
 
-# -- instrument / uninstrument ------------------------------------------------------------------
+# -- instrument / uninstrument --------------------------------------------------------------------
 def instrument(options: Any = None) -> None:
     """Watch multiprocessing locks and pools, and make every child process report.
 

@@ -22,21 +22,30 @@ from pathlib import Path
 
 import pytest
 
-from otel_lockwatch import LockwatchInstrumentor, merge_manifests, name_lock, write_manifest
-from otel_lockwatch import _multiprocess
+from otel_lockwatch import (
+    LockwatchInstrumentor,
+    _multiprocess,
+    merge_manifests,
+    name_lock,
+    write_manifest,
+)
 from otel_lockwatch._recorder import RECORDER
 
-METHODS = [m for m in ("fork", "spawn", "forkserver") if m in multiprocessing.get_all_start_methods()]
+METHODS = [
+    m for m in ("fork", "spawn", "forkserver") if m in multiprocessing.get_all_start_methods()
+]
 HOLD_S = 0.002
 ITERATIONS = 8
 
-ORIGINAL_SEMLOCK = {name: vars(multiprocessing.synchronize.SemLock)[name]
-                    for name in ("__init__", "__getstate__", "__setstate__", "__enter__", "__exit__")}
+ORIGINAL_SEMLOCK = {
+    name: vars(multiprocessing.synchronize.SemLock)[name]
+    for name in ("__init__", "__getstate__", "__setstate__", "__enter__", "__exit__")
+}
 ORIGINAL_PPE_INIT = ProcessPoolExecutor.__init__
 ORIGINAL_POOL_INIT = multiprocessing.pool.Pool.__init__
 
 
-# -- what the workers run (module level: spawn children import this module) ---------------------
+# -- what the workers run (module level: spawn children import this module) -----------------------
 _LOCK = None
 _BARRIER = None
 
@@ -55,9 +64,8 @@ def _contend(n):
 
 
 def _nest(first, second):
-    with first:
-        with second:
-            pass
+    with first, second:
+        pass
 
 
 def _idle():
@@ -68,7 +76,7 @@ def _is_instrumented(queue):
     queue.put(LockwatchInstrumentor().is_instrumented_by_opentelemetry)
 
 
-# -- helpers ---------------------------------------------------------------------------------------
+# -- helpers --------------------------------------------------------------------------------------
 @pytest.fixture
 def mp_run(tmp_path):
     """Instrumented with the manifest at tmp_path/m.json (no checkpoints); undone after."""
@@ -108,7 +116,7 @@ def check_pool_run(directory: Path, pids: set[int], workers: int) -> None:
     assert sorted(merged["process"]["pids"]) == sorted(pids | {os.getpid()})
 
 
-# -- naming ------------------------------------------------------------------------------------------
+# -- naming ---------------------------------------------------------------------------------------
 def test_child_manifest_path(monkeypatch):
     """The parent keeps its path; a child inserts .{pid} before the suffix unless {pid} is there."""
     monkeypatch.setattr(_multiprocess._STATE, "child", False)
@@ -169,7 +177,7 @@ def test_no_bootstrap_under_opentelemetry_instrument(monkeypatch, tmp_path):
     assert os.environ["PYTHONPATH"] == auto
 
 
-# -- the locks, in one process ----------------------------------------------------------------------
+# -- the locks, in one process --------------------------------------------------------------------
 def locks_of(data: dict) -> dict:
     return data["locks"]
 
@@ -215,7 +223,9 @@ def test_multiprocessing_lock_semantics_kept(watched):
     with pytest.raises(ValueError, match=r"^semaphore or lock released too many times$"):
         lock.release()
     rlock = ctx.RLock()
-    with pytest.raises(AssertionError, match=r"^attempt to release recursive lock not owned by thread$"):
+    with pytest.raises(
+        AssertionError, match=r"^attempt to release recursive lock not owned by thread$"
+    ):
         rlock.release()
     bounded = ctx.BoundedSemaphore(1)
     with pytest.raises(ValueError, match=r"^semaphore or lock released too many times$"):
@@ -258,7 +268,9 @@ def test_internal_locks_of_multiprocessing_are_not_watched(watched):
     queue.close()
     queue.join_thread()
     assert "_lw_track" not in vars(cond._lock)
-    assert not any(v["kind"].startswith("multiprocessing") for v in locks_of(RECORDER.snapshot()).values())
+    assert not any(
+        v["kind"].startswith("multiprocessing") for v in locks_of(RECORDER.snapshot()).values()
+    )
 
 
 def test_pickled_lock_carries_its_class():
@@ -280,7 +292,7 @@ def test_pool_sizes_are_nominal(watched):
     assert RECORDER.pool_size == 5
 
 
-# -- pools across processes -------------------------------------------------------------------------
+# -- pools across processes -----------------------------------------------------------------------
 @pytest.mark.parametrize("method", METHODS)
 def test_process_pool_executor_merged_exactly(mp_run, method):
     """Workers of a ProcessPoolExecutor contend on a multiprocessing.Lock made by the parent: each
@@ -290,13 +302,17 @@ def test_process_pool_executor_merged_exactly(mp_run, method):
     workers = 2
     lock = name_lock(ctx.Lock(), "shared")
     barrier = ctx.Barrier(workers)
-    with ProcessPoolExecutor(workers, mp_context=ctx, initializer=_init, initargs=(lock, barrier)) as ex:
+    with ProcessPoolExecutor(
+        workers, mp_context=ctx, initializer=_init, initargs=(lock, barrier)
+    ) as ex:
         pids = set(ex.map(_contend, [ITERATIONS] * workers))
     assert len(pids) == workers
     check_pool_run(mp_run, pids, workers)
 
 
-@pytest.mark.parametrize(("method", "ending"), [("fork", "close"), ("fork", "terminate"), ("spawn", "terminate")])
+@pytest.mark.parametrize(
+    ("method", "ending"), [("fork", "close"), ("fork", "terminate"), ("spawn", "terminate")]
+)
 def test_multiprocessing_pool_merged_exactly(mp_run, method, ending):
     """The same with multiprocessing.Pool, whether its workers end normally (close/join: the
     finalizer writes) or are terminated (`with`: SIGTERM writes, even mid-way through the
@@ -321,7 +337,7 @@ def test_multiprocessing_pool_merged_exactly(mp_run, method, ending):
 
 @pytest.mark.parametrize("method", ["fork", "spawn"])
 def test_cross_process_cycle_only_in_the_merge(mp_run, method):
-    """One child takes A then B, a later one B then A: neither manifest has a cycle, the merge does."""
+    """One child takes A then B, a later one B then A: no manifest has a cycle but the merge."""
     ctx = multiprocessing.get_context(method)
     a = name_lock(ctx.Lock(), "A")
     b = name_lock(ctx.RLock(), "B")
@@ -342,7 +358,9 @@ def test_cross_process_cycle_only_in_the_merge(mp_run, method):
     assert merged["verdict"] == "CYCLIC_ORDERING_DETECTED"
     [cycle] = merged["pre_deadlock_ordering_witness"]
     assert sorted(cycle["cycle"]) == ["A", "B"]
-    assert sorted(e["worker"] for e in cycle["edges"]) == sorted(f"{pid}/MainThread" for pid in pids)
+    assert sorted(e["worker"] for e in cycle["edges"]) == sorted(
+        f"{pid}/MainThread" for pid in pids
+    )
 
 
 def test_idle_child_writes_nothing(mp_run):
@@ -376,8 +394,13 @@ def test_plain_fork_child_writes_its_own_file(tmp_path):
     hook, with its own acquisitions only; the parent keeps m.json."""
     script = tmp_path / "forking.py"
     script.write_text(FORKING_SCRIPT)
-    out = subprocess.run([sys.executable, str(script), str(tmp_path / "m.json")], capture_output=True,
-                         text=True, timeout=60, check=True).stdout
+    out = subprocess.run(
+        [sys.executable, str(script), str(tmp_path / "m.json")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    ).stdout
     child, code = map(int, out.split())
     assert code == 0
     files = manifests(tmp_path)
@@ -386,7 +409,7 @@ def test_plain_fork_child_writes_its_own_file(tmp_path):
     assert files["m.json"]["locks"]["shared"]["acquisitions"] == 2
 
 
-# -- the bootstrap ------------------------------------------------------------------------------------
+# -- the bootstrap --------------------------------------------------------------------------------
 def test_spawn_child_is_instrumented(mp_run):
     """A spawn child instruments itself at startup (the bootstrap sitecustomize)."""
     ctx = multiprocessing.get_context("spawn")
@@ -402,13 +425,19 @@ def test_bootstrap_leaves_plain_subprocesses_alone_and_chains(mp_run, tmp_path):
     the path still runs."""
     other = tmp_path / "other"
     other.mkdir()
-    (other / "sitecustomize.py").write_text("import os\nos.environ['OTHER_SITECUSTOMIZE_RAN'] = '1'\n")
+    (other / "sitecustomize.py").write_text(
+        "import os\nos.environ['OTHER_SITECUSTOMIZE_RAN'] = '1'\n"
+    )
     script = tmp_path / "script.py"
-    script.write_text("import os, sys\n"
-                      "print('otel_lockwatch' in sys.modules, os.environ.get('OTHER_SITECUSTOMIZE_RAN'),"
-                      " sys.modules['sitecustomize'].__file__)\n")
+    script.write_text(
+        "import os, sys\n"
+        "print('otel_lockwatch' in sys.modules, os.environ.get('OTHER_SITECUSTOMIZE_RAN'),"
+        " sys.modules['sitecustomize'].__file__)\n"
+    )
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([env["PYTHONPATH"], str(other)])
     for argv in ([sys.executable, str(script)], [sys.executable, "-c", script.read_text()]):
-        out = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=60, check=True).stdout
+        out = subprocess.run(
+            argv, env=env, capture_output=True, text=True, timeout=60, check=True
+        ).stdout
         assert out.split() == ["False", "1", str(other / "sitecustomize.py")]

@@ -54,7 +54,8 @@ def _instrument() -> None:
         LockwatchInstrumentor().instrument(**options)
     except Exception as exc:  # never stop the child
         logging.getLogger("otel_lockwatch").warning(
-            "otel-lockwatch: could not instrument child process %d: %s", os.getpid(), exc)
+            "otel-lockwatch: could not instrument child process %d: %s", os.getpid(), exc
+        )
 
 
 def _chain() -> None:
@@ -66,9 +67,13 @@ def _chain() -> None:
         importlib.import_module("sitecustomize")
     except ImportError as exc:
         if exc.name != "sitecustomize":
-            logging.getLogger("otel_lockwatch").warning("otel-lockwatch: the next sitecustomize failed: %s", exc)
+            logging.getLogger("otel_lockwatch").warning(
+                "otel-lockwatch: the next sitecustomize failed: %s", exc
+            )
     except Exception as exc:
-        logging.getLogger("otel_lockwatch").warning("otel-lockwatch: the next sitecustomize failed: %s", exc)
+        logging.getLogger("otel_lockwatch").warning(
+            "otel-lockwatch: the next sitecustomize failed: %s", exc
+        )
     finally:
         # Our directory goes back where it was; whatever the other one added stays.
         for i, p in enumerate(saved):
