@@ -165,6 +165,7 @@ class ManifestExporter(SpanExporter):  # type: ignore[misc]
         """Stop the checkpoints and the exit hooks without writing (``uninstrument()``)."""
         self._stop.set()
         _HOOKS.unregister(self)
+        _HOOKS.uninstall_if_idle()
 
     def close(self) -> None:
         """The final write (idempotent for the span; the file is rewritten with the latest data)."""
@@ -184,7 +185,8 @@ class ManifestExporter(SpanExporter):  # type: ignore[misc]
             _HOOKS.writing = threading.get_ident()
         try:
             with self._lock:
-                manifest = evaluate()
+                name = _service_name(self._provider)
+                manifest = evaluate(service_name=name) if name else evaluate()
                 path = self._path
                 if path is None:
                     opts = _options()
@@ -340,13 +342,22 @@ class _Hooks:
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
         os.kill(os.getpid(), signal.SIGTERM)
 
-    def restore(self) -> None:
-        if self._installed and self._previous is not None:
-            try:
-                if signal.getsignal(signal.SIGTERM) == self._on_sigterm:
-                    signal.signal(signal.SIGTERM, self._previous)
-            except (ValueError, OSError):
-                pass
+    def uninstall_if_idle(self) -> None:
+        """With no exporter left, take back the atexit hook and the SIGTERM handler (when it is
+        still ours: a handler installed after it stays, and keeps chaining to it)."""
+        if self._exporters or not self._installed:
+            return
+        self._installed = False
+        atexit.unregister(self._at_exit)
+        if self._previous is None:
+            return
+        try:
+            if threading.current_thread() is threading.main_thread() and \
+                    signal.getsignal(signal.SIGTERM) == self._on_sigterm:
+                signal.signal(signal.SIGTERM, self._previous)
+        except (ValueError, OSError):
+            pass
+        self._previous = None
 
 
 _HOOKS = _Hooks()

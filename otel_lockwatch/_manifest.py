@@ -24,7 +24,7 @@ successor never sizes its pool from numbers the run did not produce.
 
 Verdict precedence: ``CYCLIC_ORDERING_DETECTED`` > ``STARVATION_OBSERVED`` >
 ``HOT_LOCK_DETECTED`` > ``LOW_CONTENTION``. Every threshold and floor is listed in the
-manifest's ``thresholds`` and documented in ``docs/manifest.md``.
+manifest's ``thresholds`` and documented in the README ("The contention manifest").
 """
 
 from __future__ import annotations
