@@ -1,0 +1,239 @@
+"""Real pools with known ground truth, through the real instrumentation, checked field by field."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from otel_lockwatch import (
+    AsyncStripedSections,
+    LockwatchInstrumentor,
+    StripedSections,
+    evaluate,
+    load_manifest,
+    name_lock,
+)
+from otel_lockwatch._recorder import RECORDER
+
+from conftest import instrument
+
+HOLD_S = 0.002
+
+
+def test_hot_global_lock_hammered_by_eight_workers(watched):
+    """8 pool workers, 10 rounds each of one 2 ms hold of one global lock -> HOT_LOCK_DETECTED."""
+    lock = name_lock(threading.Lock(), "global_config")
+    rounds = 10
+    barrier = threading.Barrier(8)
+
+    def work(_):
+        for _ in range(rounds):
+            barrier.wait()  # every round starts together: the waits are spread evenly
+            with lock:
+                time.sleep(HOLD_S)  # hold
+
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        list(pool.map(work, range(8)))
+    manifest = evaluate()
+
+    assert manifest.verdict == "HOT_LOCK_DETECTED"
+    assert manifest.nominal_pool_size == 8
+    assert manifest.pool_size_source == "executor"
+    assert manifest.recommended_pool_size == 6
+    assert manifest.hot_lock_register[0]["lock"] == "global_config"
+    assert manifest.hot_lock_register[0]["wait_share_pct"] == 100.0
+    dist = manifest.hold_time_distribution["global_config"]
+    assert dist["count"] == 80
+    assert HOLD_S * 1000 <= dist["p50_ms"] <= HOLD_S * 1000 * 3  # the imposed hold (sleep overshoots)
+    assert dist["p50_ms"] <= dist["p95_ms"] <= dist["max_ms"]
+    assert manifest.starvation_signatures == []
+    assert manifest.pre_deadlock_ordering_witness == []
+    assert manifest.locks["global_config"]["acquisitions"] == 80
+    # Each round lasts 8 holds and a worker waits 3.5 of them on average: 1 - 3.5/8 = 56 %.
+    assert 35 < manifest.effective_throughput_pct < 75
+
+
+def test_starved_worker_on_a_lock_the_others_take_freely(watched):
+    """One worker waits 50 ms on a lock that three others take without waiting -> STARVATION_OBSERVED."""
+    lock = name_lock(threading.Lock(), "stats_snapshot")
+    held = threading.Event()
+    victim_waiting = threading.Event()
+
+    def holder():
+        with lock:
+            held.set()
+            assert victim_waiting.wait(10)
+            time.sleep(0.05)  # hold while the victim waits
+
+    def victim():
+        assert held.wait(10)
+        victim_waiting.set()
+        with lock:
+            pass
+
+    def free_taker():
+        for _ in range(5):
+            with lock:
+                pass
+
+    threads = [threading.Thread(target=holder, name="holder"), threading.Thread(target=victim, name="victim")]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    takers = [threading.Thread(target=free_taker, name=f"taker-{i}") for i in range(3)]
+    for t in takers:  # one after the other: they never wait
+        t.start()
+        t.join()
+    manifest = evaluate(pool_size=5)
+
+    assert manifest.verdict == "STARVATION_OBSERVED"
+    (sig,) = manifest.starvation_signatures
+    assert (sig["worker"], sig["lock"]) == ("victim", "stats_snapshot")
+    assert sig["wait_ms"] >= 40
+    assert sig["median_wait_ms"] == 0
+    assert manifest.recommended_pool_size == 2  # 5 // 2
+
+
+def test_ab_ba_precursor_that_never_deadlocks(watched):
+    """A->B in one worker, later B->A in another: nothing deadlocks, the cycle is the verdict."""
+    a = name_lock(threading.Lock(), "A")
+    b = name_lock(threading.Lock(), "B")
+    tracer = watched.tracer_provider.get_tracer("app")
+
+    def forward():
+        with tracer.start_as_current_span("forward"):
+            with a:
+                with b:
+                    pass
+
+    def backward():
+        with b:
+            with a:
+                pass
+
+    first = threading.Thread(target=forward, name="w1")
+    first.start()
+    first.join()
+    second = threading.Thread(target=backward, name="w2")
+    second.start()
+    second.join()
+    manifest = evaluate(pool_size=4)
+
+    assert manifest.verdict == "CYCLIC_ORDERING_DETECTED"
+    assert manifest.recommended_pool_size == 2
+    (witness,) = manifest.pre_deadlock_ordering_witness
+    assert witness["cycle"] == ["A", "B"]
+    forward_edge, backward_edge = witness["edges"]
+    assert (forward_edge["holding"], forward_edge["acquiring"], forward_edge["worker"]) == ("A", "B", "w1")
+    assert (backward_edge["holding"], backward_edge["acquiring"], backward_edge["worker"]) == ("B", "A", "w2")
+    assert forward_edge["sites"][0].startswith("test_scenarios:forward:")
+    assert backward_edge["sites"][1].startswith("test_scenarios:backward:")
+    assert forward_edge["trace_id"] is not None and backward_edge["trace_id"] is None
+
+
+def test_well_partitioned_pool_keeps_its_size(watched):
+    """Each worker its own lock (one class: one creation site), no waits -> LOW_CONTENTION, size kept."""
+
+    def work(_):
+        own = threading.Lock()
+        for _ in range(50):
+            with own:
+                pass
+
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        list(pool.map(work, range(4)))
+    manifest = evaluate()
+
+    assert manifest.verdict == "LOW_CONTENTION"
+    assert (manifest.nominal_pool_size, manifest.recommended_pool_size) == (4, 4)
+    assert manifest.hot_lock_register == []
+    ((name, lock),) = manifest.locks.items()
+    assert name.startswith("test_scenarios:work:")
+    assert (lock["acquisitions"], lock["contentions"]) == (200, 0)
+
+
+def test_sections_every_entry_point_is_recorded(watched):
+    """lock, try_lock, lock_many and acquire/release of an array all reach the recorder."""
+    sections = StripedSections(16, name="emitter")
+    with sections.lock("a"):
+        with sections.try_lock("a") as held:
+            assert held is False  # the caller holds it: a try yields False, it never raises
+    with sections.try_lock("b") as held:
+        assert held
+    with sections.lock_many(["x", "y", "z"]):
+        pass
+    assert sections.acquire("q")
+    sections.release("q")
+    manifest = evaluate()
+    stats = manifest.locks["emitter"]
+    distinct = len({sections.index(k) for k in "xyz"})
+    assert stats["kind"] == "section"
+    assert stats["acquisitions"] == 1 + 1 + distinct + 1
+    assert stats["skipped"] == 1
+    assert manifest.sections["emitter"]["count"] == 16
+    assert manifest.sections["emitter"]["max_held"] == max(distinct, 1)
+    assert manifest.pre_deadlock_ordering_witness == []  # lock_many's order is canonical
+
+
+def test_async_sections_recorded_per_task(watched):
+    sections = AsyncStripedSections(16, name="async-emitter")
+
+    async def main():
+        gate = asyncio.Event()
+
+        async def holder():
+            async with sections.lock("k"):
+                gate.set()
+                await asyncio.sleep(0.005)  # hold
+
+        async def waiter():
+            await gate.wait()
+            async with sections.lock("k"):
+                pass
+            async with sections.try_lock("k") as held:
+                assert held
+
+        await asyncio.gather(asyncio.create_task(holder(), name="h"), asyncio.create_task(waiter(), name="w"))
+
+    asyncio.run(main())
+    stats = evaluate().locks["async-emitter"]
+    assert (stats["acquisitions"], stats["contentions"]) == (3, 1)
+    assert set(stats["workers"]) == {"task:h", "task:w"}
+
+
+def test_manifest_span_and_file_at_provider_shutdown(tmp_path):
+    """At the tracer provider's shutdown the manifest is written and sent as a span with events."""
+    path = tmp_path / "m.json"
+    w = instrument(manifest=True, manifest_path=str(path), checkpoint_interval_s=0)
+    try:
+        a = name_lock(threading.Lock(), "A")
+        b = name_lock(threading.Lock(), "B")
+        with a, b:
+            pass
+        with b, a:
+            pass
+        w.tracer_provider.shutdown()
+    finally:
+        w.instrumentor.uninstrument()
+        RECORDER.reset()
+    manifest = load_manifest(path)
+    assert manifest.verdict == "CYCLIC_ORDERING_DETECTED"
+    (span,) = [s for s in w.spans.get_finished_spans() if s.name == "lockwatch.manifest"]
+    assert span.attributes["lockwatch.verdict"] == "CYCLIC_ORDERING_DETECTED"
+    assert span.attributes["lockwatch.manifest.digest"] == manifest.manifest_digest
+    assert [e.name for e in span.events] == ["lockwatch.cycle"]
+    assert list(span.events[0].attributes["lockwatch.cycle"]) == ["A", "B"]
+
+
+@pytest.mark.parametrize("bad", ["0", "-5", "lots"])
+def test_nonsense_threshold_refused(bad):
+    with pytest.raises(ValueError, match=r"^hot_lock_threshold_pct must be"):
+        LockwatchInstrumentor().instrument(hot_lock_threshold_pct=bad, manifest=False)
+    LockwatchInstrumentor().uninstrument()
+
+
