@@ -39,7 +39,9 @@ class Discard(SpanExporter):
 def best_ns(fn, number: int, repeat: int) -> float:
     # The calling thread's CPU time, not wall time: other processes on this shared machine take
     # the cores away mid-run, and what the instrumentation costs is the CPU it burns.
-    return min(timeit.repeat(fn, number=number, repeat=repeat, timer=time.thread_time)) / number * 1e9
+    return (
+        min(timeit.repeat(fn, number=number, repeat=repeat, timer=time.thread_time)) / number * 1e9
+    )
 
 
 def pair(lock):
@@ -60,16 +62,17 @@ def section_pair(sections, key):
 
 def nested(outer, inner):
     def run():
-        with outer:
-            with inner:
-                pass
+        with outer, inner:
+            pass
 
     return run
 
 
 def naive_baseline(tracer, wait_hist, hold_hist):
     """A naive instrumentation: a span and two histogram values per acquisition."""
-    lock = threading.Lock.__wrapped__() if hasattr(threading.Lock, "__wrapped__") else threading.Lock()
+    lock = (
+        threading.Lock.__wrapped__() if hasattr(threading.Lock, "__wrapped__") else threading.Lock()
+    )
     attrs = {"lock": "naive"}
 
     def run():
@@ -86,7 +89,7 @@ def naive_baseline(tracer, wait_hist, hold_hist):
 
 def slow_path_cost(number: int) -> float:
     """The work a contended acquisition adds beyond its wait: recording the wait, a 2 ms
-    lock.wait span through a BatchSpanProcessor, the wait histogram. Called with a synthetic wait."""
+    lock.wait span through a BatchSpanProcessor, the wait histogram. A synthetic wait."""
     from otel_lockwatch._naming import lock_class
     from otel_lockwatch._recorder import Stats
     from otel_lockwatch._wrappers import _ctx_get, _record_wait
@@ -145,7 +148,9 @@ def memory_check(small: int, large: int) -> tuple[int, int]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer iterations")
-    parser.add_argument("--memory", action="store_true", help="also compare memory after 1e5 and 1e7 acquisitions")
+    parser.add_argument(
+        "--memory", action="store_true", help="also compare memory after 1e5 and 1e7 acquisitions"
+    )
     args = parser.parse_args()
     number, rounds = (30_000, 5) if args.quick else (50_000, 15)
 
@@ -162,7 +167,9 @@ def main() -> None:
     instrumentor = LockwatchInstrumentor()
 
     def instrument() -> None:
-        instrumentor.instrument(tracer_provider=tracer_provider, meter_provider=meter_provider, manifest=False)
+        instrumentor.instrument(
+            tracer_provider=tracer_provider, meter_provider=meter_provider, manifest=False
+        )
 
     RECORDER.reset()
     instrument()
@@ -172,7 +179,9 @@ def main() -> None:
     inner = threading.Lock()
     tracer = tracer_provider.get_tracer("naive")
     meter = meter_provider.get_meter("naive")
-    naive = naive_baseline(tracer, meter.create_histogram("naive.wait"), meter.create_histogram("naive.hold"))
+    naive = naive_baseline(
+        tracer, meter.create_histogram("naive.wait"), meter.create_histogram("naive.hold")
+    )
     instrumentor.uninstrument()
 
     plain = {
@@ -181,7 +190,9 @@ def main() -> None:
         "section, uninstrumented": section_pair(sections, key),
     }
     watched = {
-        "section, instrumented": section_pair(sections, key),  # the same array: the class is patched
+        "section, instrumented": section_pair(
+            sections, key
+        ),  # the same array: the class is patched
         "instrumented threading.Lock": pair(lock),
         "instrumented threading.RLock": pair(rlock),
         "instrumented nested Lock pair (order check)": nested(outer, inner),
@@ -198,7 +209,9 @@ def main() -> None:
             for name, fn in watched.items():
                 rows[name] = min(rows[name], best_ns(fn, number, 1))
             rows["naive span + 2 histograms per acquisition"] = min(
-                rows["naive span + 2 histograms per acquisition"], best_ns(naive, max(number // 50, 500), 1))
+                rows["naive span + 2 histograms per acquisition"],
+                best_ns(naive, max(number // 50, 500), 1),
+            )
         finally:
             instrumentor.uninstrument()
     instrument()
@@ -215,19 +228,24 @@ def main() -> None:
     for name, ns in rows.items():
         print(f"{name:<{width}}  {ns:8.0f}  {ns / raw:10.2f}")
     print()
-    print(f"instrumented Lock / raw Lock:               {rows['instrumented threading.Lock'] / raw:.2f}x (target <= 6)")
-    print(f"instrumented section / uninstrumented:      "
-          f"{rows['section, instrumented'] / rows['section, uninstrumented']:.2f}x (target <= 2.5)")
-    check = rows["instrumented nested Lock pair (order check)"] - 2 * rows["instrumented threading.Lock"]
+    lock = rows["instrumented threading.Lock"]
+    lock_ratio = lock / raw
+    section_ratio = rows["section, instrumented"] / rows["section, uninstrumented"]
+    check = rows["instrumented nested Lock pair (order check)"] - 2 * lock
+    naive_ratio = rows["naive span + 2 histograms per acquisition"] / lock
+    waiting, emitting = contended_extra[0] / 1000, contended_extra[1] / 1000
+    print(f"instrumented Lock / raw Lock:               {lock_ratio:.2f}x (target <= 6)")
+    print(f"instrumented section / uninstrumented:      {section_ratio:.2f}x (target <= 2.5)")
     print(f"the order check of a nested acquisition (nested pair - 2 single pairs): {check:.0f} ns")
-    print(f"naive baseline / instrumented Lock:         "
-          f"{rows['naive span + 2 histograms per acquisition'] / rows['instrumented threading.Lock']:.1f}x")
-    print(f"contended acquisition, added beyond its wait on the waiting thread: {contended_extra[0] / 1000:.1f} us "
+    print(f"naive baseline / instrumented Lock:         {naive_ratio:.1f}x")
+    print(f"contended acquisition, added to its wait on the waiting thread: {waiting:.1f} us "
           "(target <= 20 us)")
-    print(f"  then, on the emitter thread, its lock.wait span and histogram value: {contended_extra[1] / 1000:.1f} us")
+    print(f"  then, on the emitter thread, its span and histogram value: {emitting:.1f} us")
     if memory is not None:
         small, large = memory
-        print(f"memory held by the recorder after 1e5 acquisitions: {small} B; after 1e7: {large} B")
+        print(
+            f"memory held by the recorder after 1e5 acquisitions: {small} B; after 1e7: {large} B"
+        )
 
 
 if __name__ == "__main__":

@@ -103,7 +103,7 @@ def lock_acquire_factory(original: Any) -> Any:
 
 
 def lock_release_factory(original: Any) -> Any:
-    """The instrumented ``asyncio.Lock.release`` (any task may release: the holder's stack is popped)."""
+    """The instrumented ``asyncio.Lock.release`` (any task may release it)."""
 
     def release(self: Any) -> None:
         original(self)  # raises RuntimeError when not locked: then nothing changed
@@ -119,7 +119,7 @@ def lock_release_factory(original: Any) -> Any:
 
 
 def semaphore_acquire_factory(original: Any) -> Any:
-    """The instrumented ``asyncio.Semaphore.acquire``: waits and counts (a semaphore has no owner)."""
+    """The instrumented ``asyncio.Semaphore.acquire``: waits and counts (no owner)."""
 
     async def acquire(self: Any) -> bool:
         cls = self.__dict__.get("_lockwatch_class")
@@ -151,8 +151,14 @@ def semaphore_acquire_factory(original: Any) -> Any:
 def async_section_acquire_factory(original: Any, sections_module_globals: dict) -> Any:
     """The instrumented ``AsyncStripedSections._acquire``."""
 
-    async def _acquire(self: Any, index: int, key: Any, blocking: bool = True, timeout: float | None = None,
-                       canonical: bool = False) -> bool:
+    async def _acquire(
+        self: Any,
+        index: int,
+        key: Any,
+        blocking: bool = True,
+        timeout: float | None = None,
+        canonical: bool = False,
+    ) -> bool:
         st = _state()
         if st.busy:
             return await original(self, index, key, blocking, timeout, canonical)
@@ -168,7 +174,9 @@ def async_section_acquire_factory(original: Any, sections_module_globals: dict) 
             else:
                 owner = self._owners[index]
                 if owner is not None and owner is _current_task():
-                    return await original(self, index, key, True, timeout, canonical)  # the reentry error
+                    return await original(
+                        self, index, key, True, timeout, canonical
+                    )  # the reentry error
                 holder_key = self._keys[index]
                 collision = holder_key is not None and holder_key != key
                 if collision:

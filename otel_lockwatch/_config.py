@@ -10,8 +10,9 @@ from __future__ import annotations
 import logging
 import math
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from . import environment_variables as ev
 
@@ -73,18 +74,56 @@ def _path(value: Any) -> str:
 
 # name: (environment variable, parser, default, what a valid value is)
 _SPEC: dict[str, tuple[str, Callable[[Any], Any], Any, str]] = {
-    "wait_span_threshold_ms": (ev.OTEL_PYTHON_LOCKWATCH_WAIT_SPAN_THRESHOLD_MS, _number(0), 1.0, "a number >= 0"),
-    "hold_span_threshold_ms": (ev.OTEL_PYTHON_LOCKWATCH_HOLD_SPAN_THRESHOLD_MS, _number(0), 10.0, "a number >= 0"),
-    "hold_metric_floor_ms": (ev.OTEL_PYTHON_LOCKWATCH_HOLD_METRIC_FLOOR_MS, _number(0), 0.1, "a number >= 0"),
-    "on_cycle": (ev.OTEL_PYTHON_LOCKWATCH_ON_CYCLE, _choice("warn", "raise", "ignore"), "warn",
-                 "one of warn, raise, ignore"),
-    "manifest_path": (ev.OTEL_PYTHON_LOCKWATCH_MANIFEST_PATH, _path, "lockwatch-manifest.json", "a file path"),
+    "wait_span_threshold_ms": (
+        ev.OTEL_PYTHON_LOCKWATCH_WAIT_SPAN_THRESHOLD_MS,
+        _number(0),
+        1.0,
+        "a number >= 0",
+    ),
+    "hold_span_threshold_ms": (
+        ev.OTEL_PYTHON_LOCKWATCH_HOLD_SPAN_THRESHOLD_MS,
+        _number(0),
+        10.0,
+        "a number >= 0",
+    ),
+    "hold_metric_floor_ms": (
+        ev.OTEL_PYTHON_LOCKWATCH_HOLD_METRIC_FLOOR_MS,
+        _number(0),
+        0.1,
+        "a number >= 0",
+    ),
+    "on_cycle": (
+        ev.OTEL_PYTHON_LOCKWATCH_ON_CYCLE,
+        _choice("warn", "raise", "ignore"),
+        "warn",
+        "one of warn, raise, ignore",
+    ),
+    "manifest_path": (
+        ev.OTEL_PYTHON_LOCKWATCH_MANIFEST_PATH,
+        _path,
+        "lockwatch-manifest.json",
+        "a file path",
+    ),
     "manifest": (ev.OTEL_PYTHON_LOCKWATCH_MANIFEST, _bool, True, "true or false"),
-    "checkpoint_interval_s": (ev.OTEL_PYTHON_LOCKWATCH_CHECKPOINT_INTERVAL_S, _number(0), 30.0, "a number >= 0"),
+    "checkpoint_interval_s": (
+        ev.OTEL_PYTHON_LOCKWATCH_CHECKPOINT_INTERVAL_S,
+        _number(0),
+        30.0,
+        "a number >= 0",
+    ),
     "pool_size": (ev.OTEL_PYTHON_LOCKWATCH_POOL_SIZE, _positive_int, None, "an integer >= 1"),
-    "hot_lock_threshold_pct": (ev.OTEL_PYTHON_LOCKWATCH_HOT_LOCK_THRESHOLD_PCT, _number(0, 100, lo_open=True), 20.0,
-                               "a percentage in (0, 100]"),
-    "starvation_ratio": (ev.OTEL_PYTHON_LOCKWATCH_STARVATION_RATIO, _number(1, lo_open=True), 5.0, "a number > 1"),
+    "hot_lock_threshold_pct": (
+        ev.OTEL_PYTHON_LOCKWATCH_HOT_LOCK_THRESHOLD_PCT,
+        _number(0, 100, lo_open=True),
+        20.0,
+        "a percentage in (0, 100]",
+    ),
+    "starvation_ratio": (
+        ev.OTEL_PYTHON_LOCKWATCH_STARVATION_RATIO,
+        _number(1, lo_open=True),
+        5.0,
+        "a number > 1",
+    ),
 }
 
 
@@ -104,7 +143,9 @@ class Options:
     starvation_ratio: float = 5.0
 
 
-def load_options(overrides: dict[str, Any] | None = None, environ: dict[str, str] | None = None) -> Options:
+def load_options(
+    overrides: dict[str, Any] | None = None, environ: dict[str, str] | None = None
+) -> Options:
     """Resolve every option.
 
     Args:
@@ -132,6 +173,12 @@ def load_options(overrides: dict[str, Any] | None = None, environ: dict[str, str
         try:
             values[name] = parse(raw)
         except (TypeError, ValueError):
-            logger.warning("otel-lockwatch: %s must be %s, got %r; using the default %r", var, valid, raw, default)
+            logger.warning(
+                "otel-lockwatch: %s must be %s, got %r; using the default %r",
+                var,
+                valid,
+                raw,
+                default,
+            )
             values[name] = default
     return Options(**values)

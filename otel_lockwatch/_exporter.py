@@ -42,6 +42,7 @@ __all__ = ["ManifestExporter", "evaluate", "write_manifest"]
 
 logger = logging.getLogger("otel_lockwatch")
 
+
 def _options() -> Any:
     from ._instrumentor import LockwatchInstrumentor
 
@@ -93,8 +94,11 @@ def write_manifest(path: str | os.PathLike[str] | None = None) -> Path:
     """
     if path is None:
         opts = _options()
-        path = opts.manifest_path if opts is not None else os.environ.get(
-            "OTEL_PYTHON_LOCKWATCH_MANIFEST_PATH", "lockwatch-manifest.json")
+        path = (
+            opts.manifest_path
+            if opts is not None
+            else os.environ.get("OTEL_PYTHON_LOCKWATCH_MANIFEST_PATH", "lockwatch-manifest.json")
+        )
         path = _multiprocess.manifest_path(path)  # a child process writes its own file
     return _manifest.dump_manifest(evaluate(), path)
 
@@ -109,8 +113,12 @@ class ManifestExporter(SpanExporter):  # type: ignore[misc]
         tracer_provider: the provider whose tracer carries the manifest span.
     """
 
-    def __init__(self, path: str | None = None, checkpoint_interval_s: float = 0.0,
-                 tracer_provider: Any = None) -> None:
+    def __init__(
+        self,
+        path: str | None = None,
+        checkpoint_interval_s: float = 0.0,
+        tracer_provider: Any = None,
+    ) -> None:
         self._path = path
         self._interval = checkpoint_interval_s
         self._provider = tracer_provider
@@ -138,7 +146,9 @@ class ManifestExporter(SpanExporter):  # type: ignore[misc]
         """Start the checkpoints (if any) and the exit hooks."""
         _HOOKS.register(self)
         if self._interval and self._interval > 0 and self._checkpointer is None:
-            self._checkpointer = threading.Thread(target=self._run, name="otel-lockwatch-checkpoint", daemon=True)
+            self._checkpointer = threading.Thread(
+                target=self._run, name="otel-lockwatch-checkpoint", daemon=True
+            )
             self._checkpointer.start()
 
     def _run(self) -> None:
@@ -158,7 +168,9 @@ class ManifestExporter(SpanExporter):  # type: ignore[misc]
         if stopped:
             self._stop.set()
         elif self._interval and self._interval > 0:
-            self._checkpointer = threading.Thread(target=self._run, name="otel-lockwatch-checkpoint", daemon=True)
+            self._checkpointer = threading.Thread(
+                target=self._run, name="otel-lockwatch-checkpoint", daemon=True
+            )
             self._checkpointer.start()
 
     def stop(self) -> None:
@@ -230,17 +242,32 @@ def _send_manifest_span(manifest: _manifest.Manifest, path: Path, provider: Any)
     }
     with tracer.start_as_current_span("lockwatch.manifest", attributes=attrs) as span:
         for hot in doc.get("hot_lock_register", []):
-            span.add_event("lockwatch.hot_lock", {"lockwatch.lock.name": hot["lock"],
-                                                  "lockwatch.wait_ms": float(hot["wait_ms"]),
-                                                  "lockwatch.wait_share_pct": float(hot["wait_share_pct"])})
+            span.add_event(
+                "lockwatch.hot_lock",
+                {
+                    "lockwatch.lock.name": hot["lock"],
+                    "lockwatch.wait_ms": float(hot["wait_ms"]),
+                    "lockwatch.wait_share_pct": float(hot["wait_share_pct"]),
+                },
+            )
         for sig in doc.get("starvation_signatures", []):
-            span.add_event("lockwatch.starvation", {"lockwatch.worker": sig["worker"],
-                                                    "lockwatch.lock.name": sig["lock"],
-                                                    "lockwatch.wait_ms": float(sig["wait_ms"]),
-                                                    "lockwatch.median_wait_ms": float(sig["median_wait_ms"])})
+            span.add_event(
+                "lockwatch.starvation",
+                {
+                    "lockwatch.worker": sig["worker"],
+                    "lockwatch.lock.name": sig["lock"],
+                    "lockwatch.wait_ms": float(sig["wait_ms"]),
+                    "lockwatch.median_wait_ms": float(sig["median_wait_ms"]),
+                },
+            )
         for cyc in doc.get("pre_deadlock_ordering_witness", []):
-            span.add_event("lockwatch.cycle", {"lockwatch.cycle": list(cyc["cycle"]),
-                                               "lockwatch.workers": sorted({e["worker"] for e in cyc["edges"]})})
+            span.add_event(
+                "lockwatch.cycle",
+                {
+                    "lockwatch.cycle": list(cyc["cycle"]),
+                    "lockwatch.workers": sorted({e["worker"] for e in cyc["edges"]}),
+                },
+            )
 
 
 class FrontProcessor(SpanProcessor):  # type: ignore[misc]
@@ -352,8 +379,10 @@ class _Hooks:
         if self._previous is None:
             return
         try:
-            if threading.current_thread() is threading.main_thread() and \
-                    signal.getsignal(signal.SIGTERM) == self._on_sigterm:
+            if (
+                threading.current_thread() is threading.main_thread()
+                and signal.getsignal(signal.SIGTERM) == self._on_sigterm
+            ):
                 signal.signal(signal.SIGTERM, self._previous)
         except (ValueError, OSError):
             pass

@@ -33,7 +33,8 @@ import asyncio.locks
 import concurrent.futures
 import logging
 import threading
-from typing import Any, Collection
+from collections.abc import Collection
+from typing import Any
 
 import wrapt
 from opentelemetry import trace
@@ -51,15 +52,30 @@ __all__ = ["LockwatchInstrumentor"]
 logger = logging.getLogger("otel_lockwatch")
 
 # Patch targets: (owner, attribute).
-_SECTION_TARGETS = ((_sections.StripedSections, "_acquire"), (_sections.StripedSections, "_release"))
-_ASYNC_SECTION_TARGETS = ((_sections.AsyncStripedSections, "_acquire"), (_sections.AsyncStripedSections, "_release"))
+_SECTION_TARGETS = (
+    (_sections.StripedSections, "_acquire"),
+    (_sections.StripedSections, "_release"),
+)
+_ASYNC_SECTION_TARGETS = (
+    (_sections.AsyncStripedSections, "_acquire"),
+    (_sections.AsyncStripedSections, "_release"),
+)
 _THREADING_FACTORIES = ((threading, "Lock"), (threading, "RLock"))
 _CONDITION_TARGET = (threading.Condition, "__init__")
-_SEMAPHORE_TARGETS = ((threading.Semaphore, "__init__"), (threading.Semaphore, "acquire"),
-                      (threading.Semaphore, "__enter__"),
-                      (threading.Semaphore, "release"), (threading.BoundedSemaphore, "release"))
-_ASYNCIO_TARGETS = ((asyncio.locks.Lock, "__init__"), (asyncio.locks.Lock, "acquire"), (asyncio.locks.Lock, "release"),
-                    (asyncio.locks.Semaphore, "__init__"), (asyncio.locks.Semaphore, "acquire"))
+_SEMAPHORE_TARGETS = (
+    (threading.Semaphore, "__init__"),
+    (threading.Semaphore, "acquire"),
+    (threading.Semaphore, "__enter__"),
+    (threading.Semaphore, "release"),
+    (threading.BoundedSemaphore, "release"),
+)
+_ASYNCIO_TARGETS = (
+    (asyncio.locks.Lock, "__init__"),
+    (asyncio.locks.Lock, "acquire"),
+    (asyncio.locks.Lock, "release"),
+    (asyncio.locks.Semaphore, "__init__"),
+    (asyncio.locks.Semaphore, "acquire"),
+)
 _EXECUTOR_TARGET = (concurrent.futures.ThreadPoolExecutor, "__init__")
 
 
@@ -133,7 +149,9 @@ def unwrap(owner: Any, name: str) -> None:
 
 
 class LockwatchInstrumentor(BaseInstrumentor):  # type: ignore[misc]
-    """An OpenTelemetry instrumentor for locks: ``instrument(tracer_provider=..., meter_provider=..., **options)``.
+    """An OpenTelemetry instrumentor for locks.
+
+    ``instrument(tracer_provider=..., meter_provider=..., **options)``.
 
     Options (each also an ``OTEL_PYTHON_LOCKWATCH_*`` variable; see ``environment_variables``):
     ``wait_span_threshold_ms``, ``hold_span_threshold_ms``, ``hold_metric_floor_ms``,
@@ -164,7 +182,9 @@ class LockwatchInstrumentor(BaseInstrumentor):  # type: ignore[misc]
         self._instrument_executor()
         self._add_processors(kwargs.get("tracer_provider"), options)
         self._start_manifest(kwargs.get("tracer_provider"), options)
-        _multiprocess.instrument(options)  # multiprocess: locks, pool size, children report (issue 8)
+        _multiprocess.instrument(
+            options
+        )  # multiprocess: locks, pool size, children report (issue 8)
 
     def _uninstrument(self, **kwargs: Any) -> None:
         _multiprocess.uninstrument()  # multiprocess (issue 8)
@@ -178,10 +198,21 @@ class LockwatchInstrumentor(BaseInstrumentor):  # type: ignore[misc]
     # -- sections --------------------------------------------------------------------------
     def _instrument_sections(self) -> None:
         g = vars(_sections)
-        wrapt.wrap_object(_sections.StripedSections, "_acquire", _wrappers.section_acquire_factory, (g,))
+        wrapt.wrap_object(
+            _sections.StripedSections, "_acquire", _wrappers.section_acquire_factory, (g,)
+        )
         wrapt.wrap_object(_sections.StripedSections, "_release", _wrappers.section_release_factory)
-        wrapt.wrap_object(_sections.AsyncStripedSections, "_acquire", _asyncio_wrappers.async_section_acquire_factory, (g,))
-        wrapt.wrap_object(_sections.AsyncStripedSections, "_release", _asyncio_wrappers.async_section_release_factory)
+        wrapt.wrap_object(
+            _sections.AsyncStripedSections,
+            "_acquire",
+            _asyncio_wrappers.async_section_acquire_factory,
+            (g,),
+        )
+        wrapt.wrap_object(
+            _sections.AsyncStripedSections,
+            "_release",
+            _asyncio_wrappers.async_section_release_factory,
+        )
 
     def _uninstrument_sections(self) -> None:
         for owner, name in _SECTION_TARGETS + _ASYNC_SECTION_TARGETS:
@@ -191,19 +222,35 @@ class LockwatchInstrumentor(BaseInstrumentor):  # type: ignore[misc]
     def _instrument_threading(self) -> None:
         _ORIGINALS.setdefault("Lock", threading.Lock)
         _ORIGINALS.setdefault("RLock", threading.RLock)
-        wrapt.wrap_function_wrapper(threading, "Lock", _factory("threading.Lock", _wrappers.LockProxy))
-        wrapt.wrap_function_wrapper(threading, "RLock", _factory("threading.RLock", _wrappers.RLockProxy))
+        wrapt.wrap_function_wrapper(
+            threading, "Lock", _factory("threading.Lock", _wrappers.LockProxy)
+        )
+        wrapt.wrap_function_wrapper(
+            threading, "RLock", _factory("threading.RLock", _wrappers.RLockProxy)
+        )
         wrapt.wrap_function_wrapper(threading.Condition, "__init__", _condition_init)
-        wrapt.wrap_function_wrapper(threading.Semaphore, "__init__", _tag_init("threading.Semaphore"))
-        wrapt.wrap_function_wrapper(threading.BoundedSemaphore, "__init__", _tag_init("threading.BoundedSemaphore"))
+        wrapt.wrap_function_wrapper(
+            threading.Semaphore, "__init__", _tag_init("threading.Semaphore")
+        )
+        wrapt.wrap_function_wrapper(
+            threading.BoundedSemaphore, "__init__", _tag_init("threading.BoundedSemaphore")
+        )
         wrapt.wrap_object(threading.Semaphore, "acquire", _wrappers.semaphore_acquire_factory)
-        wrapt.wrap_object(threading.Semaphore, "__enter__", _wrappers.semaphore_acquire_factory)  # `with` binds the original
+        wrapt.wrap_object(
+            threading.Semaphore, "__enter__", _wrappers.semaphore_acquire_factory
+        )  # `with` binds the original
         wrapt.wrap_object(threading.Semaphore, "release", _wrappers.semaphore_release_factory)
-        wrapt.wrap_object(threading.BoundedSemaphore, "release", _wrappers.semaphore_release_factory)
+        wrapt.wrap_object(
+            threading.BoundedSemaphore, "release", _wrappers.semaphore_release_factory
+        )
 
     def _uninstrument_threading(self) -> None:
-        for owner, name in _THREADING_FACTORIES + (_CONDITION_TARGET,) + _SEMAPHORE_TARGETS + (
-                (threading.BoundedSemaphore, "__init__"),):
+        for owner, name in (
+            _THREADING_FACTORIES
+            + (_CONDITION_TARGET,)
+            + _SEMAPHORE_TARGETS
+            + ((threading.BoundedSemaphore, "__init__"),)
+        ):
             unwrap(owner, name)
         _ORIGINALS.clear()
 
@@ -212,8 +259,12 @@ class LockwatchInstrumentor(BaseInstrumentor):  # type: ignore[misc]
         wrapt.wrap_function_wrapper(asyncio.locks.Lock, "__init__", _tag_init("asyncio.Lock"))
         wrapt.wrap_object(asyncio.locks.Lock, "acquire", _asyncio_wrappers.lock_acquire_factory)
         wrapt.wrap_object(asyncio.locks.Lock, "release", _asyncio_wrappers.lock_release_factory)
-        wrapt.wrap_function_wrapper(asyncio.locks.Semaphore, "__init__", _tag_init("asyncio.Semaphore"))
-        wrapt.wrap_object(asyncio.locks.Semaphore, "acquire", _asyncio_wrappers.semaphore_acquire_factory)
+        wrapt.wrap_function_wrapper(
+            asyncio.locks.Semaphore, "__init__", _tag_init("asyncio.Semaphore")
+        )
+        wrapt.wrap_object(
+            asyncio.locks.Semaphore, "acquire", _asyncio_wrappers.semaphore_acquire_factory
+        )
 
     def _uninstrument_asyncio(self) -> None:
         for owner, name in _ASYNCIO_TARGETS:
@@ -221,7 +272,9 @@ class LockwatchInstrumentor(BaseInstrumentor):  # type: ignore[misc]
 
     # -- executors -------------------------------------------------------------------------
     def _instrument_executor(self) -> None:
-        wrapt.wrap_function_wrapper(concurrent.futures.ThreadPoolExecutor, "__init__", _executor_init)
+        wrapt.wrap_function_wrapper(
+            concurrent.futures.ThreadPoolExecutor, "__init__", _executor_init
+        )
 
     def _uninstrument_executor(self) -> None:
         unwrap(*_EXECUTOR_TARGET)
@@ -247,7 +300,9 @@ class LockwatchInstrumentor(BaseInstrumentor):  # type: ignore[misc]
         provider = tracer_provider if tracer_provider is not None else trace.get_tracer_provider()
         exporter = None
         if options.manifest:
-            exporter = ManifestExporter(options.manifest_path, options.checkpoint_interval_s, provider)
+            exporter = ManifestExporter(
+                options.manifest_path, options.checkpoint_interval_s, provider
+            )
         processor = install_first(provider, exporter)
         if processor is not None:
             LockwatchInstrumentor._added.append((provider, processor))

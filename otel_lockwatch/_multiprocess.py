@@ -64,11 +64,10 @@ from concurrent.futures import ProcessPoolExecutor
 from time import perf_counter_ns as _pc
 from typing import Any
 
-from . import _wrappers
 from ._naming import LockClass, lock_class, watched_site
 from ._recorder import RECORDER, Stats
 from ._telemetry import TELEMETRY
-from ._wrappers import _check_order, _ctx_get, _discard, _record_hold, _record_wait
+from ._wrappers import _check_order, _ctx_get, _record_wait, _untrack
 
 __all__ = [
     "BOOTSTRAP_DIR",
@@ -165,19 +164,6 @@ def skip_write() -> bool:
 
 
 # -- trackers: the instance methods of a watched SemLock ------------------------------------------
-def _entries_hold_frames() -> bool:
-    """Whether ``_wrappers``' held-stack entries carry the acquiring frame (else its code)."""
-    f = _getframe(0)
-    try:
-        _wrappers.entry_site((None, f, f.f_lasti, None, False))
-        return True
-    except AttributeError:
-        return False
-
-
-_FRAME_ENTRIES = _entries_hold_frames()
-
-
 class _LockTrack:
     """The instrumented ``acquire`` / ``release`` of one ``multiprocessing.Lock`` (in one process).
 
@@ -226,7 +212,7 @@ class _LockTrack:
         else:
             s.skip += 1
             return False
-        entry = (cls, f if _FRAME_ENTRIES else f.f_code, f.f_lasti, self, False)
+        entry = (cls, f, f.f_lasti, self, False)
         st.held.append(entry)
         self.entry = entry
         self.s = s
@@ -242,29 +228,7 @@ class _LockTrack:
             return
         self.sl.release()  # raises if released too many times: then nothing changed
         self.st = None
-        _untrack(st, self.entry, self.s, self.t0, self.ctx)
-
-
-def _untrack(st: Any, entry: tuple, s: Stats, t0: int, ctx: Any) -> None:
-    t1 = _pc()
-    h = t1 - t0
-    held = st.held
-    if held and held[-1] is entry:
-        held.pop()
-    else:
-        _discard(held, entry)
-    s.hold += h
-    b = h.bit_length()
-    b = ((b - 5) << 4) + (h >> (b - 5)) if b > 5 else h
-    hh = s.hhist
-    hh[b] = hh.get(b, 0) + 1
-    if h > s.hmax:
-        s.hmax = h
-    if h < s.hmin:
-        s.hmin = h
-    st.last = t1
-    if h >= _wrappers.HOLD_METRIC_NS:
-        _record_hold(st, s, entry, t0, t1, ctx, None)
+        _untrack(st, self.entry, self.s, self.t0, self.ctx, None)
 
 
 class _RLockTrack(_LockTrack):

@@ -14,6 +14,7 @@ creates a ``Lock`` for every span, so watching them would recurse.
 from __future__ import annotations
 
 import _thread
+import contextlib
 import sys
 from typing import Any, TypeVar
 
@@ -23,21 +24,31 @@ T = TypeVar("T")
 
 # Locks created by these packages are never watched, nor locks created anywhere while one of them
 # is among the few callers above (an OpenTelemetry exporter creating a queue.Queue).
-EXCLUDED_PACKAGES = ("opentelemetry", "otel_lockwatch", "logging", "wrapt", "grpc", "google.protobuf")
+EXCLUDED_PACKAGES = (
+    "opentelemetry",
+    "otel_lockwatch",
+    "logging",
+    "wrapt",
+    "grpc",
+    "google.protobuf",
+)
 # Locks created directly by these are never watched either: they are the internals of primitives
 # that are patched where users create them, or of the import machinery.
-_INTERNAL_PACKAGES = EXCLUDED_PACKAGES + ("threading", "concurrent.futures", "asyncio", "multiprocessing",
-                                          "importlib", "_weakrefset")
+_INTERNAL_PACKAGES = EXCLUDED_PACKAGES + (
+    "threading",
+    "concurrent.futures",
+    "asyncio",
+    "multiprocessing",
+    "importlib",
+    "_weakrefset",
+)
 # How many frames above the creation site are searched for an excluded caller.
 _EXCLUSION_DEPTH = 6
 
 
 def _in(module: str, packages: tuple[str, ...]) -> bool:
-    """Whether ``module`` is one of ``packages`` or inside one (``asyncio_pool`` is not ``asyncio``)."""
-    for package in packages:
-        if module == package or module.startswith(package + "."):
-            return True
-    return False
+    """Whether ``module`` is one of ``packages`` or inside one (not ``asyncio_pool``)."""
+    return any(module == package or module.startswith(package + ".") for package in packages)
 
 
 class LockClass:
@@ -130,10 +141,8 @@ def name_lock(lock: T, name: str) -> T:
         return lock
     cls = getattr(lock, "_lockwatch_class", None)
     if isinstance(cls, LockClass):
-        try:
+        with contextlib.suppress(AttributeError):  # a type without room for it: nothing to name
             lock._lockwatch_class = lock_class(name, cls.kind, cls.site)  # type: ignore[attr-defined]
-        except AttributeError:
-            pass
         return lock
     sections_name = getattr(lock, "_name", None)
     if isinstance(sections_name, str) and hasattr(lock, "_release") and hasattr(lock, "index"):

@@ -27,7 +27,7 @@ class LockOrderSpanProcessor(SpanProcessor):  # type: ignore[misc]
     """Counts spans started under held locks; the instrumentor adds it to an SDK tracer provider.
 
     Args:
-        recorder: the recorder whose per-thread held stacks are read (``otel_lockwatch._recorder.RECORDER``).
+        recorder: the recorder whose per-thread held stacks are read (``_recorder.RECORDER``).
     """
 
     def __init__(self, recorder: Any) -> None:

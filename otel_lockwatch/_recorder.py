@@ -35,8 +35,22 @@ MAX_WORKERS = 1024
 class Stats:
     """One worker's counters and histograms for one lock class."""
 
-    __slots__ = ("acq", "tryok", "skip", "cont", "tmo", "wait", "hold", "whist", "hhist",
-                 "wmin", "wmax", "hmin", "hmax", "coll")
+    __slots__ = (
+        "acq",
+        "tryok",
+        "skip",
+        "cont",
+        "tmo",
+        "wait",
+        "hold",
+        "whist",
+        "hhist",
+        "wmin",
+        "wmax",
+        "hmin",
+        "hmax",
+        "coll",
+    )
 
     def __init__(self) -> None:
         self.acq = 0  # successful acquisitions (blocking and try)
@@ -58,10 +72,25 @@ class Stats:
 class WorkerState:
     """What one worker (thread or task) holds and has recorded."""
 
-    __slots__ = ("held", "stats", "worker", "chain", "busy", "first", "last", "spans", "thread", "__weakref__")
+    __slots__ = (
+        "held",
+        "stats",
+        "worker",
+        "chain",
+        "busy",
+        "first",
+        "last",
+        "spans",
+        "thread",
+        "__weakref__",
+    )
 
-    def __init__(self, worker: str, stats: dict[LockClass, Stats] | None = None,
-                 thread: threading.Thread | None = None) -> None:
+    def __init__(
+        self,
+        worker: str,
+        stats: dict[LockClass, Stats] | None = None,
+        thread: threading.Thread | None = None,
+    ) -> None:
         self.held: list[Any] = []  # held-stack entries, in acquisition order
         self.stats: dict[LockClass, Stats] = {} if stats is None else stats
         self.worker = worker
@@ -69,7 +98,9 @@ class WorkerState:
         self.busy = False  # True while lockwatch itself runs on this thread (no recording)
         self.first = time.perf_counter_ns()
         self.last = self.first
-        self.spans: dict[tuple[str, str], int] = {}  # (lock name, span name) -> spans started under it
+        self.spans: dict[
+            tuple[str, str], int
+        ] = {}  # (lock name, span name) -> spans started under it
         self.thread = weakref.ref(thread) if thread is not None else None
 
     def clear(self) -> None:
@@ -83,10 +114,16 @@ class WorkerState:
 
 
 def _iso(ns: int) -> str:
-    return datetime.fromtimestamp(ns / 1e9, tz=timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    return (
+        datetime.fromtimestamp(ns / 1e9, tz=timezone.utc)
+        .isoformat(timespec="milliseconds")
+        .replace("+00:00", "Z")
+    )
 
 
-def hist_json(counts: dict[int, int], total: int, lo: int, hi: int, zeros: int = 0) -> dict[str, Any]:
+def hist_json(
+    counts: dict[int, int], total: int, lo: int, hi: int, zeros: int = 0
+) -> dict[str, Any]:
     """A bucket dict as ``LogHistogram`` JSON, with ``zeros`` extra samples of 0."""
     buckets = dict(counts)
     n = sum(buckets.values())
@@ -94,8 +131,14 @@ def hist_json(counts: dict[int, int], total: int, lo: int, hi: int, zeros: int =
         buckets[0] = buckets.get(0, 0) + zeros
         n += zeros
         lo = 0
-    return {"sub_bits": 4, "buckets": sorted([k, v] for k, v in buckets.items() if v),
-            "count": n, "sum": total, "min": max(lo, 0) if n else 0, "max": hi if n else 0}
+    return {
+        "sub_bits": 4,
+        "buckets": sorted([k, v] for k, v in buckets.items() if v),
+        "count": n,
+        "sum": total,
+        "min": max(lo, 0) if n else 0,
+        "max": hi if n else 0,
+    }
 
 
 class Recorder:
@@ -145,7 +188,10 @@ class Recorder:
                 if self._overflow is None:
                     self._overflow = WorkerState("(other)")
                     self._states.append(self._overflow)
-                    logger.warning("otel-lockwatch: more than %d workers; later ones are reported as '(other)'", MAX_WORKERS)
+                    logger.warning(
+                        "otel-lockwatch: more than %d workers; later ones are reported as '(other)'",  # noqa: E501
+                        MAX_WORKERS,
+                    )
                 state = WorkerState("(other)", self._overflow.stats)
                 return state
             state = WorkerState(worker, thread=thread)
@@ -208,11 +254,16 @@ class Recorder:
 
     # -- reading -----------------------------------------------------------------------------
     def totals(self) -> dict[tuple[str, str, str], int]:
-        """Counter totals by (lock name, kind, outcome) and contentions by (name, kind, "contended")."""
+        """Counter totals by (lock name, kind, outcome); contentions as outcome "contended"."""
         out: dict[tuple[str, str, str], int] = {}
         for state in list(self._states):
             for cls, s in list(state.stats.items()):
-                for outcome, n in (("acquired", s.acq), ("skipped", s.skip), ("timed_out", s.tmo), ("contended", s.cont)):
+                for outcome, n in (
+                    ("acquired", s.acq),
+                    ("skipped", s.skip),
+                    ("timed_out", s.tmo),
+                    ("contended", s.cont),
+                ):
                     if n:
                         key = (cls.name, cls.kind, outcome)
                         out[key] = out.get(key, 0) + n
@@ -238,19 +289,39 @@ class Recorder:
                 entry = locks.get(cls.name)
                 if entry is None:
                     entry = locks[cls.name] = {
-                        "kind": cls.kind, "acquisitions": 0, "contentions": 0, "skipped": 0,
-                        "timeouts": 0, "wait_ns": LogHistogram(), "hold_ns": LogHistogram(), "workers": {},
+                        "kind": cls.kind,
+                        "acquisitions": 0,
+                        "contentions": 0,
+                        "skipped": 0,
+                        "timeouts": 0,
+                        "wait_ns": LogHistogram(),
+                        "hold_ns": LogHistogram(),
+                        "workers": {},
                     }
                 blocking = s.acq - s.tryok + s.tmo
                 entry["acquisitions"] += s.acq
                 entry["contentions"] += s.cont
                 entry["skipped"] += s.skip
                 entry["timeouts"] += s.tmo
-                entry["wait_ns"].merge(LogHistogram.from_json(
-                    hist_json(s.whist, s.wait, s.wmin if s.whist else 0, s.wmax, zeros=blocking - s.cont)))
-                entry["hold_ns"].merge(LogHistogram.from_json(
-                    hist_json(s.hhist, s.hold, s.hmin if s.hhist else 0, s.hmax)))
-                pw = entry["workers"].setdefault(state.worker, {"acquisitions": 0, "contentions": 0, "wait_ns": 0, "hold_ns": 0})
+                entry["wait_ns"].merge(
+                    LogHistogram.from_json(
+                        hist_json(
+                            s.whist,
+                            s.wait,
+                            s.wmin if s.whist else 0,
+                            s.wmax,
+                            zeros=blocking - s.cont,
+                        )
+                    )
+                )
+                entry["hold_ns"].merge(
+                    LogHistogram.from_json(
+                        hist_json(s.hhist, s.hold, s.hmin if s.hhist else 0, s.hmax)
+                    )
+                )
+                pw = entry["workers"].setdefault(
+                    state.worker, {"acquisitions": 0, "contentions": 0, "wait_ns": 0, "hold_ns": 0}
+                )
                 pw["acquisitions"] += s.acq
                 pw["contentions"] += s.cont
                 pw["wait_ns"] += s.wait
@@ -260,8 +331,14 @@ class Recorder:
                     collisions[cls.name] = collisions.get(cls.name, 0) + s.coll
         sections: dict[str, dict[str, int]] = {}
         for track in list(self._arrays):
-            info = sections.setdefault(track.name, {"count": track.count, "max_held": 0,
-                                                     "collision_waits": collisions.get(track.name, 0)})
+            info = sections.setdefault(
+                track.name,
+                {
+                    "count": track.count,
+                    "max_held": 0,
+                    "collision_waits": collisions.get(track.name, 0),
+                },
+            )
             info["count"] = max(info["count"], track.count)
             info["max_held"] = max(info["max_held"], track.max_held)
         graph = self.graph.to_json() if self.graph is not None else {"edges": [], "cycles": []}
@@ -272,7 +349,11 @@ class Recorder:
             "blocking_under_lock": spans,
             "sections": sections,
             "pool": {"nominal": self.pool_size, "source": self.pool_source},
-            "process": {"pid": os.getpid(), "start": _iso(self.start_ns), "end": _iso(time.time_ns())},
+            "process": {
+                "pid": os.getpid(),
+                "start": _iso(self.start_ns),
+                "end": _iso(time.time_ns()),
+            },
         }
 
 

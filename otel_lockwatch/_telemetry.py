@@ -51,8 +51,29 @@ logger = logging.getLogger("otel_lockwatch")
 SCHEMA_URL = "https://opentelemetry.io/schemas/1.21.0"
 # Buckets advised for the duration histograms, in seconds: microseconds to tens of seconds.
 DURATION_BUCKETS = (
-    1e-6, 2.5e-6, 5e-6, 1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3,
-    1e-2, 2.5e-2, 5e-2, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
+    1e-6,
+    2.5e-6,
+    5e-6,
+    1e-5,
+    2.5e-5,
+    5e-5,
+    1e-4,
+    2.5e-4,
+    5e-4,
+    1e-3,
+    2.5e-3,
+    5e-3,
+    1e-2,
+    2.5e-2,
+    5e-2,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+    5.0,
+    10.0,
+    30.0,
 )
 
 
@@ -77,11 +98,17 @@ class Telemetry:
 
     # -- the emitter -----------------------------------------------------------------------
     def _ensure_emitter(self) -> None:
-        if self._emitter is not None and self._emitter_pid == os.getpid() and self._emitter.is_alive():
+        if (
+            self._emitter is not None
+            and self._emitter_pid == os.getpid()
+            and self._emitter.is_alive()
+        ):
             return
         self._stop = threading.Event()
         self._emitter_pid = os.getpid()
-        self._emitter = threading.Thread(target=self._run, name="otel-lockwatch-emitter", daemon=True)
+        self._emitter = threading.Thread(
+            target=self._run, name="otel-lockwatch-emitter", daemon=True
+        )
         self._emitter.start()
 
     def _run(self) -> None:
@@ -130,42 +157,65 @@ class Telemetry:
         from opentelemetry import metrics
         from opentelemetry.metrics import CallbackOptions, Observation
 
-        self.tracer = trace.get_tracer("otel_lockwatch", __version__, tracer_provider, schema_url=SCHEMA_URL)
-        meter = metrics.get_meter("otel_lockwatch", __version__, meter_provider, schema_url=SCHEMA_URL)
+        self.tracer = trace.get_tracer(
+            "otel_lockwatch", __version__, tracer_provider, schema_url=SCHEMA_URL
+        )
+        meter = metrics.get_meter(
+            "otel_lockwatch", __version__, meter_provider, schema_url=SCHEMA_URL
+        )
         advice = {"explicit_bucket_boundaries_advisory": list(DURATION_BUCKETS)}
         try:
             self.wait_hist = meter.create_histogram(
-                "lockwatch.lock.wait.duration", unit="s",
+                "lockwatch.lock.wait.duration",
+                unit="s",
                 description="Time a worker waited to acquire a lock (waits that blocked).",
-                **advice)
+                **advice,
+            )
             self.hold_hist = meter.create_histogram(
-                "lockwatch.lock.hold.duration", unit="s",
+                "lockwatch.lock.hold.duration",
+                unit="s",
                 description="Time a lock was held (holds at or above the metric floor).",
-                **advice)
+                **advice,
+            )
         except TypeError:  # an API without bucket advice
             self.wait_hist = meter.create_histogram("lockwatch.lock.wait.duration", unit="s")
             self.hold_hist = meter.create_histogram("lockwatch.lock.hold.duration", unit="s")
 
         def acquisitions(options: CallbackOptions) -> list[Observation]:
             return [
-                Observation(n, {"lockwatch.lock.name": name, "lockwatch.lock.kind": kind, "lockwatch.outcome": outcome})
-                for (name, kind, outcome), n in recorder.totals().items() if outcome != "contended"
+                Observation(
+                    n,
+                    {
+                        "lockwatch.lock.name": name,
+                        "lockwatch.lock.kind": kind,
+                        "lockwatch.outcome": outcome,
+                    },
+                )
+                for (name, kind, outcome), n in recorder.totals().items()
+                if outcome != "contended"
             ]
 
         def contentions(options: CallbackOptions) -> list[Observation]:
             return [
                 Observation(n, {"lockwatch.lock.name": name, "lockwatch.lock.kind": kind})
-                for (name, kind, outcome), n in recorder.totals().items() if outcome == "contended"
+                for (name, kind, outcome), n in recorder.totals().items()
+                if outcome == "contended"
             ]
 
         self._ensure_emitter()
         self._observables = [
             meter.create_observable_counter(
-                "lockwatch.lock.acquisitions", callbacks=[acquisitions], unit="{acquisition}",
-                description="Lock acquisition attempts, by outcome (acquired, skipped by a try, timed out)."),
+                "lockwatch.lock.acquisitions",
+                callbacks=[acquisitions],
+                unit="{acquisition}",
+                description="Lock acquisition attempts, by outcome (acquired, skipped, timed_out).",
+            ),
             meter.create_observable_counter(
-                "lockwatch.lock.contentions", callbacks=[contentions], unit="{acquisition}",
-                description="Blocking acquisitions that had to wait for another holder."),
+                "lockwatch.lock.contentions",
+                callbacks=[contentions],
+                unit="{acquisition}",
+                description="Blocking acquisitions that had to wait for another holder.",
+            ),
         ]
 
     def disable(self) -> None:
@@ -181,41 +231,113 @@ class Telemetry:
         self.errors += 1
         if not self._warned:
             self._warned = True
-            logger.warning("otel-lockwatch: internal error (reported once; the program is unaffected): %r", exc,
-                           exc_info=exc)
+            logger.warning(
+                "otel-lockwatch: internal error (reported once; the program is unaffected): %r",
+                exc,
+                exc_info=exc,
+            )
 
     # -- slow path (on the lock's thread: enqueue only) -----------------------------------
-    def wait(self, cls: Any, t0: int, t1: int, ctx: Context | None, outcome: str, span_ns: int,
-             extra: dict[str, Any] | None, site: str | None) -> None:
+    def wait(
+        self,
+        cls: Any,
+        t0: int,
+        t1: int,
+        ctx: Context | None,
+        outcome: str,
+        span_ns: int,
+        extra: dict[str, Any] | None,
+        site: str | None,
+    ) -> None:
         """Queue a wait that blocked: its metric value always, its span when long enough."""
         if self.wait_hist is None and self.tracer is None:
             return
         thread = threading.current_thread()
-        self._enqueue(("lock.wait", cls, t0, t1, ctx, outcome, t1 - t0 >= span_ns, extra, site,
-                       thread.name, thread.ident))
+        self._enqueue(
+            (
+                "lock.wait",
+                cls,
+                t0,
+                t1,
+                ctx,
+                outcome,
+                t1 - t0 >= span_ns,
+                extra,
+                site,
+                thread.name,
+                thread.ident,
+            )
+        )
 
-    def hold(self, cls: Any, t0: int, t1: int, ctx: Context | None, span_ns: int,
-             extra: dict[str, Any] | None, site: str | None) -> None:
+    def hold(
+        self,
+        cls: Any,
+        t0: int,
+        t1: int,
+        ctx: Context | None,
+        span_ns: int,
+        extra: dict[str, Any] | None,
+        site: str | None,
+    ) -> None:
         """Queue a hold at or above the metric floor; its span when long enough."""
         if self.hold_hist is None and self.tracer is None:
             return
         thread = threading.current_thread()
-        self._enqueue(("lock.hold", cls, t0, t1, ctx, None, t1 - t0 >= span_ns, extra, site,
-                       thread.name, thread.ident))
+        self._enqueue(
+            (
+                "lock.hold",
+                cls,
+                t0,
+                t1,
+                ctx,
+                None,
+                t1 - t0 >= span_ns,
+                extra,
+                site,
+                thread.name,
+                thread.ident,
+            )
+        )
 
     # -- the emitter's side ----------------------------------------------------------------
-    def _emit(self, name: str, cls: Any, t0: int, t1: int, ctx: Context | None, outcome: str | None,
-              span: bool, extra: dict[str, Any] | None, site: str | None, thread_name: str,
-              thread_id: int | None) -> None:
+    def _emit(
+        self,
+        name: str,
+        cls: Any,
+        t0: int,
+        t1: int,
+        ctx: Context | None,
+        outcome: str | None,
+        span: bool,
+        extra: dict[str, Any] | None,
+        site: str | None,
+        thread_name: str,
+        thread_id: int | None,
+    ) -> None:
         hist = self.wait_hist if name == "lock.wait" else self.hold_hist
         if hist is not None:
-            attrs = cls.attrs if outcome in (None, "acquired") else {**cls.attrs, "lockwatch.outcome": outcome}
+            attrs = (
+                cls.attrs
+                if outcome in (None, "acquired")
+                else {**cls.attrs, "lockwatch.outcome": outcome}
+            )
             hist.record((t1 - t0) / 1e9, attrs)
         if span and self.tracer is not None:
             self._span(name, cls, t0, t1, ctx, outcome, extra, site, thread_name, thread_id)
 
-    def _span(self, name: str, cls: Any, t0: int, t1: int, ctx: Context | None, outcome: str | None,
-              extra: dict[str, Any] | None, site: str | None, thread_name: str, thread_id: int | None) -> None:
+    def _span(
+        self,
+        name: str,
+        cls: Any,
+        t0: int,
+        t1: int,
+        ctx: Context | None,
+        outcome: str | None,
+        extra: dict[str, Any] | None,
+        site: str | None,
+        thread_name: str,
+        thread_id: int | None,
+    ) -> None:
         offset = time.time_ns() - time.perf_counter_ns()  # perf_counter -> epoch, read now
         attrs: dict[str, Any] = {
             "lockwatch.lock.name": cls.name,
@@ -235,16 +357,23 @@ class Telemetry:
         if extra:
             attrs.update(extra)
         assert self.tracer is not None
-        span = self.tracer.start_span(name, context=ctx, kind=trace.SpanKind.INTERNAL,
-                                      attributes=attrs, start_time=t0 + offset)
+        span = self.tracer.start_span(
+            name,
+            context=ctx,
+            kind=trace.SpanKind.INTERNAL,
+            attributes=attrs,
+            start_time=t0 + offset,
+        )
         span.end(end_time=t1 + offset)
 
     def cycle_event(self, text: str, locks: tuple[str, ...]) -> None:
         """A span event on the current span for a newly found cycle."""
         span = trace.get_current_span()
         if span.is_recording():
-            span.add_event("lockwatch.potential_deadlock",
-                           {"lockwatch.cycle": list(locks), "lockwatch.report": text})
+            span.add_event(
+                "lockwatch.potential_deadlock",
+                {"lockwatch.cycle": list(locks), "lockwatch.report": text},
+            )
 
 
 TELEMETRY = Telemetry()

@@ -36,7 +36,13 @@ from ._recorder import RECORDER, Stats
 from ._telemetry import TELEMETRY
 from .exceptions import PotentialDeadlockError
 
-__all__ = ["LockProxy", "RLockProxy", "configure", "section_acquire_factory", "section_release_factory"]
+__all__ = [
+    "LockProxy",
+    "RLockProxy",
+    "configure",
+    "section_acquire_factory",
+    "section_release_factory",
+]
 
 logger = logging.getLogger("otel_lockwatch")
 
@@ -128,8 +134,14 @@ def _check_order(st: Any, cls: LockClass, frame: Any, obj: Any, canonical: bool)
     chain = st.chain
     for entry in st.held:
         hcls = entry[0]
-        if canonical and entry[4] and hcls is cls and entry[1] is frame and entry[2] == frame.f_lasti:
-            continue  # one lock_many call (same caller frame position) takes ascending sections: canonical
+        if (
+            canonical
+            and entry[4]
+            and hcls is cls
+            and entry[1] is frame
+            and entry[2] == frame.f_lasti
+        ):
+            continue  # one lock_many call (same frame and position) is ascending: canonical
         pair = (hcls, cls)
         if pair in chain:
             continue
@@ -143,8 +155,15 @@ def _new_edge(st: Any, entry: tuple, cls: LockClass, frame: Any, pair: tuple) ->
         trace_id = f"{span_ctx.trace_id:032x}" if span_ctx.is_valid else None
         span_id = f"{span_ctx.span_id:016x}" if span_ctx.is_valid else None
         hcls = entry[0]
-        witness = EdgeWitness(hcls.name, cls.name, st.worker, (entry_site(entry), site_of(frame)),
-                              utc_timestamp(), trace_id, span_id)
+        witness = EdgeWitness(
+            hcls.name,
+            cls.name,
+            st.worker,
+            (entry_site(entry), site_of(frame)),
+            utc_timestamp(),
+            trace_id,
+            span_id,
+        )
         graph = RECORDER.graph
         if ON_CYCLE == "raise":
             cycle = graph.would_close_cycle(hcls.name, cls.name, witness)
@@ -168,8 +187,17 @@ def _new_edge(st: Any, entry: tuple, cls: LockClass, frame: Any, pair: tuple) ->
 
 
 # -- shared slow paths -----------------------------------------------------------------------
-def _record_wait(st: Any, s: Stats, cls: LockClass, t0: int, t1: int, ok: bool, ctx: Any,
-                 frame: Any, extra: dict[str, Any] | None) -> None:
+def _record_wait(
+    st: Any,
+    s: Stats,
+    cls: LockClass,
+    t0: int,
+    t1: int,
+    ok: bool,
+    ctx: Any,
+    frame: Any,
+    extra: dict[str, Any] | None,
+) -> None:
     w = t1 - t0
     s.cont += 1
     s.wait += w
@@ -187,21 +215,37 @@ def _record_wait(st: Any, s: Stats, cls: LockClass, t0: int, t1: int, ok: bool, 
         s.tmo += 1
     st.busy = True
     try:
-        TELEMETRY.wait(cls, t0, t1, ctx, "acquired" if ok else "timed_out", WAIT_SPAN_NS, extra,
-                       site_of(frame) if w >= WAIT_SPAN_NS else None)
+        TELEMETRY.wait(
+            cls,
+            t0,
+            t1,
+            ctx,
+            "acquired" if ok else "timed_out",
+            WAIT_SPAN_NS,
+            extra,
+            site_of(frame) if w >= WAIT_SPAN_NS else None,
+        )
     except Exception as exc:
         TELEMETRY.failed(exc)
     finally:
         st.busy = False
 
 
-def _record_hold(st: Any, s: Stats, entry: tuple, t0: int, t1: int, ctx: Any,
-                 extra: dict[str, Any] | None) -> None:
+def _record_hold(
+    st: Any, s: Stats, entry: tuple, t0: int, t1: int, ctx: Any, extra: dict[str, Any] | None
+) -> None:
     # Only holds at or above HOLD_METRIC_NS get here (the slow path of a release).
     st.busy = True
     try:
-        TELEMETRY.hold(entry[0], t0, t1, ctx, HOLD_SPAN_NS, extra,
-                       entry_site(entry) if t1 - t0 >= HOLD_SPAN_NS else None)
+        TELEMETRY.hold(
+            entry[0],
+            t0,
+            t1,
+            ctx,
+            HOLD_SPAN_NS,
+            extra,
+            entry_site(entry) if t1 - t0 >= HOLD_SPAN_NS else None,
+        )
     except Exception as exc:
         TELEMETRY.failed(exc)
     finally:
@@ -222,7 +266,9 @@ def _valid(blocking: Any, timeout: Any) -> bool:
     return bool(blocking) and type(timeout) in (int, float) and 0 <= timeout <= _TIMEOUT_MAX
 
 
-def _untrack(st: Any, entry: tuple, s: Stats, t0: int, ctx: Any, extra: dict[str, Any] | None) -> None:
+def _untrack(
+    st: Any, entry: tuple, s: Stats, t0: int, ctx: Any, extra: dict[str, Any] | None
+) -> None:
     """Bookkeeping of a release: pop the held entry, record the hold."""
     t1 = _pc()
     h = t1 - t0
@@ -247,10 +293,18 @@ def _untrack(st: Any, entry: tuple, s: Stats, t0: int, ctx: Any, extra: dict[str
 
 # -- threading.Lock ------------------------------------------------------------------------
 class LockProxy:
-    """A watched ``threading.Lock``: same methods, results and exceptions; ``repr`` is the lock's."""
+    """A watched ``threading.Lock``: the same methods, results, exceptions and ``repr``."""
 
-    __slots__ = ("_lw_lock", "_lockwatch_class", "_lw_st", "_lw_entry", "_lw_s", "_lw_t0", "_lw_ctx",
-                 "__weakref__")
+    __slots__ = (
+        "_lw_lock",
+        "_lockwatch_class",
+        "_lw_st",
+        "_lw_entry",
+        "_lw_s",
+        "_lw_t0",
+        "_lw_ctx",
+        "__weakref__",
+    )
 
     def __init__(self, lock: Any, cls: LockClass) -> None:
         self._lw_lock = lock
@@ -518,8 +572,14 @@ def _hold_section(track: ArrayTrack, index: int, st: Any, s: Stats, entry: tuple
 def section_acquire_factory(original: Any, sections_module_globals: dict) -> Any:
     """The instrumented ``StripedSections._acquire``; ``original`` is the uninstrumented one."""
 
-    def _acquire(self: Any, index: int, key: Any, blocking: bool = True, timeout: float = -1,
-                 canonical: bool = False) -> bool:
+    def _acquire(
+        self: Any,
+        index: int,
+        key: Any,
+        blocking: bool = True,
+        timeout: float = -1,
+        canonical: bool = False,
+    ) -> bool:
         try:
             st = _tls.st
         except AttributeError:
@@ -548,7 +608,9 @@ def section_acquire_factory(original: Any, sections_module_globals: dict) -> Any
             else:
                 owner = self._owners[index]
                 if owner is not None and owner == threading.get_ident():
-                    return original(self, index, key, True, timeout, canonical)  # raises the reentry error
+                    return original(
+                        self, index, key, True, timeout, canonical
+                    )  # raises the reentry error
                 holder_key = self._keys[index]
                 collision = holder_key is not None and holder_key != key
                 ctx = _ctx_get()
@@ -556,8 +618,17 @@ def section_acquire_factory(original: Any, sections_module_globals: dict) -> Any
                 ok = original(self, index, key, True, timeout, canonical)
                 if collision:
                     s.coll += 1
-                _record_wait(st, s, cls, t0, _pc(), ok, ctx, f,
-                             {"lockwatch.section.index": index, "lockwatch.section.collision": collision})
+                _record_wait(
+                    st,
+                    s,
+                    cls,
+                    t0,
+                    _pc(),
+                    ok,
+                    ctx,
+                    f,
+                    {"lockwatch.section.index": index, "lockwatch.section.collision": collision},
+                )
                 if not ok:
                     return False
         elif original(self, index, key, False, -1, canonical):
@@ -655,7 +726,7 @@ def semaphore_acquire_factory(original: Any) -> Any:
 
 
 def semaphore_release_factory(original: Any) -> Any:
-    """The instrumented ``Semaphore.release``: the permit's return ends the worker's observed time."""
+    """The instrumented ``Semaphore.release``: it ends the worker's observed time."""
 
     def release(self: Any, n: int = 1) -> None:
         original(self, n)

@@ -19,7 +19,7 @@ OTEL_PYTHON_LOCKWATCH_ON_CYCLE = "OTEL_PYTHON_LOCKWATCH_ON_CYCLE"
 """What a new lock-order cycle does: ``warn`` (default), ``raise`` or ``ignore``."""
 
 OTEL_PYTHON_LOCKWATCH_MANIFEST_PATH = "OTEL_PYTHON_LOCKWATCH_MANIFEST_PATH"
-"""Where the manifest is written at exit (``{pid}`` is replaced). Default ``lockwatch-manifest.json``."""
+"""Where the manifest is written (``{pid}`` is replaced). Default ``lockwatch-manifest.json``."""
 
 OTEL_PYTHON_LOCKWATCH_MANIFEST = "OTEL_PYTHON_LOCKWATCH_MANIFEST"
 """``true`` (default) writes the manifest at exit; ``false`` does not."""

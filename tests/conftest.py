@@ -46,7 +46,9 @@ def instrument(**options: Any) -> Watched:
     RECORDER.reset()
     instrumentor = LockwatchInstrumentor()
     options.setdefault("manifest", False)
-    instrumentor.instrument(tracer_provider=tracer_provider, meter_provider=meter_provider, **options)
+    instrumentor.instrument(
+        tracer_provider=tracer_provider, meter_provider=meter_provider, **options
+    )
     return Watched(tracer_provider, spans, meter_provider, metrics, instrumentor)
 
 
@@ -58,4 +60,22 @@ def watched():
         yield w
     finally:
         w.instrumentor.uninstrument()
+        RECORDER.reset()
+
+
+@pytest.fixture
+def make_watched():
+    """``make_watched(**options)`` instruments with those options; uninstrumented after the test."""
+    made: list[Watched] = []
+
+    def make(**options: Any) -> Watched:
+        w = instrument(**options)
+        made.append(w)
+        return w
+
+    try:
+        yield make
+    finally:
+        for w in made:
+            w.instrumentor.uninstrument()
         RECORDER.reset()

@@ -37,9 +37,13 @@ SCRIPT = textwrap.dedent(
 
 
 def instrument_command() -> list[str]:
-    exe = shutil.which("opentelemetry-instrument") or str(Path(sys.executable).parent / "opentelemetry-instrument")
+    exe = shutil.which("opentelemetry-instrument") or str(
+        Path(sys.executable).parent / "opentelemetry-instrument"
+    )
     if not os.path.exists(exe):
-        pytest.fail("opentelemetry-instrument is not installed (it comes with opentelemetry-instrumentation)")
+        pytest.fail(
+            "opentelemetry-instrument is missing (it comes with opentelemetry-instrumentation)"
+        )
     return [exe]
 
 
@@ -56,8 +60,14 @@ def run(tmp_path: Path, **env: str) -> tuple[subprocess.CompletedProcess, Path]:
         OTEL_PYTHON_LOCKWATCH_MANIFEST_PATH=str(manifest),
     )
     environ.update(env)
-    proc = subprocess.run(instrument_command() + [sys.executable, str(script)], cwd=tmp_path, env=environ,
-                          capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        instrument_command() + [sys.executable, str(script)],
+        cwd=tmp_path,
+        env=environ,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     return proc, manifest
 
 
@@ -101,7 +111,10 @@ def test_opentelemetry_instrument_loads_lockwatch(tmp_path):
     metrics = [o for o in objects if "resource_metrics" in o]
     values = [
         dp["value"]
-        for m in metrics for rm in m["resource_metrics"] for sm in rm["scope_metrics"] for metric in sm["metrics"]
+        for m in metrics
+        for rm in m["resource_metrics"]
+        for sm in rm["scope_metrics"]
+        for metric in sm["metrics"]
         if metric["name"] == "lockwatch.lock.acquisitions"
         for dp in metric["data"]["data_points"]
         if dp["attributes"].get("lockwatch.lock.name") == "__main__:<module>:7"

@@ -36,8 +36,14 @@ def spawn(tmp_path: Path, body: str, interval: float = 0.0) -> tuple[subprocess.
     script.write_text(PRELUDE + textwrap.dedent(body))
     manifest = tmp_path / "manifest-{pid}.json"
     env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
-    proc = subprocess.Popen([sys.executable, str(script), str(manifest), str(interval)], cwd=tmp_path,
-                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, str(script), str(manifest), str(interval)],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     return proc, tmp_path / f"manifest-{proc.pid}.json"
 
 
@@ -84,15 +90,22 @@ def test_sigterm_default_action_kept(tmp_path):
 
 def test_sigterm_chains_the_handler_installed_before(tmp_path):
     """A SIGTERM handler installed before instrument() still runs, after the manifest is written."""
-    script_prelude = PRELUDE.replace("provider = TracerProvider()",
-                                     "def mine(signum, frame):\n    print('user handler', flush=True)\n"
-                                     "    sys.exit(7)\nsignal.signal(signal.SIGTERM, mine)\nprovider = TracerProvider()")
+    script_prelude = PRELUDE.replace(
+        "provider = TracerProvider()",
+        "def mine(signum, frame):\n    print('user handler', flush=True)\n"
+        "    sys.exit(7)\nsignal.signal(signal.SIGTERM, mine)\nprovider = TracerProvider()",
+    )
     script = tmp_path / "app.py"
     script.write_text(script_prelude + "print('ready', flush=True)\nthreading.Event().wait(60)\n")
     manifest = tmp_path / "m.json"
     env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
-    proc = subprocess.Popen([sys.executable, str(script), str(manifest), "0"], env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, str(script), str(manifest), "0"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     wait_ready(proc)
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(60) == 7
@@ -111,7 +124,9 @@ def test_sigint(tmp_path):
 
 def test_checkpoint_survives_sigkill(tmp_path):
     """With checkpoints every 0.1 s, a SIGKILL loses at most one interval."""
-    proc, manifest = spawn(tmp_path, "print('ready', flush=True)\nthreading.Event().wait(60)\n", interval=0.1)
+    proc, manifest = spawn(
+        tmp_path, "print('ready', flush=True)\nthreading.Event().wait(60)\n", interval=0.1
+    )
     wait_ready(proc)
     deadline = time.monotonic() + 30
     while not manifest.exists() and time.monotonic() < deadline:

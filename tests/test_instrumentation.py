@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import _thread
-import sys
 import asyncio
+import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -131,7 +131,7 @@ def test_rlock_release_by_other_thread_raises(watched):
 
 
 def test_exact_counts_across_threads(watched):
-    """Every acquisition is counted: 4 threads x 500 with-blocks -> 2000, in the recorder and the metric."""
+    """Every acquisition is counted: 4 threads x 500 -> 2000, in the recorder and the metric."""
     lock = name_lock(threading.Lock(), "counted")
     barrier = threading.Barrier(4)
 
@@ -150,11 +150,17 @@ def test_exact_counts_across_threads(watched):
     assert stats["acquisitions"] == 2000
     assert stats["hold_ns"].count == 2000
     assert stats["wait_ns"].count == 2000  # one sample per blocking attempt
-    points = [p for p in watched.points("lockwatch.lock.acquisitions")
-              if p.attributes["lockwatch.lock.name"] == "counted"]
+    points = [
+        p
+        for p in watched.points("lockwatch.lock.acquisitions")
+        if p.attributes["lockwatch.lock.name"] == "counted"
+    ]
     assert [(p.attributes["lockwatch.outcome"], p.value) for p in points] == [("acquired", 2000)]
-    contentions = [p for p in watched.points("lockwatch.lock.contentions")
-                   if p.attributes["lockwatch.lock.name"] == "counted"]
+    contentions = [
+        p
+        for p in watched.points("lockwatch.lock.contentions")
+        if p.attributes["lockwatch.lock.name"] == "counted"
+    ]
     assert sum(p.value for p in contentions) == stats["contentions"]
 
 
@@ -169,12 +175,23 @@ def test_try_and_timeout_outcomes(watched):
         release.set()
         holder.join()
     stats = locks_of(RECORDER.snapshot())["outcomes"]
-    assert (stats["acquisitions"], stats["skipped"], stats["timeouts"], stats["contentions"]) == (1, 1, 1, 1)
-    outcomes = {p.attributes["lockwatch.outcome"]: p.value for p in watched.points("lockwatch.lock.acquisitions")
-                if p.attributes["lockwatch.lock.name"] == "outcomes"}
+    assert (stats["acquisitions"], stats["skipped"], stats["timeouts"], stats["contentions"]) == (
+        1,
+        1,
+        1,
+        1,
+    )
+    outcomes = {
+        p.attributes["lockwatch.outcome"]: p.value
+        for p in watched.points("lockwatch.lock.acquisitions")
+        if p.attributes["lockwatch.lock.name"] == "outcomes"
+    }
     assert outcomes == {"acquired": 1, "skipped": 1, "timed_out": 1}
-    waits = [p for p in watched.points("lockwatch.lock.wait.duration")
-             if p.attributes["lockwatch.lock.name"] == "outcomes"]
+    waits = [
+        p
+        for p in watched.points("lockwatch.lock.wait.duration")
+        if p.attributes["lockwatch.lock.name"] == "outcomes"
+    ]
     assert sum(p.count for p in waits) == 1
     assert waits[0].attributes["lockwatch.outcome"] == "timed_out"
 
@@ -249,7 +266,9 @@ def test_no_entity_key_in_attributes(watched):
     t = threading.Thread(target=holder)
     t.start()
     assert entered.wait(10)
-    waiter = threading.Thread(target=lambda: sections.lock(key).__enter__() or sections.release(key))
+    waiter = threading.Thread(
+        target=lambda: sections.lock(key).__enter__() or sections.release(key)
+    )
     waiter.start()
     deadline = time.monotonic() + 10
     while sections.statistics().waiters == 0 and time.monotonic() < deadline:
@@ -262,7 +281,11 @@ def test_no_entity_key_in_attributes(watched):
     assert wait.attributes["lockwatch.section.index"] == idx
     assert wait.attributes["lockwatch.section.collision"] is False
     everything = [str(v) for s in watched.finished() for v in s.attributes.values()]
-    everything += [str(v) for p in watched.points("lockwatch.lock.wait.duration") for v in p.attributes.values()]
+    everything += [
+        str(v)
+        for p in watched.points("lockwatch.lock.wait.duration")
+        for v in p.attributes.values()
+    ]
     assert not any(key in v for v in everything)
 
 
@@ -303,7 +326,11 @@ def test_condition_wait_and_notify(watched):
     t.join()
     assert type(cond._lock) is RLockProxy
     stats = locks_of(RECORDER.snapshot())
-    assert "cond" in stats or any(k.endswith("test_condition_wait_and_notify:" + str(0)) for k in stats) or stats
+    assert (
+        "cond" in stats
+        or any(k.endswith("test_condition_wait_and_notify:" + str(0)) for k in stats)
+        or stats
+    )
 
 
 def test_condition_over_plain_lock_does_not_try_acquire(watched):
@@ -316,13 +343,16 @@ def test_condition_over_plain_lock_does_not_try_acquire(watched):
 
 def test_semaphores_counted(watched):
     sem = name_lock(threading.BoundedSemaphore(2), "slots")
-    with sem:
-        with sem:
-            assert sem.acquire(blocking=False) is False
+    with sem, sem:
+        assert sem.acquire(blocking=False) is False
     with pytest.raises(ValueError):
         sem.release()
     stats = locks_of(RECORDER.snapshot())["slots"]
-    assert (stats["kind"], stats["acquisitions"], stats["skipped"]) == ("threading.BoundedSemaphore", 2, 1)
+    assert (stats["kind"], stats["acquisitions"], stats["skipped"]) == (
+        "threading.BoundedSemaphore",
+        2,
+        1,
+    )
 
 
 def test_executor_sets_nominal_pool_size(watched):
@@ -349,7 +379,9 @@ def test_asyncio_lock_per_task(watched):
             async with sem:
                 pass
 
-        await asyncio.gather(asyncio.create_task(holder(), name="h"), asyncio.create_task(waiter(), name="w"))
+        await asyncio.gather(
+            asyncio.create_task(holder(), name="h"), asyncio.create_task(waiter(), name="w")
+        )
 
     asyncio.run(main())
     snap = RECORDER.snapshot()
@@ -376,7 +408,9 @@ def test_uninstrument_while_locks_are_held():
 
 
 def test_invalid_option_argument_raises_and_env_warns(monkeypatch, caplog):
-    with pytest.raises(ValueError, match=r"^on_cycle must be one of warn, raise, ignore, got 'loud'$"):
+    with pytest.raises(
+        ValueError, match=r"^on_cycle must be one of warn, raise, ignore, got 'loud'$"
+    ):
         LockwatchInstrumentor().instrument(on_cycle="loud", manifest=False)
     LockwatchInstrumentor().uninstrument()
     monkeypatch.setenv("OTEL_PYTHON_LOCKWATCH_WAIT_SPAN_THRESHOLD_MS", "soon")
@@ -384,7 +418,13 @@ def test_invalid_option_argument_raises_and_env_warns(monkeypatch, caplog):
     inst.instrument(manifest=False)
     try:
         assert inst.options.wait_span_threshold_ms == 1.0
-        assert sum("OTEL_PYTHON_LOCKWATCH_WAIT_SPAN_THRESHOLD_MS" in r.getMessage() for r in caplog.records) == 1
+        assert (
+            sum(
+                "OTEL_PYTHON_LOCKWATCH_WAIT_SPAN_THRESHOLD_MS" in r.getMessage()
+                for r in caplog.records
+            )
+            == 1
+        )
     finally:
         inst.uninstrument()
 
@@ -413,12 +453,11 @@ def test_fork_child_is_consistent(watched, tmp_path):
 
 
 def test_current_span_untouched(watched):
-    """The instrumentation never changes the current span (wait spans are created after the fact)."""
+    """The instrumentation never changes the current span (its spans are made after the fact)."""
     tracer = watched.tracer_provider.get_tracer("app")
     lock = threading.Lock()
-    with tracer.start_as_current_span("task") as span:
-        with lock:
-            assert trace.get_current_span() is span
+    with tracer.start_as_current_span("task") as span, lock:
+        assert trace.get_current_span() is span
 
 
 def test_stuck_exporter_never_blocks_a_lock_path():
@@ -463,7 +502,7 @@ def test_stuck_exporter_never_blocks_a_lock_path():
 
 def test_module_level_and_lookalike_modules_are_watched(watched, tmp_path, monkeypatch):
     """A lock created at import time is watched, and so is one made in a module whose name merely
-    starts like an excluded package's (``asyncio_pool`` is not ``asyncio``); ``logging``'s is not."""
+    starts like an excluded package's (``asyncio_pool``); ``logging``'s is not."""
     import importlib
     import logging
 

@@ -12,7 +12,9 @@ import unittest
 
 import pytest
 
-lock_tests = pytest.importorskip("test.lock_tests", reason="CPython's test package is not installed")
+lock_tests = pytest.importorskip(
+    "test.lock_tests", reason="CPython's test package is not installed"
+)
 
 from otel_lockwatch import LockwatchInstrumentor  # noqa: E402
 from otel_lockwatch._recorder import RECORDER  # noqa: E402

@@ -147,7 +147,8 @@ def test_without_the_flag_nothing_is_instrumented(pytester):
     result.assert_outcomes(passed=1)
     result.stdout.fnmatch_lines(["*LOCK TYPE lock", "INSTRUMENTOR IMPORTED False"])
     # The plugin's name in pytest's "plugins:" header is all that may mention it.
-    assert [line for line in result.stdout.lines if "lockwatch" in line and not line.startswith("plugins:")] == []
+    mentions = [line for line in result.stdout.lines if "lockwatch" in line]
+    assert [line for line in mentions if not line.startswith("plugins:")] == []
 
     result = run(pytester, "-s", "--lockwatch")
     result.assert_outcomes(passed=1)

@@ -17,9 +17,6 @@ from otel_lockwatch import (
     load_manifest,
     name_lock,
 )
-from otel_lockwatch._recorder import RECORDER
-
-from conftest import instrument
 
 HOLD_S = 0.002
 
@@ -48,7 +45,9 @@ def test_hot_global_lock_hammered_by_eight_workers(watched):
     assert manifest.hot_lock_register[0]["wait_share_pct"] == 100.0
     dist = manifest.hold_time_distribution["global_config"]
     assert dist["count"] == 80
-    assert HOLD_S * 1000 <= dist["p50_ms"] <= HOLD_S * 1000 * 3  # the imposed hold (sleep overshoots)
+    assert (
+        HOLD_S * 1000 <= dist["p50_ms"] <= HOLD_S * 1000 * 3
+    )  # the imposed hold (sleep overshoots)
     assert dist["p50_ms"] <= dist["p95_ms"] <= dist["max_ms"]
     assert manifest.starvation_signatures == []
     assert manifest.pre_deadlock_ordering_witness == []
@@ -58,7 +57,7 @@ def test_hot_global_lock_hammered_by_eight_workers(watched):
 
 
 def test_starved_worker_on_a_lock_the_others_take_freely(watched):
-    """One worker waits 50 ms on a lock that three others take without waiting -> STARVATION_OBSERVED."""
+    """One worker waits 50 ms on a lock three others take freely -> STARVATION_OBSERVED."""
     lock = name_lock(threading.Lock(), "stats_snapshot")
     held = threading.Event()
     victim_waiting = threading.Event()
@@ -80,7 +79,10 @@ def test_starved_worker_on_a_lock_the_others_take_freely(watched):
             with lock:
                 pass
 
-    threads = [threading.Thread(target=holder, name="holder"), threading.Thread(target=victim, name="victim")]
+    threads = [
+        threading.Thread(target=holder, name="holder"),
+        threading.Thread(target=victim, name="victim"),
+    ]
     for t in threads:
         t.start()
     for t in threads:
@@ -106,15 +108,12 @@ def test_ab_ba_precursor_that_never_deadlocks(watched):
     tracer = watched.tracer_provider.get_tracer("app")
 
     def forward():
-        with tracer.start_as_current_span("forward"):
-            with a:
-                with b:
-                    pass
+        with tracer.start_as_current_span("forward"), a, b:
+            pass
 
     def backward():
-        with b:
-            with a:
-                pass
+        with b, a:
+            pass
 
     first = threading.Thread(target=forward, name="w1")
     first.start()
@@ -129,15 +128,23 @@ def test_ab_ba_precursor_that_never_deadlocks(watched):
     (witness,) = manifest.pre_deadlock_ordering_witness
     assert witness["cycle"] == ["A", "B"]
     forward_edge, backward_edge = witness["edges"]
-    assert (forward_edge["holding"], forward_edge["acquiring"], forward_edge["worker"]) == ("A", "B", "w1")
-    assert (backward_edge["holding"], backward_edge["acquiring"], backward_edge["worker"]) == ("B", "A", "w2")
+    assert (forward_edge["holding"], forward_edge["acquiring"], forward_edge["worker"]) == (
+        "A",
+        "B",
+        "w1",
+    )
+    assert (backward_edge["holding"], backward_edge["acquiring"], backward_edge["worker"]) == (
+        "B",
+        "A",
+        "w2",
+    )
     assert forward_edge["sites"][0].startswith("test_scenarios:forward:")
     assert backward_edge["sites"][1].startswith("test_scenarios:backward:")
     assert forward_edge["trace_id"] is not None and backward_edge["trace_id"] is None
 
 
 def test_well_partitioned_pool_keeps_its_size(watched):
-    """Each worker its own lock (one class: one creation site), no waits -> LOW_CONTENTION, size kept."""
+    """Each worker its own lock (one class, one site), no waits -> LOW_CONTENTION, size kept."""
 
     def work(_):
         own = threading.Lock()
@@ -160,9 +167,8 @@ def test_well_partitioned_pool_keeps_its_size(watched):
 def test_sections_every_entry_point_is_recorded(watched):
     """lock, try_lock, lock_many and acquire/release of an array all reach the recorder."""
     sections = StripedSections(16, name="emitter")
-    with sections.lock("a"):
-        with sections.try_lock("a") as held:
-            assert held is False  # the caller holds it: a try yields False, it never raises
+    with sections.lock("a"), sections.try_lock("a") as held:
+        assert held is False  # the caller holds it: a try yields False, it never raises
     with sections.try_lock("b") as held:
         assert held
     with sections.lock_many(["x", "y", "z"]):
@@ -198,7 +204,9 @@ def test_async_sections_recorded_per_task(watched):
             async with sections.try_lock("k") as held:
                 assert held
 
-        await asyncio.gather(asyncio.create_task(holder(), name="h"), asyncio.create_task(waiter(), name="w"))
+        await asyncio.gather(
+            asyncio.create_task(holder(), name="h"), asyncio.create_task(waiter(), name="w")
+        )
 
     asyncio.run(main())
     stats = evaluate().locks["async-emitter"]
@@ -206,21 +214,17 @@ def test_async_sections_recorded_per_task(watched):
     assert set(stats["workers"]) == {"task:h", "task:w"}
 
 
-def test_manifest_span_and_file_at_provider_shutdown(tmp_path):
+def test_manifest_span_and_file_at_provider_shutdown(tmp_path, make_watched):
     """At the tracer provider's shutdown the manifest is written and sent as a span with events."""
     path = tmp_path / "m.json"
-    w = instrument(manifest=True, manifest_path=str(path), checkpoint_interval_s=0)
-    try:
-        a = name_lock(threading.Lock(), "A")
-        b = name_lock(threading.Lock(), "B")
-        with a, b:
-            pass
-        with b, a:
-            pass
-        w.tracer_provider.shutdown()
-    finally:
-        w.instrumentor.uninstrument()
-        RECORDER.reset()
+    w = make_watched(manifest=True, manifest_path=str(path), checkpoint_interval_s=0)
+    a = name_lock(threading.Lock(), "A")
+    b = name_lock(threading.Lock(), "B")
+    with a, b:
+        pass
+    with b, a:
+        pass
+    w.tracer_provider.shutdown()
     manifest = load_manifest(path)
     assert manifest.verdict == "CYCLIC_ORDERING_DETECTED"
     (span,) = [s for s in w.spans.get_finished_spans() if s.name == "lockwatch.manifest"]
@@ -235,5 +239,3 @@ def test_nonsense_threshold_refused(bad):
     with pytest.raises(ValueError, match=r"^hot_lock_threshold_pct must be"):
         LockwatchInstrumentor().instrument(hot_lock_threshold_pct=bad, manifest=False)
     LockwatchInstrumentor().uninstrument()
-
-
