@@ -681,7 +681,27 @@ def section_release_factory(original: Any, mirror: bool = True) -> Any:
             slot.st = None
         if track.held:
             track.held.pop()
-        _untrack(st, entry, slot.s, t0, slot.ctx, {"lockwatch.section.index": index})
+        # _untrack(), inlined: the event path's release.
+        t1 = _pc()
+        h = t1 - t0
+        held = st.held
+        if held and held[-1] is entry:
+            held.pop()
+        else:
+            _discard(held, entry)
+        s = slot.s
+        s.hold += h
+        b = h.bit_length()
+        b = ((b - 5) << 4) + (h >> (b - 5)) if b > 5 else h
+        hh = s.hhist
+        hh[b] = hh.get(b, 0) + 1
+        if h > s.hmax:
+            s.hmax = h
+        if h < s.hmin:
+            s.hmin = h
+        st.last = t1
+        if h >= HOLD_METRIC_NS:
+            _record_hold(st, s, entry, t0, t1, slot.ctx, {"lockwatch.section.index": index})
 
     _release.__wrapped__ = original  # type: ignore[attr-defined]
     return _release
