@@ -52,7 +52,7 @@ def _state() -> Any:
 
 
 def _caller(skip_globals: dict) -> Any:
-    f = _getframe(2)
+    f: Any = _getframe(2)
     while f is not None and f.f_globals is skip_globals:
         f = f.f_back
     return f if f is not None else _getframe(1)

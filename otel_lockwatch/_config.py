@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import math
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -157,7 +157,7 @@ def load_options(
         ValueError: an override that is not a valid value, naming it.
     """
     overrides = overrides or {}
-    environ = os.environ if environ is None else environ
+    env: Mapping[str, str] = os.environ if environ is None else environ
     values: dict[str, Any] = {}
     for name, (var, parse, default, valid) in _SPEC.items():
         if name in overrides and overrides[name] is not None:
@@ -166,7 +166,7 @@ def load_options(
             except (TypeError, ValueError):
                 raise ValueError(f"{name} must be {valid}, got {overrides[name]!r}") from None
             continue
-        raw = environ.get(var)
+        raw = env.get(var)
         if raw is None or raw.strip() == "":
             values[name] = default
             continue

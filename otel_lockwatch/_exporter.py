@@ -103,7 +103,7 @@ def write_manifest(path: str | os.PathLike[str] | None = None) -> Path:
     return _manifest.dump_manifest(evaluate(), path)
 
 
-class ManifestExporter(SpanExporter):  # type: ignore[misc]
+class ManifestExporter(SpanExporter):
     """Writes the contention manifest when the tracer provider shuts down (and at exit, on
     SIGTERM, and at checkpoints); sends the ``lockwatch.manifest`` span.
 
@@ -270,7 +270,7 @@ def _send_manifest_span(manifest: _manifest.Manifest, path: Path, provider: Any)
             )
 
 
-class FrontProcessor(SpanProcessor):  # type: ignore[misc]
+class FrontProcessor(SpanProcessor):
     """Put in front of the provider's processors: at ``force_flush`` and ``shutdown`` it first
     emits lockwatch's queued spans, then (at shutdown) has the manifest exporter write, while the
     processors behind it are still up to carry what it sends."""

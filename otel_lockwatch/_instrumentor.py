@@ -79,6 +79,12 @@ _ASYNCIO_TARGETS = (
 _EXECUTOR_TARGET = (concurrent.futures.ThreadPoolExecutor, "__init__")
 
 
+def _install(owner: Any, name: str, factory: Any, args: tuple = ()) -> None:
+    """Replace ``owner.name`` with ``factory(original, *args)``: a plain function on the hot path
+    (wrapt installs it; ``unwrap`` below restores it through its ``__wrapped__``)."""
+    wrapt.wrap_object(owner, name, factory, args, {})
+
+
 def _factory(kind: str, proxy: type) -> Any:
     def wrapper(wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
         lock = wrapped(*args, **kwargs)
@@ -148,7 +154,7 @@ def unwrap(owner: Any, name: str) -> None:
         setattr(owner, name, original)
 
 
-class LockwatchInstrumentor(BaseInstrumentor):  # type: ignore[misc]
+class LockwatchInstrumentor(BaseInstrumentor):
     """An OpenTelemetry instrumentor for locks.
 
     ``instrument(tracer_provider=..., meter_provider=..., **options)``.
@@ -198,17 +204,15 @@ class LockwatchInstrumentor(BaseInstrumentor):  # type: ignore[misc]
     # -- sections --------------------------------------------------------------------------
     def _instrument_sections(self) -> None:
         g = vars(_sections)
-        wrapt.wrap_object(
-            _sections.StripedSections, "_acquire", _wrappers.section_acquire_factory, (g,)
-        )
-        wrapt.wrap_object(_sections.StripedSections, "_release", _wrappers.section_release_factory)
-        wrapt.wrap_object(
+        _install(_sections.StripedSections, "_acquire", _wrappers.section_acquire_factory, (g,))
+        _install(_sections.StripedSections, "_release", _wrappers.section_release_factory)
+        _install(
             _sections.AsyncStripedSections,
             "_acquire",
             _asyncio_wrappers.async_section_acquire_factory,
             (g,),
         )
-        wrapt.wrap_object(
+        _install(
             _sections.AsyncStripedSections,
             "_release",
             _asyncio_wrappers.async_section_release_factory,
@@ -235,14 +239,12 @@ class LockwatchInstrumentor(BaseInstrumentor):  # type: ignore[misc]
         wrapt.wrap_function_wrapper(
             threading.BoundedSemaphore, "__init__", _tag_init("threading.BoundedSemaphore")
         )
-        wrapt.wrap_object(threading.Semaphore, "acquire", _wrappers.semaphore_acquire_factory)
-        wrapt.wrap_object(
+        _install(threading.Semaphore, "acquire", _wrappers.semaphore_acquire_factory)
+        _install(
             threading.Semaphore, "__enter__", _wrappers.semaphore_acquire_factory
         )  # `with` binds the original
-        wrapt.wrap_object(threading.Semaphore, "release", _wrappers.semaphore_release_factory)
-        wrapt.wrap_object(
-            threading.BoundedSemaphore, "release", _wrappers.semaphore_release_factory
-        )
+        _install(threading.Semaphore, "release", _wrappers.semaphore_release_factory)
+        _install(threading.BoundedSemaphore, "release", _wrappers.semaphore_release_factory)
 
     def _uninstrument_threading(self) -> None:
         for owner, name in (
@@ -257,14 +259,12 @@ class LockwatchInstrumentor(BaseInstrumentor):  # type: ignore[misc]
     # -- asyncio ---------------------------------------------------------------------------
     def _instrument_asyncio(self) -> None:
         wrapt.wrap_function_wrapper(asyncio.locks.Lock, "__init__", _tag_init("asyncio.Lock"))
-        wrapt.wrap_object(asyncio.locks.Lock, "acquire", _asyncio_wrappers.lock_acquire_factory)
-        wrapt.wrap_object(asyncio.locks.Lock, "release", _asyncio_wrappers.lock_release_factory)
+        _install(asyncio.locks.Lock, "acquire", _asyncio_wrappers.lock_acquire_factory)
+        _install(asyncio.locks.Lock, "release", _asyncio_wrappers.lock_release_factory)
         wrapt.wrap_function_wrapper(
             asyncio.locks.Semaphore, "__init__", _tag_init("asyncio.Semaphore")
         )
-        wrapt.wrap_object(
-            asyncio.locks.Semaphore, "acquire", _asyncio_wrappers.semaphore_acquire_factory
-        )
+        _install(asyncio.locks.Semaphore, "acquire", _asyncio_wrappers.semaphore_acquire_factory)
 
     def _uninstrument_asyncio(self) -> None:
         for owner, name in _ASYNCIO_TARGETS:
@@ -325,7 +325,7 @@ def _remove_processor(provider: Any, processor: Any) -> None:
     multi = getattr(provider, "_active_span_processor", None)
     processors = getattr(multi, "_span_processors", None)
     lock = getattr(multi, "_lock", None)
-    if processors is None or lock is None:
+    if multi is None or processors is None or lock is None:
         return
     with lock:
         multi._span_processors = tuple(p for p in processors if p is not processor)

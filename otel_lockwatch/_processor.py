@@ -23,7 +23,7 @@ __all__ = ["LockOrderSpanProcessor"]
 MAX_SPAN_NAMES = 256
 
 
-class LockOrderSpanProcessor(SpanProcessor):  # type: ignore[misc]
+class LockOrderSpanProcessor(SpanProcessor):
     """Counts spans started under held locks; the instrumentor adds it to an SDK tracer provider.
 
     Args:

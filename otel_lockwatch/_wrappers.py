@@ -525,7 +525,11 @@ class _SectionSlot:
     __slots__ = ("st", "entry", "s", "t0", "ctx", "index")
 
     def __init__(self, index: int) -> None:
-        self.st = None
+        self.st: Any = None
+        self.entry: tuple = ()
+        self.s: Any = None
+        self.t0 = 0
+        self.ctx: Any = None
         self.index = index
 
 
@@ -593,7 +597,7 @@ def section_acquire_factory(original: Any, sections_module_globals: dict) -> Any
         s = st.stats.get(cls)
         if s is None:
             s = st.stats[cls] = Stats()
-        f = _getframe(1)
+        f: Any = _getframe(1)
         while f.f_globals is sections_module_globals:
             f = f.f_back
         if blocking:
