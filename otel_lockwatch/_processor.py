@@ -33,6 +33,24 @@ class LockOrderSpanProcessor(SpanProcessor):
     def __init__(self, recorder: Any) -> None:
         self._recorder = recorder
 
+    @property
+    def graph(self) -> Any:
+        """The process's lock-order graph (``otel_lockwatch._order.LockOrderGraph``)."""
+        return self._recorder.graph
+
+    def held_locks(self) -> list[str]:
+        """The lock classes the calling thread (or asyncio task) holds, outermost first."""
+        import asyncio
+
+        try:
+            task = asyncio.current_task()
+        except RuntimeError:
+            task = None
+        state = getattr(task, "_lockwatch_state", None) if task is not None else None
+        if state is None:
+            state = getattr(self._recorder.tls, "st", None)
+        return [entry[0].name for entry in state.held] if state is not None else []
+
     def on_start(self, span: Span, parent_context: Context | None = None) -> None:
         st = getattr(self._recorder.tls, "st", None)
         if st is None or st.busy or not st.held:

@@ -127,3 +127,11 @@ def test_disabled_instrumentation_leaves_nothing(tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert "lock.wait" not in proc.stdout
     assert not manifest_path.exists()
+
+
+def test_options_are_opentelemetry_instrument_flags():
+    """The OTEL_PYTHON_LOCKWATCH_* variables are registered: each is an opentelemetry-instrument flag."""
+    proc = subprocess.run(instrument_command() + ["--help"], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0
+    for flag in ("--lockwatch_on_cycle", "--lockwatch_manifest_path", "--lockwatch_pool_size"):
+        assert flag in proc.stdout

@@ -516,3 +516,33 @@ def test_module_level_and_lookalike_modules_are_watched(watched, tmp_path, monke
         sys.modules.pop("asyncio_pool", None)
     handler = logging.StreamHandler()
     assert type(handler.lock) is not RLockProxy
+
+
+def test_spans_started_under_a_held_lock_are_counted(watched):
+    """Blocking work inside a critical section: each span started under a lock counts against it."""
+    from otel_lockwatch import LockOrderSpanProcessor
+
+    tracer = watched.tracer_provider.get_tracer("app")
+    a = name_lock(threading.Lock(), "A")
+    b = name_lock(threading.Lock(), "B")
+    (processor,) = [
+        p
+        for p in watched.tracer_provider._active_span_processor._span_processors
+        if isinstance(p, LockOrderSpanProcessor)
+    ]
+    with tracer.start_as_current_span("outside"):
+        with a:
+            with tracer.start_as_current_span("http.get"):
+                pass
+            with tracer.start_as_current_span("http.get"):
+                pass
+            with b:
+                assert processor.held_locks() == ["A", "B"]
+                with tracer.start_as_current_span("db.query"):
+                    pass
+    assert processor.held_locks() == []
+    assert processor.graph is RECORDER.graph
+    assert RECORDER.snapshot()["blocking_under_lock"] == {
+        "A": {"http.get": 2, "db.query": 1},
+        "B": {"db.query": 1},
+    }
