@@ -530,16 +530,15 @@ def test_spans_started_under_a_held_lock_are_counted(watched):
         for p in watched.tracer_provider._active_span_processor._span_processors
         if isinstance(p, LockOrderSpanProcessor)
     ]
-    with tracer.start_as_current_span("outside"):
-        with a:
-            with tracer.start_as_current_span("http.get"):
+    with tracer.start_as_current_span("outside"), a:
+        with tracer.start_as_current_span("http.get"):
+            pass
+        with tracer.start_as_current_span("http.get"):
+            pass
+        with b:
+            assert processor.held_locks() == ["A", "B"]
+            with tracer.start_as_current_span("db.query"):
                 pass
-            with tracer.start_as_current_span("http.get"):
-                pass
-            with b:
-                assert processor.held_locks() == ["A", "B"]
-                with tracer.start_as_current_span("db.query"):
-                    pass
     assert processor.held_locks() == []
     assert processor.graph is RECORDER.graph
     assert RECORDER.snapshot()["blocking_under_lock"] == {
