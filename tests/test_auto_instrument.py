@@ -130,8 +130,10 @@ def test_disabled_instrumentation_leaves_nothing(tmp_path):
 
 
 def test_options_are_opentelemetry_instrument_flags():
-    """The OTEL_PYTHON_LOCKWATCH_* variables are registered: each is an opentelemetry-instrument flag."""
-    proc = subprocess.run(instrument_command() + ["--help"], capture_output=True, text=True, timeout=60)
+    """Each OTEL_PYTHON_LOCKWATCH_* variable is registered as an opentelemetry-instrument flag."""
+    proc = subprocess.run(
+        instrument_command() + ["--help"], capture_output=True, text=True, timeout=60
+    )
     assert proc.returncode == 0
     for flag in ("--lockwatch_on_cycle", "--lockwatch_manifest_path", "--lockwatch_pool_size"):
         assert flag in proc.stdout
