@@ -152,3 +152,24 @@ def test_interrupted_write_keeps_the_previous_manifest(tmp_path, monkeypatch):
         _manifest.dump_manifest(evaluate({}), target)
     assert target.read_bytes() == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["m.json"]
+
+
+def test_without_an_sdk_tracer_provider(tmp_path):
+    """No SDK tracer provider (the API's no-op one): the manifest is still written at exit."""
+    script = tmp_path / "app.py"
+    script.write_text(
+        PRELUDE.replace("provider = TracerProvider()", "provider = None").replace(
+            "from opentelemetry.sdk.trace import TracerProvider\n", ""
+        )
+    )
+    manifest = tmp_path / "m.json"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
+    proc = subprocess.run(
+        [sys.executable, str(script), str(manifest), "0"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert_valid(manifest)
