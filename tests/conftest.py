@@ -13,7 +13,6 @@ from otel_lockwatch import LockwatchInstrumentor
 from otel_lockwatch._recorder import RECORDER
 from otel_lockwatch._telemetry import TELEMETRY
 
-
 # Machines here are shared and noisy: a property is judged on its examples, not on their speed.
 settings.register_profile("lockwatch", deadline=None, suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile("lockwatch")
