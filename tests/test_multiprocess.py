@@ -111,7 +111,9 @@ def check_pool_run(directory: Path, pids: set[int], workers: int) -> None:
     assert merged["locks"]["shared"]["acquisitions"] == workers * ITERATIONS
     assert merged["locks"]["shared"]["kind"] == "multiprocessing.Lock"
     assert [hot["lock"] for hot in merged["hot_lock_register"]] == ["shared"]
-    assert merged["verdict"] == "HOT_LOCK_DETECTED"
+    # The lock is hot; whether one worker also waited 5x the median (starvation, which outranks a
+    # hot lock) depends on how the scheduler handed the lock around, so both verdicts are right.
+    assert merged["verdict"] in ("HOT_LOCK_DETECTED", "STARVATION_OBSERVED")
     assert merged["nominal_pool_size"] == workers
     assert sorted(merged["process"]["pids"]) == sorted(pids | {os.getpid()})
 
