@@ -105,7 +105,7 @@ def _check_timeout(timeout: object, none_means: str) -> None:
         raise ValueError(f"timeout must be a non-negative number or {none_means}, got {timeout!r}")
 
 
-def _plan(sections: StripedSections | AsyncStripedSections, keys: Iterable[SectionKey]):
+def _plan(sections: _SectionArray, keys: Iterable[SectionKey]):
     """Return the distinct ``(index, first key)`` pairs of ``keys``, ascending by index."""
     if isinstance(keys, (str, bytes, bytearray, int)):
         raise TypeError(f"lock_many takes an iterable of keys, got {type(keys).__name__}")
@@ -122,48 +122,19 @@ def _plan(sections: StripedSections | AsyncStripedSections, keys: Iterable[Secti
     return sorted(plan.items())
 
 
-def _repr(sections: StripedSections | AsyncStripedSections, held: int) -> str:
-    noun = "section" if sections._count == 1 else "sections"
-    return f"<{type(sections).__name__} {sections._name!r} {sections._count} {noun}, {held} held>"
+class _SectionArray:
+    """What both arrays share: validation, the index, the owners and keys, the patch slot."""
 
+    __slots__ = ("__weakref__", "_count", "_keys", "_lw", "_mask", "_name", "_owners")
 
-# --------------------------------------------------------------------------------------------
-# threads
-
-
-class StripedSections:
-    """A fixed array of ``count`` locks; an entity's key picks its section with FNV-1a.
-
-    ``acquire`` / ``release`` have ``threading.Lock`` semantics (including release from another
-    thread); ``lock``, ``try_lock`` and ``lock_many`` are the context managers to use.
-
-    Args:
-        count: the number of sections, a power of two (a mask replaces the modulo). Size it
-            comfortably above the number of concurrent holders so that collisions stay rare.
-        name: names the array in messages, ``repr`` and telemetry.
-
-    Raises:
-        TypeError: ``count`` is not an int (a ``bool`` is not), or ``name`` is not a str.
-        ValueError: ``count`` is not a power of two (or exceeds 2**32), or ``name`` is empty.
-    """
-
-    __slots__ = ("__weakref__", "_count", "_guard", "_keys", "_lockers", "_locks", "_lw", "_mask",
-                 "_name", "_owners", "_waiting")
-
-    def __init__(self, count: int = 256, *, name: str = "sections") -> None:
+    def __init__(self, count: int, name: str) -> None:
         _check_count(count)
         _check_name(name)
         self._name = name
         self._count = count
         self._mask = count - 1
-        self._locks = [allocate_lock() for _ in range(count)]
-        self._owners: list[int | None] = [None] * count
-        self._keys: list[SectionKey | None] = [None] * count
-        self._waiting = [0] * count  # blocked threads per section, guarded by _guard
-        self._guard = allocate_lock()  # taken only on the slow path, around a wait
-        # str key -> its lock() manager: _Locked is immutable, so one serves every thread; the
-        # dict is emptied when full, like the hash cache, so memory stays bounded.
-        self._lockers: dict[str, _Locked] = {}
+        self._owners: list[Any] = [None] * count  # the holder: a thread ident, or a task
+        self._keys: list[SectionKey | None] = [None] * count  # the holder's key
         self._lw = None  # the instrumentation's per-array state (see _wrappers.track_of)
 
     @property
@@ -186,6 +157,45 @@ class StripedSections:
             TypeError: ``key`` is a ``bool`` or of another type.
         """
         return hash_key(key) & self._mask
+
+    def _held(self) -> int:
+        raise NotImplementedError
+
+    def __repr__(self) -> str:
+        noun = "section" if self._count == 1 else "sections"
+        return f"<{type(self).__name__} {self._name!r} {self._count} {noun}, {self._held()} held>"
+
+
+# --------------------------------------------------------------------------------------------
+# threads
+
+
+class StripedSections(_SectionArray):
+    """A fixed array of ``count`` locks; an entity's key picks its section with FNV-1a.
+
+    ``acquire`` / ``release`` have ``threading.Lock`` semantics (including release from another
+    thread); ``lock``, ``try_lock`` and ``lock_many`` are the context managers to use.
+
+    Args:
+        count: the number of sections, a power of two (a mask replaces the modulo). Size it
+            comfortably above the number of concurrent holders so that collisions stay rare.
+        name: names the array in messages, ``repr`` and telemetry.
+
+    Raises:
+        TypeError: ``count`` is not an int (a ``bool`` is not), or ``name`` is not a str.
+        ValueError: ``count`` is not a power of two (or exceeds 2**32), or ``name`` is empty.
+    """
+
+    __slots__ = ("_guard", "_lockers", "_locks", "_waiting")
+
+    def __init__(self, count: int = 256, *, name: str = "sections") -> None:
+        super().__init__(count, name)
+        self._locks = [allocate_lock() for _ in range(count)]
+        self._waiting = [0] * count  # blocked threads per section, guarded by _guard
+        self._guard = allocate_lock()  # taken only on the slow path, around a wait
+        # str key -> its lock() manager: _Locked is immutable, so one serves every thread; the
+        # dict is emptied when full, like the hash cache, so memory stays bounded.
+        self._lockers: dict[str, _Locked] = {}
 
     # -- the two patch points ----------------------------------------------------------------
 
@@ -360,8 +370,8 @@ class StripedSections:
             waiters = sum(self._waiting)
         return SectionStatistics(self._name, self._count, held, waiters)
 
-    def __repr__(self) -> str:
-        return _repr(self, sum(lock.locked() for lock in self._locks))
+    def _held(self) -> int:
+        return sum(lock.locked() for lock in self._locks)
 
 
 class _Locked:
@@ -452,7 +462,7 @@ def _expire(fut: asyncio.Future[bool]) -> None:
         fut.set_result(False)
 
 
-class AsyncStripedSections:
+class AsyncStripedSections(_SectionArray):
     """The asyncio twin of :class:`StripedSections`: same keys, same indices, guard per task.
 
     Each section is a FIFO of waiting tasks with direct hand-off: ``release`` makes the first
@@ -470,38 +480,13 @@ class AsyncStripedSections:
         ValueError: ``count`` is not a power of two (or exceeds 2**32), or ``name`` is empty.
     """
 
-    __slots__ = ("__weakref__", "_count", "_keys", "_lw", "_mask", "_name", "_owners", "_waiters")
+    __slots__ = ("_waiters",)
 
     def __init__(self, count: int = 256, *, name: str = "sections") -> None:
-        _check_count(count)
-        _check_name(name)
-        self._name = name
-        self._count = count
-        self._mask = count - 1
-        self._owners: list[asyncio.Task[Any] | None] = [None] * count
-        self._keys: list[SectionKey | None] = [None] * count
+        super().__init__(count, name)
         # per section, None until first contended: (future, task, key) of each waiter
         self._waiters: list[deque[tuple[asyncio.Future[bool], asyncio.Task[Any], SectionKey]]
                             | None] = [None] * count
-        self._lw = None  # the instrumentation's per-array state (see _wrappers.track_of)
-
-    @property
-    def name(self) -> str:
-        """The array's name."""
-        return self._name
-
-    @property
-    def count(self) -> int:
-        """The number of sections."""
-        return self._count
-
-    def index(self, key: SectionKey) -> int:
-        """Return the section index of ``key`` (the same as :meth:`StripedSections.index`).
-
-        Raises:
-            TypeError: ``key`` is a ``bool`` or of another type.
-        """
-        return hash_key(key) & self._mask
 
     # -- the two patch points ----------------------------------------------------------------
 
@@ -670,8 +655,8 @@ class AsyncStripedSections:
         )
         return SectionStatistics(self._name, self._count, held, waiters)
 
-    def __repr__(self) -> str:
-        return _repr(self, sum(owner is not None for owner in self._owners))
+    def _held(self) -> int:
+        return sum(owner is not None for owner in self._owners)
 
 
 def _discard(waiters: deque[Any], entry: object) -> None:
