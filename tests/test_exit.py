@@ -130,7 +130,7 @@ def test_checkpoint_survives_sigkill(tmp_path):
     wait_ready(proc)
     deadline = time.monotonic() + 30
     while not manifest.exists() and time.monotonic() < deadline:
-        time.sleep(0.02)  # poll for the first checkpoint
+        time.sleep(0.02)  # ok: polling with a deadline
     proc.kill()
     assert proc.wait(60) == -signal.SIGKILL
     assert_valid(manifest)

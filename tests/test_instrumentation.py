@@ -272,7 +272,7 @@ def test_no_entity_key_in_attributes(watched):
     waiter.start()
     deadline = time.monotonic() + 10
     while sections.statistics().waiters == 0 and time.monotonic() < deadline:
-        time.sleep(0.001)  # poll
+        time.sleep(0.001)  # ok: polling with a deadline
     time.sleep(0.005)  # hold: keep the waiter blocked past the 1 ms threshold
     release.set()
     t.join()

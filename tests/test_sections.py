@@ -36,7 +36,7 @@ def wait_until(predicate: Callable[[], bool], what: str) -> None:
     while not predicate():
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out waiting until {what}")
-        time.sleep(0.001)  # poll
+        time.sleep(0.001)  # ok: polling with a deadline
 
 
 def colliding_key(sections: StripedSections, key: str) -> str:
@@ -575,7 +575,7 @@ class Yielding(StripedSections):
     __slots__ = ()
 
     def _acquire(self, index, key, blocking=True, timeout=-1, canonical=False):  # type: ignore[no-untyped-def]
-        time.sleep(0)  # yield the GIL between the sections of one lock_many
+        time.sleep(0)  # ok: yields the GIL between one lock_many's sections (not a wait)
         return super()._acquire(index, key, blocking, timeout, canonical)
 
 

@@ -185,7 +185,7 @@ class Service:
                     return
             if time.monotonic() > deadline:
                 pytest.fail(f"{self.name}: no {what} within {timeout:.0f} s{self.diagnose()}")
-            time.sleep(0.1)
+            time.sleep(0.1)  # ok: polling with a deadline
 
     def stop(self) -> None:
         """Terminate, wait, kill if it does not exit."""
@@ -280,7 +280,7 @@ class Jaeger:
                     f"{timeout:.0f} s; services {self.services()}, traces {summary}"
                     f"{self.service.diagnose()}"
                 )
-            time.sleep(0.2)
+            time.sleep(0.2)  # ok: polling with a deadline
 
 
 def start_jaeger(binary: Path, log_path: Path) -> contextlib.AbstractContextManager[Jaeger]:

@@ -61,7 +61,7 @@ class Collector:
                     f"collector: no sample {name.pattern!r} with {labels} within "
                     f"{METRICS_TIMEOUT_S:.0f} s; metric names {names}{self.service.diagnose()}"
                 )
-            time.sleep(0.2)
+            time.sleep(0.2)  # ok: polling with a deadline
 
 
 _SAMPLE = re.compile(r"^([A-Za-z_:][\w:]*)(?:\{(.*)\})? (\S+)(?: \d+)?$")

@@ -62,7 +62,7 @@ def _wait_blocked(threads: list[threading.Thread], caller: object) -> None:
     while time.monotonic() < deadline:
         if all(_inside_instrumented_acquire(t, caller) for t in threads):
             return
-        time.sleep(0.001)
+        time.sleep(0.001)  # ok: polling with a deadline
     print("workload: workers not seen inside the acquire; continuing", file=sys.stderr)
 
 
