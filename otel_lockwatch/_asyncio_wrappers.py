@@ -52,7 +52,10 @@ def _state() -> Any:
 
 
 def _caller(skip_globals: dict) -> Any:
-    f: Any = _getframe(2)
+    try:
+        f: Any = _getframe(2)
+    except ValueError:  # called straight from C: no Python caller
+        return _getframe(1)
     while f is not None and f.f_globals is skip_globals:
         f = f.f_back
     return f if f is not None else _getframe(1)

@@ -164,6 +164,14 @@ def skip_write() -> bool:
 
 
 # -- trackers: the instance methods of a watched SemLock ------------------------------------------
+def _caller_frame() -> Any:
+    """The frame that called the instrumented method (its own, when C called it directly)."""
+    try:
+        return _getframe(2)
+    except ValueError:
+        return _getframe(1)
+
+
 class _LockTrack:
     """The instrumented ``acquire`` / ``release`` of one ``multiprocessing.Lock`` (in one process).
 
@@ -180,7 +188,7 @@ class _LockTrack:
         self.depth = 0
 
     def acquire(self, block: bool = True, timeout: float | None = None) -> bool:
-        return self._acquire(block, timeout, _getframe(1))
+        return self._acquire(block, timeout, _caller_frame())
 
     def _acquire(self, block: Any, timeout: Any, f: Any) -> bool:
         sl = self.sl
@@ -237,7 +245,7 @@ class _RLockTrack(_LockTrack):
     __slots__ = ()
 
     def acquire(self, block: bool = True, timeout: float | None = None) -> bool:
-        return self._acquire(block, timeout, _getframe(1))
+        return self._acquire(block, timeout, _caller_frame())
 
     def _acquire(self, block: Any, timeout: Any, f: Any) -> bool:
         st = self.st
@@ -267,7 +275,7 @@ class _SemaphoreTrack(_LockTrack):
     __slots__ = ()
 
     def acquire(self, block: bool = True, timeout: float | None = None) -> bool:
-        return self._acquire(block, timeout, _getframe(1))
+        return self._acquire(block, timeout, _caller_frame())
 
     def _acquire(self, block: Any, timeout: Any, f: Any) -> bool:
         sl = self.sl
@@ -431,7 +439,7 @@ def _semlock_enter_factory(original: Any) -> Any:
         track = self.__dict__.get("_lw_track")
         if track is None:
             return original(self)
-        return track._acquire(True, None, _getframe(1))
+        return track._acquire(True, None, _caller_frame())
 
     return __enter__
 

@@ -118,10 +118,12 @@ _THREADING_GLOBALS = vars(threading)
 
 
 def _caller(f: Any) -> Any:
-    """The first frame at or above ``f`` outside this module and ``threading``."""
-    while f.f_globals is _OWN_GLOBALS or f.f_globals is _THREADING_GLOBALS:
+    """The first frame at or above ``f`` outside this module and ``threading`` (``f`` itself when
+    there is none: C called in)."""
+    first = f
+    while f is not None and (f.f_globals is _OWN_GLOBALS or f.f_globals is _THREADING_GLOBALS):
         f = f.f_back
-    return f
+    return f if f is not None else first
 
 
 def _frame_site(frame: Any) -> str:
@@ -323,7 +325,10 @@ class LockProxy:
         s = st.stats.get(cls)
         if s is None:
             s = st.stats[cls] = Stats()
-        f = _getframe(1)
+        try:
+            f = _getframe(1)
+        except ValueError:  # called straight from C (an atexit or C callback): no Python caller
+            f = _getframe(0)
         g = f.f_globals
         if g is _OWN_GLOBALS or g is _THREADING_GLOBALS:
             f = _caller(f)  # an RLock or a Condition: the site is their caller's
@@ -597,8 +602,11 @@ def section_acquire_factory(original: Any, sections_module_globals: dict) -> Any
         s = st.stats.get(cls)
         if s is None:
             s = st.stats[cls] = Stats()
-        f: Any = _getframe(1)
-        while f.f_globals is sections_module_globals:
+        try:
+            f: Any = _getframe(1)
+        except ValueError:  # called straight from C: no Python caller
+            f = _getframe(0)
+        while f.f_globals is sections_module_globals and f.f_back is not None:
             f = f.f_back
         if blocking:
             if st.held:
@@ -741,7 +749,7 @@ def semaphore_acquire_factory(original: Any) -> Any:
         ctx = _ctx_get()
         t0 = _pc()
         ok = original(self, True, timeout)
-        _record_wait(st, s, cls, t0, _pc(), ok, ctx, _getframe(1), None)
+        _record_wait(st, s, cls, t0, _pc(), ok, ctx, _getframe(0), None)
         return ok
 
     acquire.__wrapped__ = original  # type: ignore[attr-defined]

@@ -173,3 +173,21 @@ def test_without_an_sdk_tracer_provider(tmp_path):
     )
     assert proc.returncode == 0, proc.stderr
     assert_valid(manifest)
+
+
+def test_lock_called_from_c_with_no_python_caller(tmp_path):
+    """atexit calls watched locks' acquire straight from C: no Python frame above it, no error."""
+    body = (
+        "import atexit\n"
+        "from otel_lockwatch import StripedSections\n"
+        "rlock = threading.RLock()\n"
+        "sections = StripedSections(4, name='s')\n"
+        "atexit.register(lock.acquire)\n"
+        "atexit.register(rlock.acquire)\n"
+        "atexit.register(sections.acquire, 'key')\n"
+    )
+    proc, manifest = spawn(tmp_path, body)
+    assert proc.wait(60) == 0
+    stderr = proc.stderr.read()
+    assert "Traceback" not in stderr and "Exception ignored" not in stderr, stderr
+    assert_valid(manifest, acquisitions=11)
