@@ -438,6 +438,10 @@ class LockProxy:
     def __repr__(self) -> str:
         return repr(self._lw_lock)
 
+    def __reduce_ex__(self, protocol: Any) -> Any:
+        # copy, deepcopy and pickle refuse a lock: the proxy refuses them the same way.
+        return self._lw_lock.__reduce_ex__(protocol)
+
     def __getattr__(self, name: str) -> Any:
         return getattr(self._lw_lock, name)
 

@@ -545,3 +545,18 @@ def test_spans_started_under_a_held_lock_are_counted(watched):
         "A": {"http.get": 2, "db.query": 1},
         "B": {"db.query": 1},
     }
+
+
+@pytest.mark.parametrize("factory", ["Lock", "RLock"])
+def test_copy_and_pickle_refused_as_for_the_plain_lock(watched, factory):
+    import copy
+    import pickle
+
+    watched_lock = getattr(threading, factory)()
+    plain = {"Lock": ORIGINAL_LOCK, "RLock": ORIGINAL_RLOCK}[factory]()
+    for operation in (copy.copy, copy.deepcopy, pickle.dumps):
+        with pytest.raises(TypeError) as plain_error:
+            operation(plain)
+        with pytest.raises(TypeError) as watched_error:
+            operation(watched_lock)
+        assert str(watched_error.value) == str(plain_error.value)
