@@ -82,6 +82,7 @@ class WorkerState:
         "last",
         "spans",
         "thread",
+        "retired",
         "__weakref__",
     )
 
@@ -89,7 +90,7 @@ class WorkerState:
         self,
         worker: str,
         stats: dict[LockClass, Stats] | None = None,
-        thread: threading.Thread | None = None,
+        thread: Any = None,
     ) -> None:
         self.held: list[Any] = []  # held-stack entries, in acquisition order
         self.stats: dict[LockClass, Stats] = {} if stats is None else stats
@@ -101,7 +102,35 @@ class WorkerState:
         self.spans: dict[
             tuple[str, str], int
         ] = {}  # (lock name, span name) -> spans started under it
+        # The thread or task this state belongs to (weakly): an ended one is folded away.
         self.thread = weakref.ref(thread) if thread is not None else None
+        self.retired = 0  # observed time (ns) of the ended workers folded into this state
+
+    def alive(self) -> bool:
+        """Whether the thread or task this state belongs to can still record."""
+        owner = self.thread() if self.thread is not None else None
+        if owner is None:
+            return self.thread is None  # no owner given (a test's state): keep it
+        done = getattr(owner, "done", None)
+        return not done() if done is not None else owner.is_alive()
+
+    def fold(self, other: WorkerState) -> None:
+        """Add an ended worker's statistics to this (retired) state."""
+        self.retired += max(0, other.last - other.first) + other.retired
+        for cls, s in other.stats.items():
+            mine = self.stats.get(cls)
+            if mine is None:
+                self.stats[cls] = s
+                continue
+            for field in ("acq", "tryok", "skip", "cont", "tmo", "wait", "hold", "coll"):
+                setattr(mine, field, getattr(mine, field) + getattr(s, field))
+            for mine_hist, hist in ((mine.whist, s.whist), (mine.hhist, s.hhist)):
+                for bucket, n in hist.items():
+                    mine_hist[bucket] = mine_hist.get(bucket, 0) + n
+            mine.wmin, mine.wmax = min(mine.wmin, s.wmin), max(mine.wmax, s.wmax)
+            mine.hmin, mine.hmax = min(mine.hmin, s.hmin), max(mine.hmax, s.hmax)
+        for key, n in other.spans.items():
+            self.spans[key] = self.spans.get(key, 0) + n
 
     def clear(self) -> None:
         """Forget what was recorded, the held stack included (a release of a lock held across
@@ -148,7 +177,10 @@ class Recorder:
         self.tls = threading.local()
         self._lock = _thread.allocate_lock()
         self._states: list[WorkerState] = []
-        self._overflow: WorkerState | None = None
+        self._names: set[str] = set()  # names given out: MAX_WORKERS at most, then "(other)"
+        self._compact_at = 256  # fold ended workers away when this many states exist
+        # tasks of a type without a __dict__ (a custom task factory's): their states, weakly
+        self._task_side: weakref.WeakKeyDictionary[Any, WorkerState] = weakref.WeakKeyDictionary()
         self._arrays: list[Any] = []  # ArrayTrack of every instrumented section array
         self.pool_size: int | None = None
         self.pool_source: str | None = None
@@ -163,40 +195,63 @@ class Recorder:
         """Forget everything recorded (tests; a fresh start).
 
         The thread-local storage is kept (the hot path holds a reference to it): the states of
-        live threads are cleared and stay registered; those of ended threads and tasks go.
+        live threads and tasks are cleared and stay registered; those of ended ones go.
         """
         from ._order import LockOrderGraph
 
         with self._lock:
             keep = []
             for state in self._states:
-                thread = state.thread() if state.thread is not None else None
-                if thread is not None and thread.is_alive():
+                if state.thread is not None and state.alive():
                     state.clear()
                     keep.append(state)
             self._states = keep
-            self._overflow = None
+            self._names = {state.worker for state in keep}
+            self._compact_at = 256
             self._arrays = []
             self.pool_size = None
             self.pool_source = None
             self.start_ns = time.time_ns()
             self.graph = LockOrderGraph()
 
-    def _register(self, worker: str, thread: threading.Thread | None = None) -> WorkerState:
+    def _register(self, worker: str, owner: Any = None) -> WorkerState:
         with self._lock:
-            if len(self._states) >= MAX_WORKERS:
-                if self._overflow is None:
-                    self._overflow = WorkerState("(other)")
-                    self._states.append(self._overflow)
+            if len(self._states) >= self._compact_at:
+                self._compact()
+            if worker not in self._names and len(self._names) >= MAX_WORKERS:
+                if "(other)" not in self._names:
                     logger.warning(
-                        "otel-lockwatch: more than %d workers; later ones are reported as '(other)'",  # noqa: E501
+                        "otel-lockwatch: more than %d workers; later ones are reported as "
+                        "'(other)'",
                         MAX_WORKERS,
                     )
-                state = WorkerState("(other)", self._overflow.stats)
-                return state
-            state = WorkerState(worker, thread=thread)
+                worker = "(other)"
+            self._names.add(worker)
+            state = WorkerState(worker, thread=owner)
             self._states.append(state)
             return state
+
+    def _compact(self) -> None:
+        """Fold the states of ended threads and tasks into one retired state per worker name, so
+        that memory follows the live workers, not every thread a process ever started. Called
+        under ``self._lock``; an ended worker's state is written by nobody."""
+        keep: list[WorkerState] = []
+        retired: dict[str, WorkerState] = {}
+        for state in self._states:
+            if state.thread is None and state.retired:
+                retired[state.worker] = state
+        for state in self._states:
+            if state.alive() or state.held or state in retired.values():
+                keep.append(state)
+                continue
+            target = retired.get(state.worker)
+            if target is None:
+                target = retired[state.worker] = WorkerState(state.worker)
+                target.first = target.last = 0
+                keep.append(target)
+            target.fold(state)
+        self._states = keep
+        self._compact_at = max(256, 2 * len(keep))
 
     def thread_state(self) -> WorkerState:
         """The calling thread's state, created on first use."""
@@ -212,18 +267,18 @@ class Recorder:
         """The state of an asyncio task (a task is a worker)."""
         state = getattr(task, "_lockwatch_state", None)
         if state is None:
+            state = self._task_side.get(task)
+        if state is None:
             try:
                 name = task.get_name()
             except Exception:
                 name = repr(task)
-            state = self._register(f"task:{name}")
+            state = self._register(f"task:{name}", task)
             try:
                 task._lockwatch_state = state
             except AttributeError:  # a task type without __dict__: keep a side table
-                self._task_side[id(task)] = state
+                self._task_side[task] = state
         return state
-
-    _task_side: dict[int, WorkerState] = {}
 
     def _after_fork_in_child(self) -> None:
         # The child has one thread: the one that forked. Locks it holds stay held; every other
@@ -231,7 +286,8 @@ class Recorder:
         self._lock = _thread.allocate_lock()
         current = getattr(self.tls, "st", None)
         self._states = []
-        self._overflow = None
+        self._names = set()
+        self._compact_at = 256
         self.start_ns = time.time_ns()
         if self.graph is not None:
             self.graph._lock = _thread.allocate_lock()
@@ -240,6 +296,7 @@ class Recorder:
             fresh.held = current.held
             fresh.chain = current.chain
             self._states.append(fresh)
+            self._names.add(fresh.worker)
             self.tls.st = fresh
 
     def note_array(self, track: Any) -> None:
@@ -281,7 +338,7 @@ class Recorder:
                 continue  # touched no lock: not a worker of the pool
             w = workers.setdefault(state.worker, {"observed_ns": 0, "wait_ns": 0})
             end = now if state.held else state.last
-            w["observed_ns"] += max(0, end - state.first)
+            w["observed_ns"] += max(0, end - state.first) + state.retired
             for (lock_name, span_name), n in list(state.spans.items()):
                 per = spans.setdefault(lock_name, {})
                 per[span_name] = per.get(span_name, 0) + n

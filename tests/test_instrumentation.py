@@ -560,3 +560,45 @@ def test_copy_and_pickle_refused_as_for_the_plain_lock(watched, factory):
         with pytest.raises(TypeError) as watched_error:
             operation(watched_lock)
         assert str(watched_error.value) == str(plain_error.value)
+
+
+def test_ended_workers_are_folded_so_memory_follows_the_live_ones(watched):
+    """A process that starts thread after thread keeps one state per live worker plus one per
+    worker name, and loses no count: ended threads' statistics are folded, not dropped."""
+    lock = name_lock(threading.Lock(), "churn")
+
+    def work():
+        for _ in range(3):
+            with lock:
+                pass
+
+    for _ in range(600):  # more than the compaction threshold (256)
+        t = threading.Thread(target=work, name="short-lived")
+        t.start()
+        t.join()
+    assert len(RECORDER._states) < 300
+    snap = RECORDER.snapshot()
+    assert snap["locks"]["churn"]["acquisitions"] == 1800
+    assert snap["locks"]["churn"]["hold_ns"].count == 1800
+    assert snap["locks"]["churn"]["workers"]["short-lived"]["acquisitions"] == 1800
+    assert snap["workers"]["short-lived"]["observed_ns"] > 0
+
+
+def test_worker_names_are_capped(watched, monkeypatch):
+    """Past MAX_WORKERS distinct names, later workers are '(other)': bounded cardinality."""
+    import otel_lockwatch._recorder as recorder_module
+
+    monkeypatch.setattr(recorder_module, "MAX_WORKERS", len(RECORDER._names) + 3)
+    lock = threading.Lock()
+
+    def work():
+        with lock:
+            pass
+
+    for i in range(6):
+        t = threading.Thread(target=work, name=f"w{i}")
+        t.start()
+        t.join()
+    workers = RECORDER.snapshot()["workers"]
+    assert {"w0", "w1", "w2", "(other)"} <= set(workers)
+    assert not {"w3", "w4", "w5"} & set(workers)
