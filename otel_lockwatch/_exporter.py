@@ -123,7 +123,6 @@ class ManifestExporter(SpanExporter):
         self._interval = checkpoint_interval_s
         self._provider = tracer_provider
         self._span_sent = False
-        self._closed = False
         self._stop = threading.Event()
         self._checkpointer: threading.Thread | None = None
         self._lock = _raw_lock()

@@ -75,13 +75,6 @@ def configure(*, wait_span_ns: int, hold_span_ns: int, hold_metric_ns: int, on_c
     ON_CYCLE = on_cycle
 
 
-def _state() -> Any:
-    try:
-        return _tls.st
-    except AttributeError:
-        return RECORDER.thread_state()
-
-
 def _line_of(code: Any, lasti: int) -> int:
     for start, end, line in code.co_lines():
         if start <= lasti < end and line is not None:
@@ -124,10 +117,6 @@ def _caller(f: Any) -> Any:
     while f is not None and (f.f_globals is _OWN_GLOBALS or f.f_globals is _THREADING_GLOBALS):
         f = f.f_back
     return f if f is not None else first
-
-
-def _frame_site(frame: Any) -> str:
-    return site_of(frame)
 
 
 # -- the lock-order check ------------------------------------------------------------------
