@@ -147,7 +147,7 @@ import json
 import logging
 import time
 from collections import deque
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -500,24 +500,7 @@ class LockOrderGraph:
         succ = self._succ
         if src not in succ or dst not in succ:
             return None
-        parent: dict[str, EdgeWitness | None] = {src: None}
-        queue = deque((src,))
-        while queue:
-            node = queue.popleft()
-            for nxt, w in succ[node].items():
-                if nxt in parent:
-                    continue
-                parent[nxt] = w
-                if nxt == dst:
-                    path = []
-                    cur: EdgeWitness | None = w
-                    while cur is not None:
-                        path.append(cur)
-                        cur = parent[cur.holding]
-                    path.reverse()
-                    return path
-                queue.append(nxt)
-        return None
+        return _shortest_path(lambda node: succ[node].items(), src, dst)
 
     def _closing(self, holding: str, acquiring: str, witness: EdgeWitness) -> Cycle | None:
         """The shortest cycle through ``holding -> acquiring`` (with ``witness``); lock held."""
@@ -817,15 +800,15 @@ def find_cycles(edges: Iterable[EdgeWitness], max_cycles: int = 1024) -> list[Cy
     return sorted(found.values(), key=_cycle_sort_key)
 
 
-def _bfs_path(
-    inner: dict[str, list[tuple[str, EdgeWitness]]], src: str, dst: str
-) -> list[EdgeWitness]:
-    """Shortest path ``src ~> dst`` inside one strongly connected component (it exists)."""
+def _shortest_path(
+    successors: Callable[[str], Iterable[tuple[str, EdgeWitness]]], src: str, dst: str
+) -> list[EdgeWitness] | None:
+    """Breadth-first: the shortest path ``src ~> dst`` as its edges' witnesses, or None."""
     parent: dict[str, EdgeWitness | None] = {src: None}
     queue = deque((src,))
     while queue:
         node = queue.popleft()
-        for nxt, w in inner[node]:
+        for nxt, w in successors(node):
             if nxt in parent:
                 continue
             parent[nxt] = w
@@ -838,7 +821,17 @@ def _bfs_path(
                 path.reverse()
                 return path
             queue.append(nxt)
-    raise AssertionError(f"no path {src} ~> {dst} inside a strongly connected component")
+    return None
+
+
+def _bfs_path(
+    inner: dict[str, list[tuple[str, EdgeWitness]]], src: str, dst: str
+) -> list[EdgeWitness]:
+    """Shortest path ``src ~> dst`` inside one strongly connected component (it exists)."""
+    path = _shortest_path(inner.__getitem__, src, dst)
+    if path is None:
+        raise AssertionError(f"no path {src} ~> {dst} inside a strongly connected component")
+    return path
 
 
 def _cycle_sort_key(c: Cycle) -> tuple[int, tuple[str, ...]]:
