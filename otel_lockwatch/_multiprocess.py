@@ -190,18 +190,27 @@ class _LockTrack:
     def acquire(self, block: bool = True, timeout: float | None = None) -> bool:
         return self._acquire(block, timeout, _caller_frame())
 
-    def _acquire(self, block: Any, timeout: Any, f: Any) -> bool:
-        sl = self.sl
+    def _recording(self, timeout: Any) -> tuple[Any, Stats] | None:
+        """The calling thread's state and this lock's Stats in it; None when this call is not
+        recorded (lockwatch itself is running, or a timeout the fast path cannot reproduce)."""
         try:
             st = RECORDER.tls.st
         except AttributeError:
             st = RECORDER.thread_state()
         if st.busy or (timeout is not None and type(timeout) not in _NO_TIMEOUT_TYPES):
-            return sl.acquire(block, timeout)
-        cls = self.cls
-        s = st.stats.get(cls)
+            return None
+        s = st.stats.get(self.cls)
         if s is None:
-            s = st.stats[cls] = Stats()
+            s = st.stats[self.cls] = Stats()
+        return st, s
+
+    def _acquire(self, block: Any, timeout: Any, f: Any) -> bool:
+        sl = self.sl
+        ready = self._recording(timeout)
+        if ready is None:
+            return sl.acquire(block, timeout)
+        st, s = ready
+        cls = self.cls
         if block:
             if st.held:
                 _check_order(st, cls, f, self, False)
@@ -279,16 +288,11 @@ class _SemaphoreTrack(_LockTrack):
 
     def _acquire(self, block: Any, timeout: Any, f: Any) -> bool:
         sl = self.sl
-        try:
-            st = RECORDER.tls.st
-        except AttributeError:
-            st = RECORDER.thread_state()
-        if st.busy or (timeout is not None and type(timeout) not in _NO_TIMEOUT_TYPES):
+        ready = self._recording(timeout)
+        if ready is None:
             return sl.acquire(block, timeout)
+        st, s = ready
         cls = self.cls
-        s = st.stats.get(cls)
-        if s is None:
-            s = st.stats[cls] = Stats()
         if sl.acquire(False):
             s.acq += 1
             if not block:
