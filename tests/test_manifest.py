@@ -11,6 +11,7 @@ import os
 import statistics
 
 import pytest
+from _snapshots import locks_and_workers
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -39,36 +40,7 @@ def snapshot(events, *, idle_ns=0, pool=None, cycle_edges=(), sections=None, pid
     Each worker's observed time is the sum of its waits and holds plus ``idle_ns``.
     ``cycle_edges`` are ``(holding, acquiring, worker)`` lock-order edges.
     """
-    locks: dict = {}
-    workers: dict = {}
-    for worker, lock, wait, hold in events:
-        entry = locks.setdefault(
-            lock,
-            {
-                "kind": "threading.Lock",
-                "acquisitions": 0,
-                "contentions": 0,
-                "skipped": 0,
-                "timeouts": 0,
-                "wait_ns": LogHistogram(),
-                "hold_ns": LogHistogram(),
-                "workers": {},
-            },
-        )
-        entry["acquisitions"] += 1
-        entry["contentions"] += wait > 0
-        entry["wait_ns"].add(wait)
-        entry["hold_ns"].add(hold)
-        w = entry["workers"].setdefault(
-            worker, {"acquisitions": 0, "contentions": 0, "wait_ns": 0, "hold_ns": 0}
-        )
-        w["acquisitions"] += 1
-        w["contentions"] += wait > 0
-        w["wait_ns"] += wait
-        w["hold_ns"] += hold
-        ww = workers.setdefault(worker, {"observed_ns": idle_ns, "wait_ns": 0})
-        ww["observed_ns"] += wait + hold
-        ww["wait_ns"] += wait
+    locks, workers = locks_and_workers(events, idle_ns)
     edges = [
         {
             "holding": a,

@@ -7,11 +7,11 @@ from __future__ import annotations
 import json
 
 import pytest
+from _snapshots import locks_and_workers
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from otel_lockwatch import _manifest
-from otel_lockwatch._histogram import LogHistogram
 from otel_lockwatch._manifest import (
     Verdict,
     dump_manifest,
@@ -26,36 +26,7 @@ MS = 1_000_000
 def snapshot(events, *, pid, pool=None, edges=(), sections=None, blocking=None, start="00"):
     """A recorder snapshot of raw acquisitions ``(worker, lock, wait_ns, hold_ns)`` in process
     ``pid``; ``edges`` are lock-order edges ``(holding, acquiring, worker, at_second)``."""
-    locks: dict = {}
-    workers: dict = {}
-    for worker, lock, wait, hold in events:
-        entry = locks.setdefault(
-            lock,
-            {
-                "kind": "threading.Lock",
-                "acquisitions": 0,
-                "contentions": 0,
-                "skipped": 0,
-                "timeouts": 0,
-                "wait_ns": LogHistogram(),
-                "hold_ns": LogHistogram(),
-                "workers": {},
-            },
-        )
-        entry["acquisitions"] += 1
-        entry["contentions"] += wait > 0
-        entry["wait_ns"].add(wait)
-        entry["hold_ns"].add(hold)
-        w = entry["workers"].setdefault(
-            worker, {"acquisitions": 0, "contentions": 0, "wait_ns": 0, "hold_ns": 0}
-        )
-        w["acquisitions"] += 1
-        w["contentions"] += wait > 0
-        w["wait_ns"] += wait
-        w["hold_ns"] += hold
-        ww = workers.setdefault(worker, {"observed_ns": 0, "wait_ns": 0})
-        ww["observed_ns"] += wait + hold
-        ww["wait_ns"] += wait
+    locks, workers = locks_and_workers(events)
     witnesses = [
         {
             "holding": a,
