@@ -332,6 +332,24 @@ def format_cycle(raw: Mapping[str, Any]) -> str:
 # Text
 
 
+def _lock_row(row: dict[str, Any]) -> list[str]:
+    """One lock's cells in the per-lock table (terminal and HTML alike)."""
+    return [
+        row["lock"],
+        str(row["kind"] or "-"),
+        _int(row["acquisitions"]),
+        _int(row["contentions"]),
+        _int(row["skipped"]),
+        _int(row["timeouts"]),
+        _duration(row["wait_ms_total"]),
+        _pct(row["wait_share_pct"]),
+        _duration(row["wait_p95_ms"]),
+        _duration(row["hold_p50_ms"]),
+        _duration(row["hold_p95_ms"]),
+        _duration(row["hold_max_ms"]),
+    ]
+
+
 def _duration(ms: float | None) -> str:
     """``850 µs``, ``12.3 ms``, ``4.20 s``: a duration a reader compares at a glance."""
     if ms is None:
@@ -509,23 +527,7 @@ def render_text(
         out.append("")
         out.append(s.bold("locks") + s.dim(" (most waited-on first)"))
         shown = r["locks"][:MAX_CHART_LOCKS]
-        rows = [
-            [
-                row["lock"],
-                str(row["kind"] or "-"),
-                _int(row["acquisitions"]),
-                _int(row["contentions"]),
-                _int(row["skipped"]),
-                _int(row["timeouts"]),
-                _duration(row["wait_ms_total"]),
-                _pct(row["wait_share_pct"]),
-                _duration(row["wait_p95_ms"]),
-                _duration(row["hold_p50_ms"]),
-                _duration(row["hold_p95_ms"]),
-                _duration(row["hold_max_ms"]),
-            ]
-            for row in shown
-        ]
+        rows = [_lock_row(row) for row in shown]
         headers = [
             "lock",
             "kind",
@@ -993,23 +995,7 @@ def render_html(manifest: Mapping[str, Any], *, title: str | None = None) -> str
                     "hold p95",
                     "hold max",
                 ],
-                (
-                    [
-                        row["lock"],
-                        str(row["kind"] or "-"),
-                        _int(row["acquisitions"]),
-                        _int(row["contentions"]),
-                        _int(row["skipped"]),
-                        _int(row["timeouts"]),
-                        _duration(row["wait_ms_total"]),
-                        _pct(row["wait_share_pct"]),
-                        _duration(row["wait_p95_ms"]),
-                        _duration(row["hold_p50_ms"]),
-                        _duration(row["hold_p95_ms"]),
-                        _duration(row["hold_max_ms"]),
-                    ]
-                    for row in r["locks"]
-                ),
+                (_lock_row(row) for row in r["locks"]),
                 text_cols=2,
             )
         )
