@@ -741,6 +741,40 @@ class Manifest:
 # File format
 
 
+def write_atomically(target: Path, payload: bytes) -> None:
+    """Write ``payload`` to ``target`` through a temporary file in the same directory, fsynced,
+    then ``os.replace``: a reader sees the old file or the whole new one. On any error the
+    temporary file is removed and the old file survives.
+
+    Raises:
+        OSError: the file could not be written (its directory must exist).
+    """
+    directory = target.parent
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{target.name}.", suffix=".tmp")
+    try:
+        with contextlib.suppress(AttributeError, OSError):  # not every platform has fchmod
+            os.fchmod(fd, 0o644)
+        with os.fdopen(fd, "wb") as f:
+            f.write(payload)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, target)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    try:  # make the rename itself durable; best effort (not every platform opens directories)
+        dfd = os.open(directory, os.O_RDONLY)
+    except OSError:  # pragma: no cover
+        return
+    try:
+        os.fsync(dfd)
+    except OSError:  # pragma: no cover
+        pass
+    finally:
+        os.close(dfd)
+
+
 def dump_manifest(manifest: Manifest, path: PathLike) -> Path:
     """Write ``manifest`` to ``path`` atomically and return the path written.
 
@@ -760,31 +794,7 @@ def dump_manifest(manifest: Manifest, path: PathLike) -> Path:
     if not isinstance(manifest, Manifest):
         raise TypeError(f"manifest must be a Manifest, got {type(manifest).__name__}")
     target = Path(os.fspath(path).replace("{pid}", str(os.getpid())))
-    payload = manifest.to_json().encode("utf-8")
-    directory = target.parent
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{target.name}.", suffix=".tmp")
-    try:
-        with contextlib.suppress(AttributeError, OSError):  # not every platform has fchmod
-            os.fchmod(fd, 0o644)
-        with os.fdopen(fd, "wb") as f:
-            f.write(payload)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, target)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-    try:  # make the rename itself durable; best effort (not every platform opens directories)
-        dfd = os.open(directory, os.O_RDONLY)
-    except OSError:  # pragma: no cover
-        return target
-    try:
-        os.fsync(dfd)
-    except OSError:  # pragma: no cover
-        pass
-    finally:
-        os.close(dfd)
+    write_atomically(target, manifest.to_json().encode("utf-8"))
     return target
 
 

@@ -26,16 +26,16 @@ tests and for anyone who wants to restyle it.
 
 from __future__ import annotations
 
-import contextlib
 import html
 import json
 import math
 import os
-import tempfile
 from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from otel_lockwatch._histogram import LogHistogram, bucket_bounds
+from otel_lockwatch._manifest import write_atomically
 from otel_lockwatch._order import Cycle
 
 __all__ = [
@@ -1042,16 +1042,4 @@ def write_text_atomic(path: str | os.PathLike[str], text: str) -> None:
     Raises:
         OSError: when the directory does not exist or is not writable (nothing is left behind).
     """
-    target = os.fspath(path)
-    directory = os.path.dirname(os.path.abspath(target))
-    fd, tmp = tempfile.mkstemp(prefix=".lockwatch-", suffix=".tmp", dir=directory)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, target)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
+    write_atomically(Path(os.path.abspath(os.fspath(path))), text.encode("utf-8"))
