@@ -250,24 +250,8 @@ class Telemetry:
         site: str | None,
     ) -> None:
         """Queue a wait that blocked: its metric value always, its span when long enough."""
-        if self.wait_hist is None and self.tracer is None:
-            return
-        thread = threading.current_thread()
-        self._enqueue(
-            (
-                "lock.wait",
-                cls,
-                t0,
-                t1,
-                ctx,
-                outcome,
-                t1 - t0 >= span_ns,
-                extra,
-                site,
-                thread.name,
-                thread.ident,
-            )
-        )
+        if self.wait_hist is not None or self.tracer is not None:
+            self._record("lock.wait", cls, t0, t1, ctx, outcome, span_ns, extra, site)
 
     def hold(
         self,
@@ -280,17 +264,30 @@ class Telemetry:
         site: str | None,
     ) -> None:
         """Queue a hold at or above the metric floor; its span when long enough."""
-        if self.hold_hist is None and self.tracer is None:
-            return
+        if self.hold_hist is not None or self.tracer is not None:
+            self._record("lock.hold", cls, t0, t1, ctx, None, span_ns, extra, site)
+
+    def _record(
+        self,
+        name: str,
+        cls: Any,
+        t0: int,
+        t1: int,
+        ctx: Context | None,
+        outcome: str | None,
+        span_ns: int,
+        extra: dict[str, Any] | None,
+        site: str | None,
+    ) -> None:
         thread = threading.current_thread()
         self._enqueue(
             (
-                "lock.hold",
+                name,
                 cls,
                 t0,
                 t1,
                 ctx,
-                None,
+                outcome,
                 t1 - t0 >= span_ns,
                 extra,
                 site,
