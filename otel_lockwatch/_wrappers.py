@@ -22,17 +22,19 @@ needs it, without reading ``f_lineno`` now (which costs more than the rest of th
 from __future__ import annotations
 
 import logging
+import os
 import sys
 import threading
 from time import perf_counter_ns as _pc
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from opentelemetry import context as otel_context
 from opentelemetry import trace
 
 from ._naming import LockClass, site_of
 from ._order import EdgeWitness, utc_timestamp
-from ._recorder import RECORDER, Stats
+from ._recorder import RECORDER, Stats, WorkerState
+from ._sections import StripedSections
 from ._telemetry import TELEMETRY
 from .exceptions import PotentialDeadlockError
 
@@ -66,6 +68,24 @@ HOLD_METRIC_NS = 100_000
 ON_CYCLE = "warn"
 
 
+def _load_speedups() -> Any:
+    """The C fast path (``_speedups``), or None: not built (no compiler, another interpreter or
+    platform), or turned off with ``LOCKWATCH_DISABLE_EXTENSIONS=1`` (like wrapt's
+    ``WRAPT_DISABLE_EXTENSIONS``). Read once, at import."""
+    if os.environ.get("LOCKWATCH_DISABLE_EXTENSIONS", "").strip().lower() in ("1", "true", "yes"):
+        return None
+    try:
+        from . import _speedups
+    except ImportError:
+        return None
+    return _speedups
+
+
+_speedups = _load_speedups()
+#: True when the uncontended path runs in C (``_speedups``); False for the pure-Python path.
+SPEEDUPS = _speedups is not None
+
+
 def configure(*, wait_span_ns: int, hold_span_ns: int, hold_metric_ns: int, on_cycle: str) -> None:
     """Set the thresholds the wrappers read (called by the instrumentor)."""
     global WAIT_SPAN_NS, HOLD_SPAN_NS, HOLD_METRIC_NS, ON_CYCLE
@@ -73,6 +93,8 @@ def configure(*, wait_span_ns: int, hold_span_ns: int, hold_metric_ns: int, on_c
     HOLD_SPAN_NS = hold_span_ns
     HOLD_METRIC_NS = min(hold_metric_ns, hold_span_ns)
     ON_CYCLE = on_cycle
+    if _speedups is not None:
+        _speedups.set_hold_metric_ns(HOLD_METRIC_NS)
 
 
 def _line_of(code: Any, lasti: int) -> int:
@@ -282,9 +304,23 @@ def _untrack(
         _record_hold(st, s, entry, t0, t1, ctx, extra)
 
 
+def _lock_wait(lock: Any, st: Any, s: Stats, cls: LockClass, f: Any, timeout: float = -1) -> bool:
+    """The slow path of a blocking acquire whose try failed: wait, timed, and record the wait."""
+    ctx = _ctx_get()
+    t0 = _pc()
+    ok = lock.acquire(True, timeout)
+    _record_wait(st, s, cls, t0, _pc(), ok, ctx, f, None)
+    return ok
+
+
 # -- threading.Lock ------------------------------------------------------------------------
-class LockProxy:
-    """A watched ``threading.Lock``: the same methods, results, exceptions and ``repr``."""
+class _PyLockBase:
+    """The pure-Python hot path of :class:`LockProxy`: the reference implementation.
+
+    With the C extension built, ``LockProxy`` derives from ``_speedups.LockBase`` instead, whose
+    methods run the same steps in C and hand every unusual call (a timeout, a new thread, no
+    Python caller) to :meth:`acquire` here.
+    """
 
     __slots__ = (
         "_lw_lock",
@@ -296,11 +332,13 @@ class LockProxy:
         "_lw_ctx",
         "__weakref__",
     )
-
-    def __init__(self, lock: Any, cls: LockClass) -> None:
-        self._lw_lock = lock
-        self._lockwatch_class = cls
-        self._lw_st = None
+    _lw_lock: Any
+    _lockwatch_class: LockClass
+    _lw_st: Any
+    _lw_entry: tuple
+    _lw_s: Stats
+    _lw_t0: int
+    _lw_ctx: Any
 
     def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
         lock = self._lw_lock
@@ -326,13 +364,8 @@ class LockProxy:
                 _check_order(st, cls, f, self, False)
             if lock.acquire(False):
                 s.acq += 1
-            else:
-                ctx = _ctx_get()
-                t0 = _pc()
-                ok = lock.acquire(True, timeout)
-                _record_wait(st, s, cls, t0, _pc(), ok, ctx, f, None)
-                if not ok:
-                    return False
+            elif not _lock_wait(lock, st, s, cls, f, timeout):
+                return False
         elif lock.acquire(False):
             s.acq += 1
             s.tryok += 1
@@ -356,19 +389,22 @@ class LockProxy:
         if st is None:
             self._lw_lock.release()
             return
+        # What the bookkeeping needs is read before the lock is free: from then on another
+        # thread may take it and overwrite these slots.
         self._lw_st = None
+        t0 = self._lw_t0
+        entry = self._lw_entry
+        s = self._lw_s
+        ctx = self._lw_ctx
         self._lw_lock.release()
         # _untrack(), inlined: this is the hottest function of the package.
         t1 = _pc()
-        t0 = self._lw_t0
         h = t1 - t0
-        entry = self._lw_entry
         held = st.held
         if held and held[-1] is entry:
             held.pop()
         else:
             _discard(held, entry)
-        s = self._lw_s
         s.hold += h
         b = h.bit_length()
         b = ((b - 5) << 4) + (h >> (b - 5)) if b > 5 else h
@@ -380,40 +416,33 @@ class LockProxy:
             s.hmin = h
         st.last = t1
         if h >= HOLD_METRIC_NS:
-            _record_hold(st, s, entry, t0, t1, self._lw_ctx, None)
+            _record_hold(st, s, entry, t0, t1, ctx, None)
 
     release_lock = release
 
     def __exit__(self, t: Any, v: Any, tb: Any) -> None:
-        # release(), inlined (a `with` block is the common case; one call less per pair).
-        st = self._lw_st
-        if st is None:
-            self._lw_lock.release()
-            return
+        self.release()
+
+
+if TYPE_CHECKING:
+    _LockBase = _PyLockBase
+else:
+    _LockBase = _PyLockBase if _speedups is None else _speedups.LockBase
+
+
+class LockProxy(_LockBase):
+    """A watched ``threading.Lock``: the same methods, results, exceptions and ``repr``.
+
+    ``acquire`` / ``__enter__`` / ``release`` / ``__exit__`` come from the base: the C
+    ``_speedups.LockBase`` when it is built, else :class:`_PyLockBase`.
+    """
+
+    __slots__ = ()
+
+    def __init__(self, lock: Any, cls: LockClass) -> None:
+        self._lw_lock = lock
+        self._lockwatch_class = cls
         self._lw_st = None
-        self._lw_lock.release()
-        t1 = _pc()
-        t0 = self._lw_t0
-        h = t1 - t0
-        entry = self._lw_entry
-        held = st.held
-        if held and held[-1] is entry:
-            held.pop()
-        else:
-            _discard(held, entry)
-        s = self._lw_s
-        s.hold += h
-        b = h.bit_length()
-        b = ((b - 5) << 4) + (h >> (b - 5)) if b > 5 else h
-        hh = s.hhist
-        hh[b] = hh.get(b, 0) + 1
-        if h > s.hmax:
-            s.hmax = h
-        if h < s.hmin:
-            s.hmin = h
-        st.last = t1
-        if h >= HOLD_METRIC_NS:
-            _record_hold(st, s, entry, t0, t1, self._lw_ctx, None)
 
     def locked(self) -> bool:
         return self._lw_lock.locked()
@@ -492,11 +521,25 @@ class RLockProxy(LockProxy):
     def _release_save(self) -> Any:
         # Condition.wait(): release completely; the depth travels in the lock's own state.
         st = self._lw_st
-        state = self._lw_lock._release_save()  # raises if not owned: then nothing changed
-        if st is not None and st is getattr(RECORDER.tls, "st", None):
-            self._lw_st = None
-            self._lw_depth = 0
-            _untrack(st, self._lw_entry, self._lw_s, self._lw_t0, self._lw_ctx, None)
+        if st is None or st is not getattr(RECORDER.tls, "st", None):
+            return self._lw_lock._release_save()  # not tracked, or not the owner (it raises)
+        # Untracked before the lock is free (another thread may take it at once, and track it).
+        entry, s, t0, ctx, depth = (
+            self._lw_entry,
+            self._lw_s,
+            self._lw_t0,
+            self._lw_ctx,
+            self._lw_depth,
+        )
+        self._lw_st = None
+        self._lw_depth = 0
+        try:
+            state = self._lw_lock._release_save()
+        except BaseException:  # it raised: nothing changed
+            self._lw_st = st
+            self._lw_depth = depth
+            raise
+        _untrack(st, entry, s, t0, ctx, None)
         return state
 
     def _acquire_restore(self, state: Any) -> None:
@@ -571,6 +614,44 @@ def _hold_section(track: ArrayTrack, index: int, st: Any, s: Stats, entry: tuple
     slot.t0 = _pc()
 
 
+def _section_wait(
+    original: Any,
+    self: Any,
+    index: int,
+    key: Any,
+    timeout: float,
+    canonical: bool,
+    st: Any,
+    s: Stats,
+    cls: LockClass,
+    f: Any,
+) -> bool:
+    """The slow path of a blocking section acquire whose try failed: wait through the array's
+    own ``_acquire``, timed, and record the wait (and whether it was a key collision)."""
+    owner = self._owners[index]
+    if owner is not None and owner == _get_ident():
+        return original(self, index, key, True, timeout, canonical)  # raises the reentry error
+    holder_key = self._keys[index]
+    collision = holder_key is not None and holder_key != key
+    ctx = _ctx_get()
+    t0 = _pc()
+    ok = original(self, index, key, True, timeout, canonical)
+    if collision:
+        s.coll += 1
+    _record_wait(
+        st,
+        s,
+        cls,
+        t0,
+        _pc(),
+        ok,
+        ctx,
+        f,
+        {"lockwatch.section.index": index, "lockwatch.section.collision": collision},
+    )
+    return ok
+
+
 def section_acquire_factory(original: Any, sections_module_globals: dict) -> Any:
     """The instrumented ``StripedSections._acquire``; ``original`` is the uninstrumented one."""
 
@@ -610,32 +691,8 @@ def section_acquire_factory(original: Any, sections_module_globals: dict) -> Any
                 self._owners[index] = _get_ident()
                 self._keys[index] = key
                 s.acq += 1
-            else:
-                owner = self._owners[index]
-                if owner is not None and owner == threading.get_ident():
-                    return original(
-                        self, index, key, True, timeout, canonical
-                    )  # raises the reentry error
-                holder_key = self._keys[index]
-                collision = holder_key is not None and holder_key != key
-                ctx = _ctx_get()
-                t0 = _pc()
-                ok = original(self, index, key, True, timeout, canonical)
-                if collision:
-                    s.coll += 1
-                _record_wait(
-                    st,
-                    s,
-                    cls,
-                    t0,
-                    _pc(),
-                    ok,
-                    ctx,
-                    f,
-                    {"lockwatch.section.index": index, "lockwatch.section.collision": collision},
-                )
-                if not ok:
-                    return False
+            elif not _section_wait(original, self, index, key, timeout, canonical, st, s, cls, f):
+                return False
         elif original(self, index, key, False, -1, canonical):
             s.acq += 1
             s.tryok += 1
@@ -660,6 +717,8 @@ def section_acquire_factory(original: Any, sections_module_globals: dict) -> Any
         return True
 
     _acquire.__wrapped__ = original  # type: ignore[attr-defined]
+    if _speedups is not None:  # the same steps in C; unusual calls come back to _acquire
+        return _speedups.SectionAcquire(original, _acquire, sections_module_globals)
     return _acquire
 
 
@@ -672,9 +731,12 @@ def section_release_factory(original: Any, mirror: bool = True) -> Any:
         if slot is None or slot.st is None:
             original(self, index)
             return
+        # What the bookkeeping needs is read before the section is free.
         st = slot.st
         t0 = slot.t0
         entry = slot.entry
+        s = slot.s
+        ctx = slot.ctx
         if mirror:
             # Tracked, so held: the array's release, mirrored (StripedSections._release).
             slot.st = None
@@ -694,7 +756,6 @@ def section_release_factory(original: Any, mirror: bool = True) -> Any:
             held.pop()
         else:
             _discard(held, entry)
-        s = slot.s
         s.hold += h
         b = h.bit_length()
         b = ((b - 5) << 4) + (h >> (b - 5)) if b > 5 else h
@@ -706,9 +767,11 @@ def section_release_factory(original: Any, mirror: bool = True) -> Any:
             s.hmin = h
         st.last = t1
         if h >= HOLD_METRIC_NS:
-            _record_hold(st, s, entry, t0, t1, slot.ctx, {"lockwatch.section.index": index})
+            _record_hold(st, s, entry, t0, t1, ctx, {"lockwatch.section.index": index})
 
     _release.__wrapped__ = original  # type: ignore[attr-defined]
+    if _speedups is not None:  # the same steps in C; unusual calls come back to _release
+        return _speedups.SectionRelease(original, _release, None, mirror)
     return _release
 
 
@@ -763,3 +826,26 @@ def semaphore_release_factory(original: Any) -> Any:
     release.__wrapped__ = original  # type: ignore[attr-defined]
     release.__doc__ = original.__doc__
     return release
+
+
+if _speedups is not None:
+    _speedups.setup(
+        tls=_tls,
+        py_acquire=_PyLockBase.acquire,
+        caller=_caller,
+        check_order=_check_order,
+        lock_wait=_lock_wait,
+        section_wait=_section_wait,
+        discard=_discard,
+        record_hold=_record_hold,
+        ctx_get=_ctx_get,
+        failed=TELEMETRY.failed,
+        new_slot=_SectionSlot,
+        own_globals=_OWN_GLOBALS,
+        threading_globals=_THREADING_GLOBALS,
+        worker_state=WorkerState,
+        stats=Stats,
+        track=ArrayTrack,
+        sections=StripedSections,
+    )
+    _speedups.set_hold_metric_ns(HOLD_METRIC_NS)

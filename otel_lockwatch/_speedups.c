@@ -1,0 +1,1358 @@
+/* otel_lockwatch._speedups: the uncontended lock path, in C.
+ *
+ * The pure-Python hot path in _wrappers.py is the reference implementation and stays in use for
+ * everything unusual; this module only takes over the common case, where a Python function call
+ * costs more than the bookkeeping it runs:
+ *
+ * - LockBase: the base class of _wrappers.LockProxy. acquire() / __enter__ with the default
+ *   timeout, release() / __exit__. Any other call (a timeout, a thread whose state does not exist
+ *   yet, lockwatch itself running on this thread, no Python caller) is handed, unchanged, to the
+ *   Python implementation, which sees the same caller frame (a C call pushes no frame).
+ * - SectionAcquire / SectionRelease: the instrumented StripedSections._acquire and _release.
+ *   They bind like functions (a method descriptor) and carry the original in __wrapped__, so
+ *   the instrumentor's unwrap() restores it as it restores a Python function.
+ *
+ * The slow paths (a wait, a lock-order check, a long hold, a frame inside threading or
+ * _wrappers) call back into the same Python functions the pure-Python path calls, so both paths
+ * record the same thing: the tests run the core suites against both (LOCKWATCH_DISABLE_EXTENSIONS).
+ *
+ * Rules kept from _wrappers.py: the lock's own results and exceptions pass through unchanged; an
+ * error in the bookkeeping after the lock is taken or released goes to TELEMETRY.failed, never to
+ * the host; every field a release needs is read before the raw release (another thread may take
+ * the lock, and overwrite them, the moment it is free).
+ *
+ * The clock is CLOCK_MONOTONIC, which is time.perf_counter_ns() on Linux (the only platform this
+ * is built on: see setup.py); the Python slow paths read the same clock.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <structmember.h>
+#include <time.h>
+
+#if PY_VERSION_HEX < 0x030B0000
+#error "otel_lockwatch._speedups needs CPython 3.11 or later (PyFrame_GetLasti)"
+#endif
+#ifndef __linux__
+#error "otel_lockwatch._speedups reads CLOCK_MONOTONIC, which is perf_counter_ns on Linux only"
+#endif
+
+/* -- what setup() gives us: the Python side's functions and objects ------------------------ */
+static PyObject *g_tls;            /* RECORDER.tls */
+static PyObject *g_py_acquire;     /* the Python LockProxy.acquire */
+static PyObject *g_caller;         /* _wrappers._caller(frame) */
+static PyObject *g_check_order;    /* _wrappers._check_order(st, cls, frame, obj, canonical) */
+static PyObject *g_lock_wait;      /* _wrappers._lock_wait(lock, st, s, cls, frame) -> bool */
+static PyObject *g_section_wait;   /* _wrappers._section_wait(original, arr, ...) -> bool */
+static PyObject *g_discard;        /* _wrappers._discard(held, entry) */
+static PyObject *g_record_hold;    /* _wrappers._record_hold(st, s, entry, t0, t1, ctx, extra) */
+static PyObject *g_ctx_get;        /* the current OpenTelemetry context */
+static PyObject *g_failed;         /* TELEMETRY.failed(exc) */
+static PyObject *g_new_slot;       /* _wrappers._SectionSlot */
+static PyObject *g_own_globals;    /* vars(_wrappers) */
+static PyObject *g_threading_globals; /* vars(threading) */
+static PyObject *g_index_key;      /* "lockwatch.section.index" */
+static PyObject *g_lock_type;      /* _thread.LockType */
+static PyObject *g_lock_acquire;   /* _thread.LockType.acquire (a method descriptor) */
+static PyObject *g_lock_release;   /* _thread.LockType.release */
+static long long g_hold_metric_ns = 100000;
+static int g_ready = 0;
+
+/* interned attribute names */
+static PyObject *s_st, *s_acquire, *s_release;
+static PyObject *g_one, *g_minus_one;
+
+static inline long long
+now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (long long)ts.tv_sec * 1000000000LL + (long long)ts.tv_nsec;
+}
+
+/* -- slots read like the interpreter reads them -------------------------------------------
+ * The Python objects the hot path touches (WorkerState, Stats, ArrayTrack, _SectionSlot,
+ * StripedSections) are __slots__ classes. A generic PyObject_GetAttr on one costs a type lookup
+ * and a descriptor call; the interpreter's own LOAD_ATTR_SLOT reads the slot at its offset. So
+ * does this, for an object of exactly the class whose member descriptor setup() resolved (any
+ * other object, a subclass included, takes the generic path and gets the same answer). */
+typedef struct {
+    PyObject *name;     /* interned attribute name */
+    PyTypeObject *type; /* the exact class resolved, or NULL: always generic */
+    Py_ssize_t offset;
+} Slot;
+
+static Slot WS_held, WS_stats, WS_busy, WS_last;
+static Slot ST_acq, ST_tryok, ST_skip, ST_hold, ST_hhist, ST_hmax, ST_hmin;
+static Slot TR_slots, TR_held, TR_max_held, TR_cls, TR_name;
+static Slot SL_st, SL_entry, SL_s, SL_t0, SL_ctx;
+static Slot AR_lw, AR_name, AR_locks, AR_owners, AR_keys;
+
+/* obj.name (new reference), or NULL with AttributeError */
+static inline PyObject *
+slot_get(Slot *sl, PyObject *obj)
+{
+    if (Py_TYPE(obj) == sl->type) {
+        PyObject *v = *(PyObject **)((char *)obj + sl->offset);
+        if (v != NULL)
+            return Py_NewRef(v);
+        PyErr_SetObject(PyExc_AttributeError, sl->name);
+        return NULL;
+    }
+    return PyObject_GetAttr(obj, sl->name);
+}
+
+static inline int
+slot_set(Slot *sl, PyObject *obj, PyObject *value)
+{
+    if (Py_TYPE(obj) == sl->type) {
+        PyObject **p = (PyObject **)((char *)obj + sl->offset);
+        PyObject *old = *p;
+        *p = Py_NewRef(value);
+        Py_XDECREF(old);
+        return 0;
+    }
+    return PyObject_SetAttr(obj, sl->name, value);
+}
+
+/* Resolve `name` on `type` to a T_OBJECT_EX member's offset; otherwise the slot stays generic. */
+static int
+slot_resolve(Slot *sl, PyObject *type, const char *name)
+{
+    sl->name = PyUnicode_InternFromString(name);
+    if (sl->name == NULL)
+        return -1;
+    sl->type = NULL;
+    if (type == NULL || !PyType_Check(type))
+        return 0;
+    PyObject *descr = PyObject_GetAttr(type, sl->name);
+    if (descr == NULL) {
+        PyErr_Clear();
+        return 0;
+    }
+    if (Py_TYPE(descr) == &PyMemberDescr_Type) {
+        PyMemberDef *m = ((PyMemberDescrObject *)descr)->d_member;
+        if (m->type == T_OBJECT_EX && !(m->flags & READONLY)) {
+            sl->type = (PyTypeObject *)type;
+            sl->offset = m->offset;
+        }
+    }
+    Py_DECREF(descr);
+    return 0;
+}
+
+static inline int
+as_ll(PyObject *v, long long *out)
+{
+    int overflow;
+    *out = PyLong_AsLongLongAndOverflow(v, &overflow);
+    if (overflow) {
+        PyErr_SetString(PyExc_OverflowError, "otel_lockwatch: counter out of range");
+        return -1;
+    }
+    return (*out == -1 && PyErr_Occurred()) ? -1 : 0;
+}
+
+static int
+slot_get_ll(Slot *sl, PyObject *obj, long long *out)
+{
+    PyObject *v = slot_get(sl, obj);
+    if (v == NULL)
+        return -1;
+    int r = as_ll(v, out);
+    Py_DECREF(v);
+    return r;
+}
+
+static int
+slot_set_ll(Slot *sl, PyObject *obj, long long value)
+{
+    PyObject *v = PyLong_FromLongLong(value);
+    if (v == NULL)
+        return -1;
+    int r = slot_set(sl, obj, v);
+    Py_DECREF(v);
+    return r;
+}
+
+/* obj.name += delta */
+static int
+slot_add(Slot *sl, PyObject *obj, long long delta)
+{
+    long long v;
+    if (slot_get_ll(sl, obj, &v) < 0)
+        return -1;
+    return slot_set_ll(sl, obj, v + delta);
+}
+
+/* An error in the bookkeeping: to TELEMETRY.failed, never to the host. */
+static void
+swallow(void)
+{
+    if (!PyErr_Occurred())
+        return;
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);
+    PyErr_NormalizeException(&type, &value, &tb);
+    if (tb != NULL && value != NULL)
+        PyException_SetTraceback(value, tb);
+    if (g_failed != NULL && value != NULL) {
+        PyObject *r = PyObject_CallOneArg(g_failed, value);
+        if (r == NULL)
+            PyErr_Clear();
+        Py_XDECREF(r);
+    }
+    Py_XDECREF(type);
+    Py_XDECREF(value);
+    Py_XDECREF(tb);
+}
+
+/* hist[bucket_of(v)] += 1, with _histogram.bucket_of inlined as in _wrappers.py. */
+static int
+hist_add(PyObject *hist, long long v)
+{
+    unsigned long long mag = v < 0 ? (unsigned long long)(-v) : (unsigned long long)v;
+    int bl = mag ? 64 - __builtin_clzll(mag) : 0;
+    long long b = bl > 5 ? ((long long)(bl - 5) << 4) + (v >> (bl - 5)) : v;
+    PyObject *key = PyLong_FromLongLong(b);
+    if (key == NULL)
+        return -1;
+    PyObject *count = PyDict_GetItemWithError(hist, key); /* borrowed */
+    long long n = 0;
+    if (count != NULL) {
+        n = PyLong_AsLongLong(count);
+        if (n == -1 && PyErr_Occurred()) {
+            Py_DECREF(key);
+            return -1;
+        }
+    }
+    else if (PyErr_Occurred()) {
+        Py_DECREF(key);
+        return -1;
+    }
+    PyObject *nv = PyLong_FromLongLong(n + 1);
+    if (nv == NULL) {
+        Py_DECREF(key);
+        return -1;
+    }
+    int r = PyDict_SetItem(hist, key, nv);
+    Py_DECREF(key);
+    Py_DECREF(nv);
+    return r;
+}
+
+/* The calling thread's WorkerState, or NULL (no error set) when it does not exist yet or
+ * lockwatch itself is running on this thread: the Python path handles both. */
+static PyObject *
+usable_state(void)
+{
+    PyObject *st = PyObject_GetAttr(g_tls, s_st);
+    if (st == NULL) {
+        PyErr_Clear();
+        return NULL;
+    }
+    PyObject *busy = slot_get(&WS_busy, st);
+    if (busy == NULL) {
+        PyErr_Clear();
+        Py_DECREF(st);
+        return NULL;
+    }
+    int is_busy = PyObject_IsTrue(busy);
+    Py_DECREF(busy);
+    if (is_busy != 0) {
+        PyErr_Clear();
+        Py_DECREF(st);
+        return NULL;
+    }
+    return st;
+}
+
+/* st.stats.get(cls) (new reference), or NULL with no error when absent. */
+static PyObject *
+stats_of(PyObject *st, PyObject *cls)
+{
+    PyObject *stats = slot_get(&WS_stats, st);
+    if (stats == NULL) {
+        PyErr_Clear();
+        return NULL;
+    }
+    PyObject *s = PyDict_Check(stats) ? PyDict_GetItemWithError(stats, cls) : NULL;
+    Py_XINCREF(s);
+    Py_DECREF(stats);
+    if (s == NULL)
+        PyErr_Clear();
+    return s;
+}
+
+/* The acquisition site's frame (new reference): the caller, or for a frame inside _wrappers
+ * or threading (an RLock, a Condition) the first frame outside them, as _caller() finds it. */
+static PyObject *
+site_frame(void)
+{
+    PyFrameObject *f = PyEval_GetFrame(); /* borrowed; the caller: a C call pushes no frame */
+    if (f == NULL)
+        return NULL;
+    PyObject *g = PyFrame_GetGlobals(f);
+    int inside = g == g_own_globals || g == g_threading_globals;
+    Py_XDECREF(g);
+    if (inside)
+        return PyObject_CallOneArg(g_caller, (PyObject *)f);
+    return Py_NewRef((PyObject *)f);
+}
+
+/* lock.release() (a _thread.lock's without the method lookup) */
+static PyObject *
+release_lock(PyObject *lock)
+{
+    PyObject *args[1] = {lock};
+    if (g_lock_release != NULL && (PyObject *)Py_TYPE(lock) == g_lock_type)
+        return PyObject_Vectorcall(g_lock_release, args, 1, NULL);
+    return PyObject_VectorcallMethod(s_release, args, 1 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+}
+
+/* lock.acquire(False) as a C truth value: 1 taken, 0 not, -1 error. */
+static int
+try_acquire(PyObject *lock)
+{
+    PyObject *args[2] = {lock, Py_False};
+    PyObject *r =
+        (g_lock_acquire != NULL && (PyObject *)Py_TYPE(lock) == g_lock_type)
+            ? PyObject_Vectorcall(g_lock_acquire, args, 2, NULL)
+            : PyObject_VectorcallMethod(s_acquire, args, 2 | PY_VECTORCALL_ARGUMENTS_OFFSET,
+                                        NULL);
+    if (r == NULL)
+        return -1;
+    int ok = PyObject_IsTrue(r);
+    Py_DECREF(r);
+    return ok;
+}
+
+/* The bookkeeping of a release (_wrappers._untrack): pop the held entry, record the hold.
+ * Errors are swallowed: the lock is already released. */
+static void
+untrack(PyObject *st, PyObject *entry, PyObject *s, long long t0, PyObject *ctx, PyObject *index)
+{
+    long long t1 = now_ns();
+    long long h = t1 - t0;
+    PyObject *held = slot_get(&WS_held, st);
+    PyObject *hhist = NULL;
+    if (held == NULL)
+        goto fail;
+    Py_ssize_t n = PyList_Check(held) ? PyList_GET_SIZE(held) : -1;
+    if (n > 0 && PyList_GET_ITEM(held, n - 1) == entry) {
+        if (PyList_SetSlice(held, n - 1, n, NULL) < 0)
+            goto fail;
+    }
+    else {
+        PyObject *r = PyObject_CallFunctionObjArgs(g_discard, held, entry, NULL);
+        if (r == NULL)
+            goto fail;
+        Py_DECREF(r);
+    }
+    if (slot_add(&ST_hold, s, h) < 0)
+        goto fail;
+    hhist = slot_get(&ST_hhist, s);
+    if (hhist == NULL || !PyDict_Check(hhist) || hist_add(hhist, h) < 0)
+        goto fail;
+    long long hmax, hmin;
+    if (slot_get_ll(&ST_hmax, s, &hmax) < 0)
+        goto fail;
+    if (h > hmax && slot_set_ll(&ST_hmax, s, h) < 0)
+        goto fail;
+    if (slot_get_ll(&ST_hmin, s, &hmin) < 0)
+        goto fail;
+    if (h < hmin && slot_set_ll(&ST_hmin, s, h) < 0)
+        goto fail;
+    if (slot_set_ll(&WS_last, st, t1) < 0)
+        goto fail;
+    if (h >= g_hold_metric_ns) {
+        PyObject *extra = Py_NewRef(Py_None);
+        if (index != NULL) {
+            Py_DECREF(extra);
+            extra = PyDict_New();
+            if (extra == NULL || PyDict_SetItem(extra, g_index_key, index) < 0) {
+                Py_XDECREF(extra);
+                goto fail;
+            }
+        }
+        PyObject *a = PyLong_FromLongLong(t0), *b = PyLong_FromLongLong(t1);
+        PyObject *r = NULL;
+        if (a != NULL && b != NULL)
+            r = PyObject_CallFunctionObjArgs(g_record_hold, st, s, entry, a, b, ctx, extra, NULL);
+        Py_XDECREF(a);
+        Py_XDECREF(b);
+        Py_DECREF(extra);
+        if (r == NULL)
+            goto fail;
+        Py_DECREF(r);
+    }
+    Py_DECREF(held);
+    Py_DECREF(hhist);
+    return;
+fail:
+    swallow();
+    Py_XDECREF(held);
+    Py_XDECREF(hhist);
+}
+
+/* ==========================================================================================
+ * LockBase: the C half of _wrappers.LockProxy
+ * ========================================================================================== */
+typedef struct {
+    PyObject_HEAD
+    PyObject *lock;  /* _lw_lock: the real lock */
+    PyObject *cls;   /* _lockwatch_class */
+    PyObject *st;    /* _lw_st: the holder's WorkerState while tracked, else None */
+    PyObject *entry; /* _lw_entry: the held-stack entry */
+    PyObject *s;     /* _lw_s: the holder's Stats for this class */
+    PyObject *ctx;   /* _lw_ctx: the OpenTelemetry context at the acquisition */
+    long long t0;    /* _lw_t0: when the hold began */
+    PyObject *weakreflist;
+} LockBase;
+
+static int
+LockBase_traverse(LockBase *self, visitproc visit, void *arg)
+{
+    Py_VISIT(self->lock);
+    Py_VISIT(self->cls);
+    Py_VISIT(self->st);
+    Py_VISIT(self->entry);
+    Py_VISIT(self->s);
+    Py_VISIT(self->ctx);
+    return 0;
+}
+
+static int
+LockBase_clear(LockBase *self)
+{
+    Py_CLEAR(self->lock);
+    Py_CLEAR(self->cls);
+    Py_CLEAR(self->st);
+    Py_CLEAR(self->entry);
+    Py_CLEAR(self->s);
+    Py_CLEAR(self->ctx);
+    return 0;
+}
+
+static void
+LockBase_dealloc(LockBase *self)
+{
+    PyObject_GC_UnTrack(self);
+    if (self->weakreflist != NULL)
+        PyObject_ClearWeakRefs((PyObject *)self);
+    LockBase_clear(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+/* Hand the call to the Python LockProxy.acquire: self, then the arguments as given. */
+static PyObject *
+delegate(PyObject *fn, PyObject *self, PyObject *const *args, Py_ssize_t nargs,
+         PyObject *kwnames)
+{
+    Py_ssize_t nkw = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
+    Py_ssize_t total = nargs + nkw;
+    PyObject *small[8];
+    PyObject **stack = small;
+    if (total + 1 > 8) {
+        stack = PyMem_Malloc((total + 1) * sizeof(PyObject *));
+        if (stack == NULL)
+            return PyErr_NoMemory();
+    }
+    stack[0] = self;
+    for (Py_ssize_t i = 0; i < total; i++)
+        stack[i + 1] = args[i];
+    PyObject *r = PyObject_Vectorcall(fn, stack, nargs + 1, kwnames);
+    if (stack != small)
+        PyMem_Free(stack);
+    return r;
+}
+
+static int
+is_default_timeout(PyObject *timeout)
+{
+    if (PyLong_CheckExact(timeout)) {
+        int overflow;
+        long v = PyLong_AsLongAndOverflow(timeout, &overflow);
+        return !overflow && v == -1;
+    }
+    if (PyFloat_CheckExact(timeout))
+        return PyFloat_AS_DOUBLE(timeout) == -1.0;
+    return 0;
+}
+
+/* The tracked acquisition. Returns a new reference to True/False, NULL with an error (the
+ * lock's own, or PotentialDeadlockError from the order check), or NULL with no error set:
+ * "not handled here, ask the Python path" (nothing has been done then). */
+static PyObject *
+lock_acquire_fast(LockBase *self, int blocking)
+{
+    if (!g_ready || self->lock == NULL || self->cls == NULL)
+        return NULL;
+    PyObject *st = usable_state();
+    if (st == NULL)
+        return NULL;
+    PyObject *s = stats_of(st, self->cls);
+    PyObject *f = NULL, *held = NULL, *result = NULL;
+    if (s == NULL)
+        goto not_here;
+    f = site_frame();
+    if (f == NULL) {
+        if (PyErr_Occurred())
+            goto error;
+        goto not_here;
+    }
+    held = slot_get(&WS_held, st);
+    if (held == NULL || !PyList_Check(held)) {
+        PyErr_Clear();
+        goto not_here;
+    }
+    if (blocking) {
+        if (PyList_GET_SIZE(held) > 0) {
+            PyObject *r = PyObject_CallFunctionObjArgs(g_check_order, st, self->cls, f,
+                                                       (PyObject *)self, Py_False, NULL);
+            if (r == NULL)
+                goto error;
+            Py_DECREF(r);
+        }
+        int ok = try_acquire(self->lock);
+        if (ok < 0)
+            goto error;
+        if (ok) {
+            if (slot_add(&ST_acq, s, 1) < 0)
+                swallow();
+        }
+        else {
+            PyObject *r = PyObject_CallFunctionObjArgs(g_lock_wait, self->lock, st, s,
+                                                       self->cls, f, NULL);
+            if (r == NULL)
+                goto error;
+            ok = PyObject_IsTrue(r);
+            Py_DECREF(r);
+            if (ok <= 0) {
+                if (ok < 0)
+                    swallow(); /* a bool that is not: lock_wait returns a bool */
+                result = Py_NewRef(Py_False);
+                goto done;
+            }
+        }
+    }
+    else {
+        int ok = try_acquire(self->lock);
+        if (ok < 0)
+            goto error;
+        if (slot_add(ok ? &ST_acq : &ST_skip, s, 1) < 0 || (ok && slot_add(&ST_tryok, s, 1) < 0))
+            swallow();
+        if (!ok) {
+            result = Py_NewRef(Py_False);
+            goto done;
+        }
+    }
+    /* Taken: track the hold. From here on nothing reaches the host but True. */
+    {
+        PyObject *lasti = PyLong_FromLong(PyFrame_GetLasti((PyFrameObject *)f));
+        PyObject *entry = lasti ? PyTuple_Pack(5, self->cls, f, lasti, (PyObject *)self, Py_False)
+                                : NULL;
+        Py_XDECREF(lasti);
+        if (entry == NULL || PyList_Append(held, entry) < 0) {
+            Py_XDECREF(entry);
+            swallow();
+        }
+        else {
+            PyObject *ctx = PyObject_CallNoArgs(g_ctx_get);
+            if (ctx == NULL) {
+                swallow();
+                ctx = Py_NewRef(Py_None);
+            }
+            Py_XSETREF(self->entry, entry);
+            Py_XSETREF(self->s, Py_NewRef(s));
+            Py_XSETREF(self->ctx, ctx);
+            Py_XSETREF(self->st, Py_NewRef(st));
+            self->t0 = now_ns();
+        }
+    }
+    result = Py_NewRef(Py_True);
+    goto done;
+not_here:
+    result = NULL;
+    goto done;
+error:
+    result = NULL;
+    if (!PyErr_Occurred()) /* keep "NULL with no error" meaning "not here" */
+        PyErr_SetString(PyExc_SystemError, "otel_lockwatch._speedups: lost error");
+done:
+    Py_DECREF(st);
+    Py_XDECREF(s);
+    Py_XDECREF(f);
+    Py_XDECREF(held);
+    return result;
+}
+
+static PyObject *
+LockBase_acquire(LockBase *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
+{
+    PyObject *blocking = Py_True, *timeout = NULL;
+    Py_ssize_t nkw = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
+    if (nargs > 2)
+        goto python;
+    if (nargs >= 1)
+        blocking = args[0];
+    if (nargs == 2)
+        timeout = args[1];
+    for (Py_ssize_t i = 0; i < nkw; i++) {
+        PyObject *name = PyTuple_GET_ITEM(kwnames, i);
+        if (nargs < 1 && PyUnicode_CompareWithASCIIString(name, "blocking") == 0)
+            blocking = args[nargs + i];
+        else if (nargs < 2 && PyUnicode_CompareWithASCIIString(name, "timeout") == 0)
+            timeout = args[nargs + i];
+        else
+            goto python; /* the Python path raises the lock's TypeError */
+    }
+    if (timeout != NULL && !is_default_timeout(timeout))
+        goto python;
+    int b = PyObject_IsTrue(blocking);
+    if (b < 0)
+        return NULL;
+    PyObject *r = lock_acquire_fast(self, b);
+    if (r != NULL || PyErr_Occurred())
+        return r;
+python:
+    return delegate(g_py_acquire, (PyObject *)self, args, nargs, kwnames);
+}
+
+static PyObject *
+LockBase_enter(LockBase *self, PyObject *Py_UNUSED(ignored))
+{
+    PyObject *r = lock_acquire_fast(self, 1);
+    if (r != NULL || PyErr_Occurred())
+        return r;
+    return PyObject_CallOneArg(g_py_acquire, (PyObject *)self);
+}
+
+static PyObject *
+LockBase_release(LockBase *self, PyObject *Py_UNUSED(ignored))
+{
+    if (self->lock == NULL) {
+        PyErr_SetString(PyExc_AttributeError, "_lw_lock");
+        return NULL;
+    }
+    PyObject *st = self->st;
+    if (st == NULL || st == Py_None)
+        return release_lock(self->lock);
+    /* Everything the bookkeeping needs, read before the lock is free. */
+    self->st = Py_NewRef(Py_None); /* the reference to st is ours now */
+    PyObject *entry = Py_XNewRef(self->entry);
+    PyObject *s = Py_XNewRef(self->s);
+    PyObject *ctx = Py_XNewRef(self->ctx);
+    long long t0 = self->t0;
+    PyObject *r = release_lock(self->lock);
+    if (r != NULL && entry != NULL && s != NULL)
+        untrack(st, entry, s, t0, ctx ? ctx : Py_None, NULL);
+    Py_DECREF(st);
+    Py_XDECREF(entry);
+    Py_XDECREF(s);
+    Py_XDECREF(ctx);
+    if (r == NULL)
+        return NULL;
+    Py_DECREF(r);
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+LockBase_exit(LockBase *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 3) {
+        PyErr_Format(PyExc_TypeError, "__exit__ expected 3 arguments, got %zd", nargs);
+        return NULL;
+    }
+    return LockBase_release(self, NULL);
+}
+
+static PyMethodDef LockBase_methods[] = {
+    {"acquire", (PyCFunction)(void (*)(void))LockBase_acquire, METH_FASTCALL | METH_KEYWORDS,
+     "acquire(blocking=True, timeout=-1) -> bool: the lock's acquire, recorded."},
+    {"acquire_lock", (PyCFunction)(void (*)(void))LockBase_acquire,
+     METH_FASTCALL | METH_KEYWORDS, "An alias of acquire()."},
+    {"__enter__", (PyCFunction)LockBase_enter, METH_NOARGS, "acquire()"},
+    {"release", (PyCFunction)LockBase_release, METH_NOARGS,
+     "release(): the lock's release, recorded."},
+    {"release_lock", (PyCFunction)LockBase_release, METH_NOARGS, "An alias of release()."},
+    {"__exit__", (PyCFunction)(void (*)(void))LockBase_exit, METH_FASTCALL, "release()"},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyMemberDef LockBase_members[] = {
+    {"_lw_lock", T_OBJECT_EX, offsetof(LockBase, lock), 0, NULL},
+    {"_lockwatch_class", T_OBJECT_EX, offsetof(LockBase, cls), 0, NULL},
+    {"_lw_st", T_OBJECT_EX, offsetof(LockBase, st), 0, NULL},
+    {"_lw_entry", T_OBJECT_EX, offsetof(LockBase, entry), 0, NULL},
+    {"_lw_s", T_OBJECT_EX, offsetof(LockBase, s), 0, NULL},
+    {"_lw_ctx", T_OBJECT_EX, offsetof(LockBase, ctx), 0, NULL},
+    {"_lw_t0", T_LONGLONG, offsetof(LockBase, t0), 0, NULL},
+    {NULL, 0, 0, 0, NULL},
+};
+
+static PyTypeObject LockBase_Type = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "otel_lockwatch._speedups.LockBase",
+    .tp_basicsize = sizeof(LockBase),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC,
+    .tp_doc = "The C half of _wrappers.LockProxy: its slots and its uncontended path.",
+    .tp_traverse = (traverseproc)LockBase_traverse,
+    .tp_clear = (inquiry)LockBase_clear,
+    .tp_dealloc = (destructor)LockBase_dealloc,
+    .tp_weaklistoffset = offsetof(LockBase, weakreflist),
+    .tp_methods = LockBase_methods,
+    .tp_members = LockBase_members,
+    .tp_new = PyType_GenericNew,
+};
+
+/* ==========================================================================================
+ * SectionAcquire / SectionRelease: the instrumented StripedSections._acquire / _release
+ * ========================================================================================== */
+typedef struct {
+    PyObject_HEAD
+    vectorcallfunc vectorcall;
+    PyObject *original; /* the array's own method: __wrapped__ */
+    PyObject *python;   /* the Python implementation, for every call not handled here */
+    PyObject *globals;  /* vars(_sections): frames to skip to find the acquisition site */
+    int mirror;         /* release: do the array's release inline */
+} SectionFn;
+
+static int
+SectionFn_traverse(SectionFn *self, visitproc visit, void *arg)
+{
+    Py_VISIT(self->original);
+    Py_VISIT(self->python);
+    Py_VISIT(self->globals);
+    return 0;
+}
+
+static int
+SectionFn_clear(SectionFn *self)
+{
+    Py_CLEAR(self->original);
+    Py_CLEAR(self->python);
+    Py_CLEAR(self->globals);
+    return 0;
+}
+
+static void
+SectionFn_dealloc(SectionFn *self)
+{
+    PyObject_GC_UnTrack(self);
+    SectionFn_clear(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyObject *
+SectionFn_get(PyObject *self, PyObject *obj, PyObject *type)
+{
+    if (obj == NULL || obj == Py_None)
+        return Py_NewRef(self);
+    return PyMethod_New(self, obj);
+}
+
+/* Attributes a function has (__name__, __doc__, __qualname__, ...): the original's. */
+static PyObject *
+SectionFn_getattro(SectionFn *self, PyObject *name)
+{
+    PyObject *r = PyObject_GenericGetAttr((PyObject *)self, name);
+    if (r != NULL || !PyErr_ExceptionMatches(PyExc_AttributeError) || self->original == NULL)
+        return r;
+    PyErr_Clear();
+    return PyObject_GetAttr(self->original, name);
+}
+
+static PyMemberDef SectionFn_members[] = {
+    {"__wrapped__", T_OBJECT, offsetof(SectionFn, original), READONLY, NULL},
+    {NULL, 0, 0, 0, NULL},
+};
+
+/* seq[index] for a list and an in-range int index: the position, else -1 (no error set; the
+ * caller then takes the generic path, which raises what the array would raise). */
+static inline Py_ssize_t
+list_index(PyObject *seq, PyObject *index)
+{
+    if (!PyList_CheckExact(seq) || !PyLong_CheckExact(index))
+        return -1;
+    Py_ssize_t i = PyLong_AsSsize_t(index);
+    if (i == -1 && PyErr_Occurred()) {
+        PyErr_Clear();
+        return -1;
+    }
+    return (i >= 0 && i < PyList_GET_SIZE(seq)) ? i : -1;
+}
+
+static PyObject *
+section_item(PyObject *arr, Slot *attr, PyObject *index)
+{
+    PyObject *seq = slot_get(attr, arr);
+    if (seq == NULL)
+        return NULL;
+    Py_ssize_t i = list_index(seq, index);
+    if (i >= 0) {
+        PyObject *r = Py_NewRef(PyList_GET_ITEM(seq, i));
+        Py_DECREF(seq);
+        return r;
+    }
+    PyObject *r = PyObject_GetItem(seq, index);
+    Py_DECREF(seq);
+    return r;
+}
+
+static int
+section_set(PyObject *arr, Slot *attr, PyObject *index, PyObject *value)
+{
+    PyObject *seq = slot_get(attr, arr);
+    if (seq == NULL)
+        return -1;
+    Py_ssize_t i = list_index(seq, index);
+    if (i >= 0) {
+        PyObject *old = PyList_GET_ITEM(seq, i);
+        PyList_SET_ITEM(seq, i, Py_NewRef(value));
+        Py_DECREF(old);
+        Py_DECREF(seq);
+        return 0;
+    }
+    int r = PyObject_SetItem(seq, index, value);
+    Py_DECREF(seq);
+    return r;
+}
+
+/* The array's per-array state, when ready for the fast path (new reference), else NULL. */
+static PyObject *
+ready_track(PyObject *arr)
+{
+    PyObject *track = slot_get(&AR_lw, arr);
+    if (track == NULL) {
+        PyErr_Clear();
+        return NULL;
+    }
+    if (track == Py_None) {
+        Py_DECREF(track);
+        return NULL;
+    }
+    PyObject *tname = slot_get(&TR_name, track);
+    PyObject *aname = tname ? slot_get(&AR_name, arr) : NULL;
+    int same = 0;
+    if (aname != NULL)
+        same = tname == aname ? 1 : PyObject_RichCompareBool(tname, aname, Py_EQ);
+    Py_XDECREF(tname);
+    Py_XDECREF(aname);
+    if (same != 1) {
+        PyErr_Clear();
+        Py_DECREF(track);
+        return NULL;
+    }
+    return track;
+}
+
+static PyObject *
+section_acquire(SectionFn *fn, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+{
+    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+    if (!g_ready || (kwnames != NULL && PyTuple_GET_SIZE(kwnames)) || nargs < 3 || nargs > 6)
+        return PyObject_Vectorcall(fn->python, args, nargsf, kwnames);
+    PyObject *arr = args[0], *index = args[1], *key = args[2];
+    PyObject *blocking = nargs > 3 ? args[3] : Py_True;
+    PyObject *timeout = nargs > 4 ? args[4] : g_minus_one;
+    PyObject *canonical = nargs > 5 ? args[5] : Py_False;
+
+    PyObject *st = usable_state();
+    if (st == NULL)
+        return PyObject_Vectorcall(fn->python, args, nargsf, kwnames);
+    PyObject *track = NULL, *cls = NULL, *s = NULL, *f = NULL, *held = NULL, *result = NULL;
+    track = ready_track(arr);
+    if (track == NULL)
+        goto not_here;
+    cls = slot_get(&TR_cls, track);
+    if (cls == NULL) {
+        PyErr_Clear();
+        goto not_here;
+    }
+    s = stats_of(st, cls);
+    if (s == NULL)
+        goto not_here;
+    held = slot_get(&WS_held, st);
+    if (held == NULL || !PyList_Check(held)) {
+        PyErr_Clear();
+        goto not_here;
+    }
+    {
+        /* The site: the first frame outside _sections (lock() / __enter__ live there). */
+        PyFrameObject *cur = PyEval_GetFrame();
+        if (cur == NULL)
+            goto not_here;
+        Py_INCREF(cur);
+        for (;;) {
+            PyObject *g = PyFrame_GetGlobals(cur);
+            int inside = g == fn->globals;
+            Py_XDECREF(g);
+            if (!inside)
+                break;
+            PyFrameObject *back = PyFrame_GetBack(cur);
+            if (back == NULL)
+                break;
+            Py_DECREF(cur);
+            cur = back;
+        }
+        f = (PyObject *)cur;
+    }
+    int b = PyObject_IsTrue(blocking);
+    if (b < 0)
+        goto error;
+    if (b) {
+        if (PyList_GET_SIZE(held) > 0) {
+            PyObject *r =
+                PyObject_CallFunctionObjArgs(g_check_order, st, cls, f, arr, canonical, NULL);
+            if (r == NULL)
+                goto error;
+            Py_DECREF(r);
+        }
+        PyObject *lock = section_item(arr, &AR_locks, index);
+        if (lock == NULL)
+            goto error;
+        int ok = try_acquire(lock);
+        Py_DECREF(lock);
+        if (ok < 0)
+            goto error;
+        if (ok) {
+            /* The array's uncontended path, mirrored (StripedSections._acquire). */
+            PyObject *ident = PyLong_FromUnsignedLong(PyThread_get_thread_ident());
+            if (ident == NULL || section_set(arr, &AR_owners, index, ident) < 0 ||
+                section_set(arr, &AR_keys, index, key) < 0 || slot_add(&ST_acq, s, 1) < 0)
+                swallow();
+            Py_XDECREF(ident);
+        }
+        else {
+            PyObject *call[10] = {fn->original, arr, index, key, timeout, canonical,
+                                  st, s, cls, f};
+            PyObject *r = PyObject_Vectorcall(g_section_wait, call, 10, NULL);
+            if (r == NULL)
+                goto error;
+            ok = PyObject_IsTrue(r);
+            Py_DECREF(r);
+            if (ok <= 0) {
+                if (ok < 0)
+                    swallow();
+                result = Py_NewRef(Py_False);
+                goto done;
+            }
+        }
+    }
+    else {
+        PyObject *call[6] = {arr, index, key, Py_False, g_minus_one, canonical};
+        PyObject *r = PyObject_Vectorcall(fn->original, call, 6, NULL);
+        if (r == NULL)
+            goto error;
+        int ok = PyObject_IsTrue(r);
+        Py_DECREF(r);
+        if (ok < 0)
+            goto error;
+        if (slot_add(ok ? &ST_acq : &ST_skip, s, 1) < 0 || (ok && slot_add(&ST_tryok, s, 1) < 0))
+            swallow();
+        if (!ok) {
+            result = Py_NewRef(Py_False);
+            goto done;
+        }
+    }
+    /* Taken: track the hold (_wrappers._hold_section). Nothing reaches the host but True. */
+    {
+        PyObject *slots = NULL, *slot = NULL, *entry = NULL, *lasti = NULL, *ctx = NULL,
+                 *counter = NULL;
+        slots = slot_get(&TR_slots, track);
+        if (slots == NULL)
+            goto track_failed;
+        Py_ssize_t si = list_index(slots, index);
+        slot = si >= 0 ? Py_NewRef(PyList_GET_ITEM(slots, si)) : PyObject_GetItem(slots, index);
+        if (slot == NULL)
+            goto track_failed;
+        if (slot == Py_None) {
+            Py_DECREF(slot);
+            slot = PyObject_CallOneArg(g_new_slot, index);
+            if (slot == NULL || PyObject_SetItem(slots, index, slot) < 0)
+                goto track_failed;
+        }
+        lasti = PyLong_FromLong(PyFrame_GetLasti((PyFrameObject *)f));
+        if (lasti == NULL)
+            goto track_failed;
+        entry = PyTuple_Pack(5, cls, f, lasti, arr, canonical);
+        if (entry == NULL || PyList_Append(held, entry) < 0)
+            goto track_failed;
+        ctx = PyObject_CallNoArgs(g_ctx_get);
+        if (ctx == NULL)
+            goto track_failed;
+        if (slot_set(&SL_entry, slot, entry) < 0 || slot_set(&SL_s, slot, s) < 0 ||
+            slot_set(&SL_ctx, slot, ctx) < 0 || slot_set(&SL_st, slot, st) < 0)
+            goto track_failed;
+        counter = slot_get(&TR_held, track);
+        if (counter == NULL || !PyList_Check(counter) || PyList_Append(counter, g_one) < 0)
+            goto track_failed;
+        long long max_held;
+        if (slot_get_ll(&TR_max_held, track, &max_held) < 0)
+            goto track_failed;
+        if (PyList_GET_SIZE(counter) > max_held &&
+            slot_set_ll(&TR_max_held, track, PyList_GET_SIZE(counter)) < 0)
+            goto track_failed;
+        if (slot_set_ll(&SL_t0, slot, now_ns()) < 0)
+            goto track_failed;
+        goto tracked;
+    track_failed:
+        swallow();
+    tracked:
+        Py_XDECREF(slots);
+        Py_XDECREF(slot);
+        Py_XDECREF(entry);
+        Py_XDECREF(lasti);
+        Py_XDECREF(ctx);
+        Py_XDECREF(counter);
+    }
+    result = Py_NewRef(Py_True);
+    goto done;
+not_here:
+    Py_DECREF(st);
+    Py_XDECREF(track);
+    Py_XDECREF(cls);
+    Py_XDECREF(s);
+    Py_XDECREF(f);
+    Py_XDECREF(held);
+    return PyObject_Vectorcall(fn->python, args, nargsf, kwnames);
+error:
+    result = NULL;
+done:
+    Py_DECREF(st);
+    Py_XDECREF(track);
+    Py_XDECREF(cls);
+    Py_XDECREF(s);
+    Py_XDECREF(f);
+    Py_XDECREF(held);
+    return result;
+}
+
+static PyObject *
+section_release(SectionFn *fn, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+{
+    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+    if (!g_ready || (kwnames != NULL && PyTuple_GET_SIZE(kwnames)) || nargs != 2)
+        return PyObject_Vectorcall(fn->python, args, nargsf, kwnames);
+    PyObject *arr = args[0], *index = args[1];
+    PyObject *track = NULL, *slot = NULL, *st = NULL, *entry = NULL, *s = NULL, *ctx = NULL;
+    long long t0 = 0;
+    track = slot_get(&AR_lw, arr);
+    if (track == NULL) {
+        PyErr_Clear();
+        goto untracked;
+    }
+    if (track != Py_None) {
+        PyObject *slots = slot_get(&TR_slots, track);
+        Py_ssize_t si = slots ? list_index(slots, index) : -1;
+        slot = si >= 0 ? Py_NewRef(PyList_GET_ITEM(slots, si))
+                       : (slots ? PyObject_GetItem(slots, index) : NULL);
+        Py_XDECREF(slots);
+        if (slot == NULL) {
+            PyErr_Clear();
+            goto untracked;
+        }
+    }
+    if (slot == NULL || slot == Py_None)
+        goto untracked;
+    st = slot_get(&SL_st, slot);
+    if (st == NULL || st == Py_None) {
+        PyErr_Clear();
+        goto untracked;
+    }
+    /* Everything the bookkeeping needs, read before the section is free. */
+    entry = slot_get(&SL_entry, slot);
+    s = entry ? slot_get(&SL_s, slot) : NULL;
+    ctx = s ? slot_get(&SL_ctx, slot) : NULL;
+    if (ctx == NULL || slot_get_ll(&SL_t0, slot, &t0) < 0) {
+        PyErr_Clear();
+        goto untracked;
+    }
+    if (fn->mirror) {
+        /* Tracked, so held: the array's release, mirrored (StripedSections._release). */
+        if (slot_set(&SL_st, slot, Py_None) < 0 ||
+            section_set(arr, &AR_owners, index, Py_None) < 0 ||
+            section_set(arr, &AR_keys, index, Py_None) < 0)
+            goto error;
+        PyObject *lock = section_item(arr, &AR_locks, index);
+        if (lock == NULL)
+            goto error;
+        PyObject *r = release_lock(lock);
+        Py_DECREF(lock);
+        if (r == NULL)
+            goto error;
+        Py_DECREF(r);
+    }
+    else {
+        PyObject *call[2] = {arr, index};
+        PyObject *r = PyObject_Vectorcall(fn->original, call, 2, NULL);
+        if (r == NULL) /* not held: nothing changed */
+            goto error;
+        Py_DECREF(r);
+        if (slot_set(&SL_st, slot, Py_None) < 0)
+            swallow();
+    }
+    {
+        PyObject *counter = slot_get(&TR_held, track);
+        if (counter != NULL && PyList_Check(counter) && PyList_GET_SIZE(counter) > 0) {
+            Py_ssize_t n = PyList_GET_SIZE(counter);
+            if (PyList_SetSlice(counter, n - 1, n, NULL) < 0)
+                swallow();
+        }
+        else if (counter == NULL)
+            swallow();
+        Py_XDECREF(counter);
+    }
+    untrack(st, entry, s, t0, ctx, index);
+    Py_DECREF(track);
+    Py_DECREF(slot);
+    Py_DECREF(st);
+    Py_DECREF(entry);
+    Py_DECREF(s);
+    Py_DECREF(ctx);
+    Py_RETURN_NONE;
+error:
+    Py_XDECREF(track);
+    Py_XDECREF(slot);
+    Py_XDECREF(st);
+    Py_XDECREF(entry);
+    Py_XDECREF(s);
+    Py_XDECREF(ctx);
+    return NULL;
+untracked:
+    Py_XDECREF(track);
+    Py_XDECREF(slot);
+    Py_XDECREF(st);
+    Py_XDECREF(entry);
+    Py_XDECREF(s);
+    Py_XDECREF(ctx);
+    {
+        PyObject *call[2] = {arr, index};
+        return PyObject_Vectorcall(fn->original, call, 2, NULL);
+    }
+}
+
+static PyObject *
+SectionFn_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
+{
+    static char *kwlist[] = {"original", "python", "globals", "mirror", NULL};
+    PyObject *original, *python, *globals = Py_None;
+    int mirror = 1;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OO|Op", kwlist, &original, &python, &globals,
+                                     &mirror))
+        return NULL;
+    SectionFn *self = (SectionFn *)type->tp_alloc(type, 0);
+    if (self == NULL)
+        return NULL;
+    self->original = Py_NewRef(original);
+    self->python = Py_NewRef(python);
+    self->globals = Py_NewRef(globals);
+    self->mirror = mirror;
+    return (PyObject *)self;
+}
+
+static PyObject *
+SectionAcquire_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
+{
+    SectionFn *self = (SectionFn *)SectionFn_new(type, args, kwds);
+    if (self != NULL)
+        self->vectorcall = (vectorcallfunc)section_acquire;
+    return (PyObject *)self;
+}
+
+static PyObject *
+SectionRelease_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
+{
+    SectionFn *self = (SectionFn *)SectionFn_new(type, args, kwds);
+    if (self != NULL)
+        self->vectorcall = (vectorcallfunc)section_release;
+    return (PyObject *)self;
+}
+
+#define SECTION_FN_TYPE(NAME, DOC, NEW)                                                        \
+    static PyTypeObject NAME##_Type = {                                                        \
+        PyVarObject_HEAD_INIT(NULL, 0)                                                         \
+        .tp_name = "otel_lockwatch._speedups." #NAME,                                          \
+        .tp_basicsize = sizeof(SectionFn),                                                     \
+        .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL |      \
+                    Py_TPFLAGS_METHOD_DESCRIPTOR,                                              \
+        .tp_doc = DOC,                                                                         \
+        .tp_traverse = (traverseproc)SectionFn_traverse,                                       \
+        .tp_clear = (inquiry)SectionFn_clear,                                                  \
+        .tp_dealloc = (destructor)SectionFn_dealloc,                                           \
+        .tp_vectorcall_offset = offsetof(SectionFn, vectorcall),                               \
+        .tp_call = PyVectorcall_Call,                                                          \
+        .tp_descr_get = SectionFn_get,                                                         \
+        .tp_getattro = (getattrofunc)SectionFn_getattro,                                       \
+        .tp_members = SectionFn_members,                                                       \
+        .tp_new = NEW,                                                                         \
+    }
+
+SECTION_FN_TYPE(SectionAcquire,
+                "SectionAcquire(original, python, globals): the instrumented "
+                "StripedSections._acquire.",
+                SectionAcquire_new);
+SECTION_FN_TYPE(SectionRelease,
+                "SectionRelease(original, python, globals, mirror=True): the instrumented "
+                "StripedSections._release.",
+                SectionRelease_new);
+
+/* ==========================================================================================
+ * Module
+ * ========================================================================================== */
+static PyObject *
+speedups_setup(PyObject *module, PyObject *args, PyObject *kwds)
+{
+    static char *kwlist[] = {"tls", "py_acquire", "caller", "check_order", "lock_wait",
+                             "section_wait", "discard", "record_hold", "ctx_get", "failed",
+                             "new_slot", "own_globals", "threading_globals", "worker_state",
+                             "stats", "track", "sections", NULL};
+    PyObject *o[13], *ws, *stats, *track, *sections;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "$OOOOOOOOOOOOOOOOO", kwlist, &o[0], &o[1],
+                                     &o[2], &o[3], &o[4], &o[5], &o[6], &o[7], &o[8], &o[9],
+                                     &o[10], &o[11], &o[12], &ws, &stats, &track, &sections))
+        return NULL;
+    PyObject **targets[13] = {&g_tls, &g_py_acquire, &g_caller, &g_check_order, &g_lock_wait,
+                              &g_section_wait, &g_discard, &g_record_hold, &g_ctx_get,
+                              &g_failed, &g_new_slot, &g_own_globals, &g_threading_globals};
+    for (int i = 0; i < 13; i++)
+        Py_XSETREF(*targets[i], Py_NewRef(o[i]));
+    /* The classes are kept alive by the references below: a resolved offset stays valid. */
+    PyObject *slot_type = o[10];
+    struct {
+        Slot *slot;
+        PyObject *type;
+        const char *name;
+    } table[] = {
+        {&WS_held, ws, "held"},         {&WS_stats, ws, "stats"},
+        {&WS_busy, ws, "busy"},         {&WS_last, ws, "last"},
+        {&ST_acq, stats, "acq"},        {&ST_tryok, stats, "tryok"},
+        {&ST_skip, stats, "skip"},      {&ST_hold, stats, "hold"},
+        {&ST_hhist, stats, "hhist"},    {&ST_hmax, stats, "hmax"},
+        {&ST_hmin, stats, "hmin"},      {&TR_slots, track, "slots"},
+        {&TR_held, track, "held"},      {&TR_max_held, track, "max_held"},
+        {&TR_cls, track, "cls"},        {&TR_name, track, "name"},
+        {&SL_st, slot_type, "st"},      {&SL_entry, slot_type, "entry"},
+        {&SL_s, slot_type, "s"},        {&SL_t0, slot_type, "t0"},
+        {&SL_ctx, slot_type, "ctx"},    {&AR_lw, sections, "_lw"},
+        {&AR_name, sections, "_name"},  {&AR_locks, sections, "_locks"},
+        {&AR_owners, sections, "_owners"}, {&AR_keys, sections, "_keys"},
+    };
+    static PyObject *kept = NULL;
+    Py_XSETREF(kept, PyTuple_Pack(5, ws, stats, track, slot_type, sections));
+    if (kept == NULL)
+        return NULL;
+    for (size_t i = 0; i < sizeof(table) / sizeof(table[0]); i++) {
+        Py_CLEAR(table[i].slot->name);
+        if (slot_resolve(table[i].slot, table[i].type, table[i].name) < 0)
+            return NULL;
+    }
+    PyObject *thread = PyImport_ImportModule("_thread");
+    if (thread == NULL)
+        return NULL;
+    Py_XSETREF(g_lock_type, PyObject_GetAttrString(thread, "LockType"));
+    Py_DECREF(thread);
+    if (g_lock_type == NULL)
+        return NULL;
+    Py_XSETREF(g_lock_acquire, PyObject_GetAttr(g_lock_type, s_acquire));
+    Py_XSETREF(g_lock_release, PyObject_GetAttr(g_lock_type, s_release));
+    if (g_lock_acquire == NULL || g_lock_release == NULL)
+        return NULL;
+    g_ready = 1;
+    Py_RETURN_NONE;
+}
+
+/* Which slots are read at their offset (for the tests): {"Class.attr": bool}. */
+static PyObject *
+speedups_direct_slots(PyObject *module, PyObject *Py_UNUSED(ignored))
+{
+    Slot *all[] = {&WS_held, &WS_stats, &WS_busy, &WS_last, &ST_acq, &ST_tryok, &ST_skip,
+                   &ST_hold, &ST_hhist, &ST_hmax, &ST_hmin, &TR_slots, &TR_held, &TR_max_held,
+                   &TR_cls, &TR_name, &SL_st, &SL_entry, &SL_s, &SL_t0, &SL_ctx, &AR_lw,
+                   &AR_name, &AR_locks, &AR_owners, &AR_keys};
+    PyObject *d = PyDict_New();
+    if (d == NULL)
+        return NULL;
+    for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++) {
+        if (all[i]->name == NULL)
+            continue;
+        PyObject *k = PyUnicode_FromFormat(
+            "%s.%U", all[i]->type ? all[i]->type->tp_name : "?", all[i]->name);
+        if (k == NULL || PyDict_SetItem(d, k, all[i]->type ? Py_True : Py_False) < 0) {
+            Py_XDECREF(k);
+            Py_DECREF(d);
+            return NULL;
+        }
+        Py_DECREF(k);
+    }
+    return d;
+}
+
+static PyObject *
+speedups_set_hold_metric_ns(PyObject *module, PyObject *arg)
+{
+    long long v = PyLong_AsLongLong(arg);
+    if (v == -1 && PyErr_Occurred())
+        return NULL;
+    g_hold_metric_ns = v;
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+speedups_now_ns(PyObject *module, PyObject *Py_UNUSED(ignored))
+{
+    return PyLong_FromLongLong(now_ns());
+}
+
+static PyMethodDef speedups_methods[] = {
+    {"setup", (PyCFunction)(void (*)(void))speedups_setup, METH_VARARGS | METH_KEYWORDS,
+     "Give the C path the Python functions and objects it shares with the Python path."},
+    {"set_hold_metric_ns", speedups_set_hold_metric_ns, METH_O,
+     "The hold (ns) from which a release takes the slow path (_wrappers.HOLD_METRIC_NS)."},
+    {"direct_slots", speedups_direct_slots, METH_NOARGS,
+     "Which attributes the C path reads at their slot's offset: {'Class.attr': bool}."},
+    {"now_ns", speedups_now_ns, METH_NOARGS,
+     "The clock the C path reads (time.perf_counter_ns on Linux)."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef speedups_module = {
+    PyModuleDef_HEAD_INIT,
+    .m_name = "otel_lockwatch._speedups",
+    .m_doc = "The uncontended lock path of otel_lockwatch, in C (see _wrappers.py).",
+    .m_size = -1,
+    .m_methods = speedups_methods,
+};
+
+#define INTERN(var, text)                                                                      \
+    do {                                                                                       \
+        var = PyUnicode_InternFromString(text);                                                \
+        if (var == NULL)                                                                       \
+            return NULL;                                                                       \
+    } while (0)
+
+PyMODINIT_FUNC
+PyInit__speedups(void)
+{
+    INTERN(s_st, "st");
+    INTERN(s_acquire, "acquire");
+    INTERN(s_release, "release");
+    INTERN(g_index_key, "lockwatch.section.index");
+    g_one = PyLong_FromLong(1);
+    g_minus_one = PyLong_FromLong(-1);
+    if (g_one == NULL || g_minus_one == NULL)
+        return NULL;
+    if (PyType_Ready(&LockBase_Type) < 0 || PyType_Ready(&SectionAcquire_Type) < 0 ||
+        PyType_Ready(&SectionRelease_Type) < 0)
+        return NULL;
+    PyObject *m = PyModule_Create(&speedups_module);
+    if (m == NULL)
+        return NULL;
+    if (PyModule_AddObjectRef(m, "LockBase", (PyObject *)&LockBase_Type) < 0 ||
+        PyModule_AddObjectRef(m, "SectionAcquire", (PyObject *)&SectionAcquire_Type) < 0 ||
+        PyModule_AddObjectRef(m, "SectionRelease", (PyObject *)&SectionRelease_Type) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}
