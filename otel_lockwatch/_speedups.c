@@ -56,6 +56,9 @@ static PyObject *g_lock_acquire;   /* _thread.LockType.acquire (a method descrip
 static PyObject *g_lock_release;   /* _thread.LockType.release */
 static long long g_hold_metric_ns = 100000;
 static int g_ready = 0;
+/* The interpreter that owns the globals above: a single-phase module's state is process-wide,
+ * so a subinterpreter gets the pure-Python path (claim() answers False there). */
+static PyInterpreterState *g_interp = NULL;
 
 /* interned attribute names */
 static PyObject *s_st, *s_acquire, *s_release;
@@ -182,6 +185,17 @@ slot_add(Slot *sl, PyObject *obj, long long delta)
     if (slot_get_ll(sl, obj, &v) < 0)
         return -1;
     return slot_set_ll(sl, obj, v + delta);
+}
+
+/* Whether obj is a `type` (a subclass will do); if not, a TypeError naming `what`. */
+static int
+is_type(PyObject *obj, PyTypeObject *type, const char *what)
+{
+    if (PyObject_TypeCheck(obj, type))
+        return 1;
+    PyErr_Format(PyExc_TypeError, "otel_lockwatch: %s is a %.100s, not a %.100s", what,
+                 Py_TYPE(obj)->tp_name, type->tp_name);
+    return 0;
 }
 
 /* An error in the bookkeeping: to TELEMETRY.failed, never to the host. */
@@ -351,7 +365,7 @@ untrack(PyObject *st, PyObject *entry, PyObject *s, long long t0, PyObject *ctx,
     if (slot_add(&ST_hold, s, h) < 0)
         goto fail;
     hhist = slot_get(&ST_hhist, s);
-    if (hhist == NULL || !PyDict_Check(hhist) || hist_add(hhist, h) < 0)
+    if (hhist == NULL || !is_type(hhist, &PyDict_Type, "Stats.hhist") || hist_add(hhist, h) < 0)
         goto fail;
     long long hmax, hmin;
     if (slot_get_ll(&ST_hmax, s, &hmax) < 0)
@@ -490,7 +504,9 @@ lock_acquire_fast(LockBase *self, int blocking)
     PyObject *st = usable_state();
     if (st == NULL)
         return NULL;
-    PyObject *s = stats_of(st, self->cls);
+    /* Our own references: the Python code called below may rename (name_lock) the lock. */
+    PyObject *lock = Py_NewRef(self->lock), *cls = Py_NewRef(self->cls);
+    PyObject *s = stats_of(st, cls);
     PyObject *f = NULL, *held = NULL, *result = NULL;
     if (s == NULL)
         goto not_here;
@@ -507,13 +523,13 @@ lock_acquire_fast(LockBase *self, int blocking)
     }
     if (blocking) {
         if (PyList_GET_SIZE(held) > 0) {
-            PyObject *r = PyObject_CallFunctionObjArgs(g_check_order, st, self->cls, f,
+            PyObject *r = PyObject_CallFunctionObjArgs(g_check_order, st, cls, f,
                                                        (PyObject *)self, Py_False, NULL);
             if (r == NULL)
                 goto error;
             Py_DECREF(r);
         }
-        int ok = try_acquire(self->lock);
+        int ok = try_acquire(lock);
         if (ok < 0)
             goto error;
         if (ok) {
@@ -521,8 +537,8 @@ lock_acquire_fast(LockBase *self, int blocking)
                 swallow();
         }
         else {
-            PyObject *r = PyObject_CallFunctionObjArgs(g_lock_wait, self->lock, st, s,
-                                                       self->cls, f, NULL);
+            PyObject *r = PyObject_CallFunctionObjArgs(g_lock_wait, lock, st, s,
+                                                       cls, f, NULL);
             if (r == NULL)
                 goto error;
             ok = PyObject_IsTrue(r);
@@ -536,7 +552,7 @@ lock_acquire_fast(LockBase *self, int blocking)
         }
     }
     else {
-        int ok = try_acquire(self->lock);
+        int ok = try_acquire(lock);
         if (ok < 0)
             goto error;
         if (slot_add(ok ? &ST_acq : &ST_skip, s, 1) < 0 || (ok && slot_add(&ST_tryok, s, 1) < 0))
@@ -549,7 +565,7 @@ lock_acquire_fast(LockBase *self, int blocking)
     /* Taken: track the hold. From here on nothing reaches the host but True. */
     {
         PyObject *lasti = PyLong_FromLong(PyFrame_GetLasti((PyFrameObject *)f));
-        PyObject *entry = lasti ? PyTuple_Pack(5, self->cls, f, lasti, (PyObject *)self, Py_False)
+        PyObject *entry = lasti ? PyTuple_Pack(5, cls, f, lasti, (PyObject *)self, Py_False)
                                 : NULL;
         Py_XDECREF(lasti);
         if (entry == NULL || PyList_Append(held, entry) < 0) {
@@ -580,6 +596,8 @@ error:
         PyErr_SetString(PyExc_SystemError, "otel_lockwatch._speedups: lost error");
 done:
     Py_DECREF(st);
+    Py_DECREF(lock);
+    Py_DECREF(cls);
     Py_XDECREF(s);
     Py_XDECREF(f);
     Py_XDECREF(held);
@@ -656,13 +674,10 @@ LockBase_release(LockBase *self, PyObject *Py_UNUSED(ignored))
     Py_RETURN_NONE;
 }
 
+/* Any arguments, as the lock's own __exit__ takes (it is its release). */
 static PyObject *
 LockBase_exit(LockBase *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 3) {
-        PyErr_Format(PyExc_TypeError, "__exit__ expected 3 arguments, got %zd", nargs);
-        return NULL;
-    }
     return LockBase_release(self, NULL);
 }
 
@@ -761,6 +776,17 @@ SectionFn_getattro(SectionFn *self, PyObject *name)
     PyErr_Clear();
     return PyObject_GetAttr(self->original, name);
 }
+
+static PyObject *
+SectionFn_doc(SectionFn *self, void *Py_UNUSED(closure))
+{
+    return PyObject_GetAttrString(self->original, "__doc__");
+}
+
+static PyGetSetDef SectionFn_getset[] = {
+    {"__doc__", (getter)SectionFn_doc, NULL, NULL, NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
 
 static PyMemberDef SectionFn_members[] = {
     {"__wrapped__", T_OBJECT, offsetof(SectionFn, original), READONLY, NULL},
@@ -985,7 +1011,8 @@ section_acquire(SectionFn *fn, PyObject *const *args, size_t nargsf, PyObject *k
             slot_set(&SL_ctx, slot, ctx) < 0 || slot_set(&SL_st, slot, st) < 0)
             goto track_failed;
         counter = slot_get(&TR_held, track);
-        if (counter == NULL || !PyList_Check(counter) || PyList_Append(counter, g_one) < 0)
+        if (counter == NULL || !is_type(counter, &PyList_Type, "ArrayTrack.held") ||
+            PyList_Append(counter, g_one) < 0)
             goto track_failed;
         long long max_held;
         if (slot_get_ll(&TR_max_held, track, &max_held) < 0)
@@ -1185,6 +1212,7 @@ SectionRelease_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
         .tp_descr_get = SectionFn_get,                                                         \
         .tp_getattro = (getattrofunc)SectionFn_getattro,                                       \
         .tp_members = SectionFn_members,                                                       \
+        .tp_getset = SectionFn_getset,                                                         \
         .tp_new = NEW,                                                                         \
     }
 
@@ -1212,6 +1240,11 @@ speedups_setup(PyObject *module, PyObject *args, PyObject *kwds)
                                      &o[2], &o[3], &o[4], &o[5], &o[6], &o[7], &o[8], &o[9],
                                      &o[10], &o[11], &o[12], &ws, &stats, &track, &sections))
         return NULL;
+    if (g_interp != PyInterpreterState_Get()) {
+        PyErr_SetString(PyExc_RuntimeError,
+                        "otel_lockwatch._speedups: claim() it first, in one interpreter");
+        return NULL;
+    }
     PyObject **targets[13] = {&g_tls, &g_py_acquire, &g_caller, &g_check_order, &g_lock_wait,
                               &g_section_wait, &g_discard, &g_record_hold, &g_ctx_get,
                               &g_failed, &g_new_slot, &g_own_globals, &g_threading_globals};
@@ -1289,6 +1322,15 @@ speedups_direct_slots(PyObject *module, PyObject *Py_UNUSED(ignored))
 }
 
 static PyObject *
+speedups_claim(PyObject *module, PyObject *Py_UNUSED(ignored))
+{
+    PyInterpreterState *interp = PyInterpreterState_Get();
+    if (g_interp == NULL)
+        g_interp = interp;
+    return PyBool_FromLong(g_interp == interp);
+}
+
+static PyObject *
 speedups_set_hold_metric_ns(PyObject *module, PyObject *arg)
 {
     long long v = PyLong_AsLongLong(arg);
@@ -1305,6 +1347,8 @@ speedups_now_ns(PyObject *module, PyObject *Py_UNUSED(ignored))
 }
 
 static PyMethodDef speedups_methods[] = {
+    {"claim", speedups_claim, METH_NOARGS,
+     "Take the C path for this interpreter: False when another interpreter has it."},
     {"setup", (PyCFunction)(void (*)(void))speedups_setup, METH_VARARGS | METH_KEYWORDS,
      "Give the C path the Python functions and objects it shares with the Python path."},
     {"set_hold_metric_ns", speedups_set_hold_metric_ns, METH_O,

@@ -78,7 +78,8 @@ def _load_speedups() -> Any:
         from . import _speedups
     except ImportError:
         return None
-    return _speedups
+    # Its state is process-wide: one interpreter has it, a subinterpreter runs in Python.
+    return _speedups if _speedups.claim() else None
 
 
 _speedups = _load_speedups()
@@ -420,7 +421,7 @@ class _PyLockBase:
 
     release_lock = release
 
-    def __exit__(self, t: Any, v: Any, tb: Any) -> None:
+    def __exit__(self, *args: Any) -> None:  # any arguments, as the lock's own __exit__
         self.release()
 
 
@@ -509,7 +510,7 @@ class RLockProxy(LockProxy):
             return
         LockProxy.release(self)
 
-    def __exit__(self, t: Any, v: Any, tb: Any) -> None:
+    def __exit__(self, *args: Any) -> None:
         self.release()
 
     def _is_owned(self) -> bool:

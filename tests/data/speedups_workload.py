@@ -1,0 +1,153 @@
+"""Every entry point of the lock path, once; prints what the recorder kept, as JSON.
+
+Run by tests/test_speedups.py on the C path and on the pure-Python path
+(LOCKWATCH_DISABLE_EXTENSIONS=1); the two outputs must be equal. Single-threaded except for the
+try-acquires of a held lock, so that the counts are deterministic.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.trace import TracerProvider
+
+from otel_lockwatch import (
+    AsyncStripedSections,
+    LockwatchInstrumentor,
+    StripedSections,
+    _wrappers,
+    name_lock,
+)
+from otel_lockwatch._recorder import RECORDER
+from otel_lockwatch._telemetry import TELEMETRY
+
+raised: list[str] = []
+
+
+def expect_error(fn, *args, **kwargs):
+    try:
+        fn(*args, **kwargs)
+    except Exception as exc:  # noqa: BLE001 - the type and message are what is compared
+        raised.append(f"{type(exc).__name__}: {exc}")
+    else:
+        raised.append("no error")
+
+
+def in_thread(fn):
+    out = []
+    t = threading.Thread(target=lambda: out.append(fn()), name="other")
+    t.start()
+    t.join()
+    return out[0]
+
+
+def main() -> None:
+    instrumentor = LockwatchInstrumentor()
+    instrumentor.instrument(
+        tracer_provider=TracerProvider(), meter_provider=MeterProvider(), manifest=False
+    )
+    a = name_lock(threading.Lock(), "a")
+    b = name_lock(threading.Lock(), "b")
+    r = name_lock(threading.RLock(), "r")
+    cond = threading.Condition()
+    sections = name_lock(StripedSections(16, name="sections"), "sections")
+
+    for _ in range(50):
+        with a:
+            pass
+    assert a.acquire() and not a.acquire(False)
+    a.release()
+    assert a.acquire(True) and in_thread(lambda: a.acquire(blocking=False)) is False
+    a.release()
+    assert a.acquire(blocking=True, timeout=-1)
+    a.release()
+    assert a.acquire(timeout=-1.0)
+    a.release()
+    assert a.acquire(True, 0.5)  # a timeout: the Python path on both
+    a.release()
+    assert a.acquire(timeout=0) and not a.acquire(timeout=0.001)  # times out
+    a.release()
+    assert a.acquire_lock()
+    a.release_lock()
+    assert a.acquire(0)
+    a.release()
+    expect_error(a.acquire, 1, 2, 3)
+    expect_error(a.acquire, bogus=1)
+    expect_error(a.acquire, True, timeout="soon")
+    expect_error(a.acquire, False, 1)
+    expect_error(a.release)  # not held
+    expect_error(a.__exit__, None, None)
+
+    with a:  # noqa: SIM117 - nested on two lines: the edge a -> b, with two sites
+        with b:
+            pass
+    with b:
+        pass
+    with r:  # noqa: SIM117 - re-entry, then a nested acquisition, each on its line
+        with r:
+            with a:
+                pass
+    with cond:
+        cond.wait(0)
+        cond.notify_all()
+
+    for i in range(30):
+        with sections.lock(f"k{i % 5}"):
+            pass
+    with sections.try_lock("k1") as held:
+        assert held
+        assert in_thread(lambda: sections.acquire("k1", blocking=False)) is False
+    with sections.lock_many(["k1", "k2", "k3"]):  # noqa: SIM117 - two sites
+        with b:  # sections -> b
+            pass
+    assert sections.acquire("k7", timeout=0.25)
+    sections.release("k7")
+    with sections.lock("k8"):
+        expect_error(sections.acquire, "k8")  # re-entry
+    expect_error(sections.release, "k9")  # not held
+
+    async def tasks():
+        asections = AsyncStripedSections(8, name="async")
+        for _ in range(10):
+            async with asections.lock("x"):
+                pass
+
+    asyncio.run(tasks())
+
+    TELEMETRY.flush()
+    snapshot = RECORDER.snapshot()
+    locks = {
+        name: {
+            "acquisitions": lock["acquisitions"],
+            "contentions": lock["contentions"],
+            "skipped": lock["skipped"],
+            "timeouts": lock["timeouts"],
+            "holds": lock["hold_ns"].count,
+        }
+        for name, lock in sorted(snapshot["locks"].items())
+    }
+    edges = sorted(
+        (w.holding, w.acquiring, w.worker, list(w.sites)) for w in RECORDER.graph.edges()
+    )
+    held = [e[0].name for st in RECORDER._states for e in st.held]
+    print(
+        json.dumps(
+            {
+                "speedups": _wrappers.SPEEDUPS,
+                "locks": locks,
+                "edges": edges,
+                "raised": raised,
+                "held": held,
+                "errors": TELEMETRY.errors,
+            },
+            sort_keys=True,
+        )
+    )
+    instrumentor.uninstrument()
+
+
+if __name__ == "__main__":
+    main()

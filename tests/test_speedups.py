@@ -1,0 +1,238 @@
+"""The C fast path (``otel_lockwatch._speedups``) against the pure-Python path it mirrors.
+
+The pure-Python path is the reference: the core suites run against it too (in a subprocess with
+``LOCKWATCH_DISABLE_EXTENSIONS=1``, since the path is chosen at import), and a workload that goes
+through every entry point records the same thing on both paths.
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import os
+import platform
+import subprocess
+import sys
+import sysconfig
+import threading
+import time
+import weakref
+from pathlib import Path
+
+import pytest
+
+from otel_lockwatch import StripedSections, _wrappers
+from otel_lockwatch._recorder import RECORDER
+from otel_lockwatch._sections import StripedSections as _Sections
+from otel_lockwatch._telemetry import TELEMETRY
+
+ROOT = Path(__file__).resolve().parent.parent
+needs_c = pytest.mark.skipif(not _wrappers.SPEEDUPS, reason="the C extension is not in use")
+_BUILDABLE = (
+    platform.python_implementation() == "CPython"
+    and sys.version_info >= (3, 11)
+    and sys.platform.startswith("linux")
+    and not sysconfig.get_config_var("Py_GIL_DISABLED")
+)
+
+
+def _env(pure: bool) -> dict[str, str]:
+    env = dict(os.environ)
+    env.pop("LOCKWATCH_DISABLE_EXTENSIONS", None)
+    if pure:
+        env["LOCKWATCH_DISABLE_EXTENSIONS"] = "1"
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+    return env
+
+
+def test_extension_is_in_use_where_it_builds():
+    """Where setup.py builds the extension (CPython 3.11+ on Linux), CI fails without it: the
+    README's figures are those of the C path, and a silent fallback would hide a broken build."""
+    if not _BUILDABLE or os.environ.get("LOCKWATCH_DISABLE_EXTENSIONS"):
+        pytest.skip("the extension is not built on this interpreter, or is turned off")
+    if not _wrappers.SPEEDUPS and os.environ.get("CI", "").lower() != "true":
+        pytest.skip("the extension is not built here (a failure under CI=true)")
+    assert _wrappers.SPEEDUPS, "otel_lockwatch._speedups did not build or does not import"
+    assert _wrappers.LockProxy.__mro__[1] is _wrappers._speedups.LockBase
+
+
+def test_disable_variable_selects_the_python_path():
+    """``LOCKWATCH_DISABLE_EXTENSIONS=1`` gives the pure-Python path (read at import)."""
+    code = "from otel_lockwatch import _wrappers as w; print(w.SPEEDUPS, w.LockProxy.__mro__[1])"
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=_env(True), capture_output=True, text=True, check=True
+    ).stdout.split(None, 1)
+    assert out[0] == "False"
+    assert "_PyLockBase" in out[1]
+
+
+@needs_c
+def test_every_slot_is_read_at_its_offset():
+    """The C path reads the recorder's ``__slots__`` directly; a renamed or retyped slot would
+    silently fall back to the (slower, still correct) generic lookup."""
+    slots = _wrappers._speedups.direct_slots()
+    assert len(slots) == 26
+    assert [name for name, direct in slots.items() if not direct] == []
+
+
+@needs_c
+def test_c_clock_is_perf_counter_ns():
+    """The C path's timestamps mix with the Python slow path's: it must be the same clock."""
+    for _ in range(100):
+        before = time.perf_counter_ns()
+        c = _wrappers._speedups.now_ns()
+        after = time.perf_counter_ns()
+        assert before <= c <= after
+
+
+@needs_c
+def test_section_methods_bind_and_unwrap_like_functions(watched):
+    """The instrumented ``_acquire`` / ``_release`` bind as methods, look like the originals,
+    and ``uninstrument()`` puts the originals back."""
+    acquire = _Sections.__dict__["_acquire"]
+    release = _Sections.__dict__["_release"]
+    assert type(acquire).__name__ == "SectionAcquire"
+    assert type(release).__name__ == "SectionRelease"
+    original = acquire.__wrapped__
+    assert acquire.__name__ == "_acquire"
+    assert acquire.__doc__ == original.__doc__
+    sections = StripedSections(8, name="bound")
+    assert sections._acquire(3, "k") is True
+    assert sections._owners[3] == threading.get_ident()
+    sections._release(3)
+    assert sections._owners[3] is None
+    watched.instrumentor.uninstrument()
+    try:
+        assert _Sections.__dict__["_acquire"] is original
+        assert _Sections.__dict__["_release"] is release.__wrapped__
+    finally:
+        watched.instrumentor.instrument(
+            tracer_provider=watched.tracer_provider,
+            meter_provider=watched.meter_provider,
+            manifest=False,
+        )
+
+
+@needs_c
+def test_a_subclass_takes_the_generic_path_and_is_recorded(watched):
+    """Offsets are used for the exact classes only: a subclass of ``StripedSections`` (another
+    layout) is read through ordinary attribute access, and recorded the same."""
+
+    class Mine(StripedSections):
+        __slots__ = ("extra",)
+
+    mine = Mine(16, name="mine")
+    for _ in range(5):
+        with mine.lock("k"):
+            pass
+    assert mine.try_lock("k").__enter__()
+    mine.release("k")
+    snap = RECORDER.snapshot()["locks"]["mine"]
+    assert snap["acquisitions"] == 6
+
+
+@needs_c
+def test_a_bookkeeping_error_is_counted_never_raised(watched, caplog):
+    """An error inside the C bookkeeping, after the lock is taken or released, goes to
+    TELEMETRY.failed; the host sees the lock's own result."""
+    lock = threading.Lock()
+    with lock:
+        pass
+    st = RECORDER.thread_state()
+    (stats,) = [s for cls, s in st.stats.items() if cls is lock._lockwatch_class]
+    before = TELEMETRY.errors
+    stats.hhist = None  # the release's histogram update now fails
+    with lock:
+        pass
+    assert not lock.locked()
+    assert TELEMETRY.errors == before + 1
+    stats.hhist = {}
+    with lock:
+        assert lock.locked()
+    assert not lock.locked()
+    assert st.held == []
+
+
+@needs_c
+def test_proxies_are_collected_and_weakly_referenced(watched):
+    """LockBase is a GC type with weak references: a dropped lock, even one whose held-stack
+    entry (which refers to a frame) made a cycle, is freed."""
+    refs = []
+    for _ in range(10):
+        lock = threading.Lock()
+        with lock:
+            pass
+        refs.append(weakref.ref(lock))
+        del lock
+    gc.collect()
+    assert [r for r in refs if r() is not None] == []
+
+
+def test_both_paths_record_the_same():
+    """Every entry point, run once on each path: the same counts, holds, skips, errors raised to
+    the caller, held stacks, and lock-order witnesses (with the same acquisition sites)."""
+    script = ROOT / "tests" / "data" / "speedups_workload.py"
+    runs = {}
+    for pure in (False, True):
+        proc = subprocess.run(
+            [sys.executable, str(script)],
+            env=_env(pure),
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert proc.returncode == 0, proc.stderr
+        runs[pure] = json.loads(proc.stdout)
+    assert runs[True]["speedups"] is False
+    if not _wrappers.SPEEDUPS:
+        pytest.skip("the C extension is not in use: nothing to compare")
+    assert runs[False]["speedups"] is True
+    c, python = dict(runs[False]), dict(runs[True])
+    c.pop("speedups")
+    python.pop("speedups")
+    assert c == python
+    assert c["errors"] == 0
+    assert c["held"] == []
+
+
+def test_core_suites_pass_on_the_pure_python_path():
+    """The suites that pin down the lock path's behaviour, run again on the reference path
+    (the rest of this run tests the C path wherever it is built)."""
+    if os.environ.get("LOCKWATCH_DISABLE_EXTENSIONS") or not _wrappers.SPEEDUPS:
+        pytest.skip("this whole run is on the pure-Python path already")
+    suites = [
+        "tests/test_instrumentation.py",
+        "tests/test_lock_conformance.py",
+        "tests/test_lock_order.py",
+        "tests/test_sections.py",
+        "tests/test_async_sections.py",
+        "tests/test_scenarios.py",
+    ]
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-x", *suites],
+        cwd=ROOT,
+        env=_env(True),
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
+    assert " passed" in proc.stdout
+
+
+@needs_c
+def test_a_subinterpreter_runs_the_python_path():
+    """The extension's state is process-wide: the interpreter that imported it first keeps the
+    C path; a subinterpreter (mod_wsgi runs several) gets the pure-Python path."""
+    subinterpreters = pytest.importorskip("_xxsubinterpreters")
+    interp = subinterpreters.create()
+    try:
+        subinterpreters.run_string(
+            interp,
+            "from otel_lockwatch import _wrappers\n"
+            "assert not _wrappers.SPEEDUPS\n"
+            "assert _wrappers.LockProxy.__mro__[1] is _wrappers._PyLockBase\n",
+        )
+    finally:
+        subinterpreters.destroy(interp)
+    assert _wrappers.SPEEDUPS
