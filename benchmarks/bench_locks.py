@@ -1,7 +1,8 @@
 """What the instrumentation costs on the lock path, as ratios measured in one run.
 
 Run: ``python benchmarks/bench_locks.py`` (add ``--quick`` for a short run, ``--memory`` for the
-10^5 vs 10^7 acquisitions memory check). Every row is an uncontended acquire+release pair (a
+10^5 vs 10^7 acquisitions memory check). It measures the path in use: the C fast path when the
+extension is built, the pure-Python path with ``LOCKWATCH_DISABLE_EXTENSIONS=1``. Every row is an uncontended acquire+release pair (a
 ``with`` block), best of several repeats of the calling thread's CPU time; the ratios divide rows
 of the same run, since this machine is shared and noisy. Nothing here is a test: the figures go
 into the README.
@@ -25,7 +26,7 @@ from opentelemetry.sdk.metrics.export import InMemoryMetricReader  # noqa: E402
 from opentelemetry.sdk.trace import TracerProvider  # noqa: E402
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult  # noqa: E402
 
-from otel_lockwatch import LockwatchInstrumentor, StripedSections  # noqa: E402
+from otel_lockwatch import LockwatchInstrumentor, StripedSections, _wrappers  # noqa: E402
 from otel_lockwatch._recorder import RECORDER  # noqa: E402
 
 
@@ -224,6 +225,8 @@ def main() -> None:
 
     raw = rows["raw threading.Lock"]
     width = max(len(k) for k in rows)
+    path = "C (_speedups)" if _wrappers.SPEEDUPS else "pure Python"
+    print(f"lock path: {path}; Python {sys.version.split()[0]}")
     print(f"{'uncontended acquire+release (with block)':<{width}}  {'ns':>8}  {'x raw Lock':>10}")
     for name, ns in rows.items():
         print(f"{name:<{width}}  {ns:8.0f}  {ns / raw:10.2f}")

@@ -4,8 +4,10 @@
 #   1. Debian's Chromium (for the HTML report test), when missing and we are root;
 #   2. Jaeger v2 and an OpenTelemetry Collector, built from the Go module proxy and cached
 #      under ${LOCKWATCH_CACHE:-~/.cache/otel-lockwatch}/bin (minutes cold, instant after);
-#   3. the package with its test extra, editable;
-#   4. pytest (extra arguments are passed on).
+#   3. a C compiler and Python's headers, when missing and we are root (the package builds its
+#      optional C fast path, otel_lockwatch._speedups, with them);
+#   4. the package with its test extra, editable;
+#   5. pytest (extra arguments are passed on).
 #
 # Under CI=true a missing piece is a failure, not a skip.
 set -euo pipefail
@@ -29,6 +31,18 @@ if command -v go >/dev/null 2>&1; then
     export LOCKWATCH_JAEGER_BIN LOCKWATCH_OTELCOL_BIN
 else
     say "go is missing: the Jaeger and collector end-to-end tests will skip (fail under CI)"
+fi
+
+headers="$(python3 -c 'import os, sysconfig; print(os.path.join(sysconfig.get_paths()["include"], "Python.h"))')"
+if ! command -v cc >/dev/null 2>&1 || [[ ! -f $headers ]]; then
+    if [[ $(id -u) -eq 0 ]] && command -v apt-get >/dev/null 2>&1; then
+        say "installing a C compiler and Python's headers for the C fast path"
+        apt-get update -qq >&2
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq gcc libc6-dev python3-dev >&2
+    else
+        say "no C compiler or no Python.h: the package installs without its C fast path" \
+            "(its tests skip; fail under CI)"
+    fi
 fi
 
 python3 -m pip install --quiet --disable-pip-version-check -e '.[test]'
