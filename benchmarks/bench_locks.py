@@ -2,10 +2,10 @@
 
 Run: ``python benchmarks/bench_locks.py`` (add ``--quick`` for a short run, ``--memory`` for the
 10^5 vs 10^7 acquisitions memory check). It measures the path in use: the C fast path when the
-extension is built, the pure-Python path with ``LOCKWATCH_DISABLE_EXTENSIONS=1``. Every row is an uncontended acquire+release pair (a
-``with`` block), best of several repeats of the calling thread's CPU time; the ratios divide rows
-of the same run, since this machine is shared and noisy. Nothing here is a test: the figures go
-into the README.
+extension is built, the pure-Python path with ``LOCKWATCH_DISABLE_EXTENSIONS=1``. Every row is an
+uncontended acquire+release pair (a ``with`` block), best of several repeats of the calling
+thread's CPU time; the ratios divide rows of the same run, since this machine is shared and
+noisy. Nothing here is a test: the figures go into the README.
 """
 
 from __future__ import annotations

@@ -39,6 +39,7 @@
 /* -- what setup() gives us: the Python side's functions and objects ------------------------ */
 static PyObject *g_tls;            /* RECORDER.tls */
 static PyObject *g_py_acquire;     /* the Python LockProxy.acquire */
+static PyObject *g_py_rlock_acquire; /* the Python RLockProxy.acquire */
 static PyObject *g_caller;         /* _wrappers._caller(frame) */
 static PyObject *g_check_order;    /* _wrappers._check_order(st, cls, frame, obj, canonical) */
 static PyObject *g_lock_wait;      /* _wrappers._lock_wait(lock, st, s, cls, frame) -> bool */
@@ -54,6 +55,9 @@ static PyObject *g_index_key;      /* "lockwatch.section.index" */
 static PyObject *g_lock_type;      /* _thread.LockType */
 static PyObject *g_lock_acquire;   /* _thread.LockType.acquire (a method descriptor) */
 static PyObject *g_lock_release;   /* _thread.LockType.release */
+static PyObject *g_rlock_type;     /* _thread.RLock */
+static PyObject *g_rlock_acquire;  /* _thread.RLock.acquire */
+static PyObject *g_rlock_release;  /* _thread.RLock.release */
 static long long g_hold_metric_ns = 100000;
 static int g_ready = 0;
 /* The interpreter that owns the globals above: a single-phase module's state is process-wide,
@@ -313,13 +317,26 @@ site_frame(void)
     return Py_NewRef((PyObject *)f);
 }
 
-/* lock.release() (a _thread.lock's without the method lookup) */
+/* The method descriptor of a _thread.lock's or _thread.RLock's method, else NULL (look it up). */
+static inline PyObject *
+known_method(PyObject *lock, PyObject *for_lock, PyObject *for_rlock)
+{
+    PyObject *type = (PyObject *)Py_TYPE(lock);
+    if (type == g_lock_type)
+        return for_lock;
+    if (type == g_rlock_type)
+        return for_rlock;
+    return NULL;
+}
+
+/* lock.release() */
 static PyObject *
 release_lock(PyObject *lock)
 {
     PyObject *args[1] = {lock};
-    if (g_lock_release != NULL && (PyObject *)Py_TYPE(lock) == g_lock_type)
-        return PyObject_Vectorcall(g_lock_release, args, 1, NULL);
+    PyObject *m = known_method(lock, g_lock_release, g_rlock_release);
+    if (m != NULL)
+        return PyObject_Vectorcall(m, args, 1, NULL);
     return PyObject_VectorcallMethod(s_release, args, 1 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
 }
 
@@ -328,11 +345,11 @@ static int
 try_acquire(PyObject *lock)
 {
     PyObject *args[2] = {lock, Py_False};
+    PyObject *m = known_method(lock, g_lock_acquire, g_rlock_acquire);
     PyObject *r =
-        (g_lock_acquire != NULL && (PyObject *)Py_TYPE(lock) == g_lock_type)
-            ? PyObject_Vectorcall(g_lock_acquire, args, 2, NULL)
-            : PyObject_VectorcallMethod(s_acquire, args, 2 | PY_VECTORCALL_ARGUMENTS_OFFSET,
-                                        NULL);
+        m != NULL ? PyObject_Vectorcall(m, args, 2, NULL)
+                  : PyObject_VectorcallMethod(s_acquire, args, 2 | PY_VECTORCALL_ARGUMENTS_OFFSET,
+                                              NULL);
     if (r == NULL)
         return -1;
     int ok = PyObject_IsTrue(r);
@@ -717,6 +734,125 @@ static PyTypeObject LockBase_Type = {
     .tp_weaklistoffset = offsetof(LockBase, weakreflist),
     .tp_methods = LockBase_methods,
     .tp_members = LockBase_members,
+    .tp_new = PyType_GenericNew,
+};
+
+/* ==========================================================================================
+ * RLockBase: the C half of _wrappers.RLockProxy (re-entry by the owner is neither a wait nor an
+ * order edge: the lock's own acquire, and a depth)
+ * ========================================================================================== */
+typedef struct {
+    LockBase base;
+    Py_ssize_t depth; /* _lw_depth: re-entries beyond the tracked acquisition */
+} RLockBase;
+
+/* Whether the calling thread's state is `st` (the owner's, while tracked). */
+static int
+is_current_state(PyObject *st)
+{
+    if (st == NULL || st == Py_None || !g_ready)
+        return 0;
+    PyObject *cur = PyObject_GetAttr(g_tls, s_st);
+    if (cur == NULL) {
+        PyErr_Clear();
+        return 0;
+    }
+    int same = cur == st;
+    Py_DECREF(cur);
+    return same;
+}
+
+static PyObject *
+RLockBase_acquire(RLockBase *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
+{
+    PyObject *st = (g_ready && self->base.lock != NULL) ? PyObject_GetAttr(g_tls, s_st) : NULL;
+    if (st == NULL) { /* no state yet (the Python path creates it), or not set up */
+        PyErr_Clear();
+        return delegate(g_py_rlock_acquire, (PyObject *)self, args, nargs, kwnames);
+    }
+    int owner = self->base.st == st;
+    Py_DECREF(st);
+    if (owner) {
+        /* Re-entry by the owner: the lock's own acquire, with the arguments as given. */
+        PyObject *lock = Py_NewRef(self->base.lock);
+        PyObject *m = known_method(lock, g_lock_acquire, g_rlock_acquire);
+        PyObject *r = m != NULL ? delegate(m, lock, args, nargs, kwnames) : NULL;
+        if (m == NULL) {
+            PyObject *bound = PyObject_GetAttr(lock, s_acquire);
+            r = bound ? PyObject_Vectorcall(bound, args, nargs, kwnames) : NULL;
+            Py_XDECREF(bound);
+        }
+        Py_DECREF(lock);
+        if (r == NULL)
+            return NULL;
+        int ok = PyObject_IsTrue(r);
+        if (ok < 0) {
+            Py_DECREF(r);
+            return NULL;
+        }
+        if (ok)
+            self->depth++;
+        return r;
+    }
+    return LockBase_acquire((LockBase *)self, args, nargs, kwnames);
+}
+
+static PyObject *
+RLockBase_enter(RLockBase *self, PyObject *Py_UNUSED(ignored))
+{
+    return RLockBase_acquire(self, NULL, 0, NULL);
+}
+
+static PyObject *
+RLockBase_release(RLockBase *self, PyObject *Py_UNUSED(ignored))
+{
+    if (self->base.lock == NULL) {
+        PyErr_SetString(PyExc_AttributeError, "_lw_lock");
+        return NULL;
+    }
+    if (!is_current_state(self->base.st)) /* not tracked, or not the owner: the lock decides */
+        return release_lock(self->base.lock);
+    if (self->depth) {
+        PyObject *r = release_lock(self->base.lock);
+        if (r != NULL)
+            self->depth--;
+        return r;
+    }
+    return LockBase_release((LockBase *)self, NULL);
+}
+
+static PyObject *
+RLockBase_exit(RLockBase *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    return RLockBase_release(self, NULL);
+}
+
+static PyMethodDef RLockBase_methods[] = {
+    {"acquire", (PyCFunction)(void (*)(void))RLockBase_acquire, METH_FASTCALL | METH_KEYWORDS,
+     "acquire(blocking=True, timeout=-1) -> bool: the lock's acquire, recorded."},
+    {"__enter__", (PyCFunction)RLockBase_enter, METH_NOARGS, "acquire()"},
+    {"release", (PyCFunction)RLockBase_release, METH_NOARGS,
+     "release(): the lock's release, recorded."},
+    {"__exit__", (PyCFunction)(void (*)(void))RLockBase_exit, METH_FASTCALL, "release()"},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyMemberDef RLockBase_members[] = {
+    {"_lw_depth", T_PYSSIZET, offsetof(RLockBase, depth), 0, NULL},
+    {NULL, 0, 0, 0, NULL},
+};
+
+static PyTypeObject RLockBase_Type = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "otel_lockwatch._speedups.RLockBase",
+    .tp_basicsize = sizeof(RLockBase),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC,
+    .tp_doc = "The C half of _wrappers.RLockProxy: its depth and its uncontended path.",
+    .tp_traverse = (traverseproc)LockBase_traverse,
+    .tp_clear = (inquiry)LockBase_clear,
+    .tp_dealloc = (destructor)LockBase_dealloc,
+    .tp_methods = RLockBase_methods,
+    .tp_members = RLockBase_members,
     .tp_new = PyType_GenericNew,
 };
 
@@ -1231,27 +1367,29 @@ SECTION_FN_TYPE(SectionRelease,
 static PyObject *
 speedups_setup(PyObject *module, PyObject *args, PyObject *kwds)
 {
-    static char *kwlist[] = {"tls", "py_acquire", "caller", "check_order", "lock_wait",
+    static char *kwlist[] = {"tls", "py_acquire", "py_rlock_acquire", "caller", "check_order", "lock_wait",
                              "section_wait", "discard", "record_hold", "ctx_get", "failed",
                              "new_slot", "own_globals", "threading_globals", "worker_state",
                              "stats", "track", "sections", NULL};
-    PyObject *o[13], *ws, *stats, *track, *sections;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "$OOOOOOOOOOOOOOOOO", kwlist, &o[0], &o[1],
+    PyObject *o[14], *ws, *stats, *track, *sections;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "$OOOOOOOOOOOOOOOOOO", kwlist, &o[0], &o[1],
                                      &o[2], &o[3], &o[4], &o[5], &o[6], &o[7], &o[8], &o[9],
-                                     &o[10], &o[11], &o[12], &ws, &stats, &track, &sections))
+                                     &o[10], &o[11], &o[12], &o[13], &ws, &stats, &track,
+                                     &sections))
         return NULL;
     if (g_interp != PyInterpreterState_Get()) {
         PyErr_SetString(PyExc_RuntimeError,
                         "otel_lockwatch._speedups: claim() it first, in one interpreter");
         return NULL;
     }
-    PyObject **targets[13] = {&g_tls, &g_py_acquire, &g_caller, &g_check_order, &g_lock_wait,
-                              &g_section_wait, &g_discard, &g_record_hold, &g_ctx_get,
-                              &g_failed, &g_new_slot, &g_own_globals, &g_threading_globals};
-    for (int i = 0; i < 13; i++)
+    PyObject **targets[14] = {&g_tls, &g_py_acquire, &g_py_rlock_acquire, &g_caller,
+                              &g_check_order, &g_lock_wait, &g_section_wait, &g_discard,
+                              &g_record_hold, &g_ctx_get, &g_failed, &g_new_slot,
+                              &g_own_globals, &g_threading_globals};
+    for (int i = 0; i < 14; i++)
         Py_XSETREF(*targets[i], Py_NewRef(o[i]));
     /* The classes are kept alive by the references below: a resolved offset stays valid. */
-    PyObject *slot_type = o[10];
+    PyObject *slot_type = o[11];
     struct {
         Slot *slot;
         PyObject *type;
@@ -1290,6 +1428,17 @@ speedups_setup(PyObject *module, PyObject *args, PyObject *kwds)
     Py_XSETREF(g_lock_acquire, PyObject_GetAttr(g_lock_type, s_acquire));
     Py_XSETREF(g_lock_release, PyObject_GetAttr(g_lock_type, s_release));
     if (g_lock_acquire == NULL || g_lock_release == NULL)
+        return NULL;
+    thread = PyImport_ImportModule("_thread");
+    if (thread == NULL)
+        return NULL;
+    Py_XSETREF(g_rlock_type, PyObject_GetAttrString(thread, "RLock"));
+    Py_DECREF(thread);
+    if (g_rlock_type == NULL)
+        return NULL;
+    Py_XSETREF(g_rlock_acquire, PyObject_GetAttr(g_rlock_type, s_acquire));
+    Py_XSETREF(g_rlock_release, PyObject_GetAttr(g_rlock_type, s_release));
+    if (g_rlock_acquire == NULL || g_rlock_release == NULL)
         return NULL;
     g_ready = 1;
     Py_RETURN_NONE;
@@ -1386,13 +1535,16 @@ PyInit__speedups(void)
     g_minus_one = PyLong_FromLong(-1);
     if (g_one == NULL || g_minus_one == NULL)
         return NULL;
-    if (PyType_Ready(&LockBase_Type) < 0 || PyType_Ready(&SectionAcquire_Type) < 0 ||
+    RLockBase_Type.tp_base = &LockBase_Type;
+    if (PyType_Ready(&LockBase_Type) < 0 || PyType_Ready(&RLockBase_Type) < 0 ||
+        PyType_Ready(&SectionAcquire_Type) < 0 ||
         PyType_Ready(&SectionRelease_Type) < 0)
         return NULL;
     PyObject *m = PyModule_Create(&speedups_module);
     if (m == NULL)
         return NULL;
     if (PyModule_AddObjectRef(m, "LockBase", (PyObject *)&LockBase_Type) < 0 ||
+        PyModule_AddObjectRef(m, "RLockBase", (PyObject *)&RLockBase_Type) < 0 ||
         PyModule_AddObjectRef(m, "SectionAcquire", (PyObject *)&SectionAcquire_Type) < 0 ||
         PyModule_AddObjectRef(m, "SectionRelease", (PyObject *)&SectionRelease_Type) < 0) {
         Py_DECREF(m);

@@ -476,14 +476,11 @@ class LockProxy(_LockBase):
 
 
 # -- threading.RLock -----------------------------------------------------------------------
-class RLockProxy(LockProxy):
-    """A watched ``threading.RLock``. Re-entry by the owner is neither a wait nor an order edge."""
+class _PyRLockBase(_PyLockBase):
+    """The pure-Python hot path of :class:`RLockProxy` (``_speedups.RLockBase`` in C)."""
 
     __slots__ = ("_lw_depth",)
-
-    def __init__(self, lock: Any, cls: LockClass) -> None:
-        super().__init__(lock, cls)
-        self._lw_depth = 0
+    _lw_depth: int
 
     def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
         try:
@@ -512,6 +509,26 @@ class RLockProxy(LockProxy):
 
     def __exit__(self, *args: Any) -> None:
         self.release()
+
+
+if TYPE_CHECKING:
+    _RLockBase = _PyRLockBase
+else:
+    _RLockBase = _PyRLockBase if _speedups is None else _speedups.RLockBase
+
+
+class RLockProxy(_RLockBase, LockProxy):
+    """A watched ``threading.RLock``. Re-entry by the owner is neither a wait nor an order edge.
+
+    ``acquire`` / ``__enter__`` / ``release`` / ``__exit__`` come from the base: the C
+    ``_speedups.RLockBase`` when it is built, else :class:`_PyRLockBase`.
+    """
+
+    __slots__ = ()
+
+    def __init__(self, lock: Any, cls: LockClass) -> None:
+        LockProxy.__init__(self, lock, cls)
+        self._lw_depth = 0
 
     def _is_owned(self) -> bool:
         return self._lw_lock._is_owned()
@@ -833,6 +850,7 @@ if _speedups is not None:
     _speedups.setup(
         tls=_tls,
         py_acquire=_PyLockBase.acquire,
+        py_rlock_acquire=_PyRLockBase.acquire,
         caller=_caller,
         check_order=_check_order,
         lock_wait=_lock_wait,

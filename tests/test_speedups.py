@@ -54,6 +54,7 @@ def test_extension_is_in_use_where_it_builds():
         pytest.skip("the extension is not built here (a failure under CI=true)")
     assert _wrappers.SPEEDUPS, "otel_lockwatch._speedups did not build or does not import"
     assert _wrappers.LockProxy.__mro__[1] is _wrappers._speedups.LockBase
+    assert _wrappers.RLockProxy.__mro__[1] is _wrappers._speedups.RLockBase
 
 
 def test_disable_variable_selects_the_python_path():

@@ -93,6 +93,15 @@ def main() -> None:
     with cond:
         cond.wait(0)
         cond.notify_all()
+    assert r.acquire() and r.acquire(blocking=False) and r.acquire(timeout=0.1)
+    in_thread(lambda: expect_error(r.release))  # not the owner
+    assert in_thread(lambda: r.acquire(False)) is False
+    nested = threading.Condition(r)
+    nested.wait(0)  # depth 3 released and restored
+    for _ in range(3):
+        r.release()
+    expect_error(r.release)  # not held
+    expect_error(r.__exit__)
 
     for i in range(30):
         with sections.lock(f"k{i % 5}"):
