@@ -4,7 +4,7 @@
  * everything unusual; this module only takes over the common case, where a Python function call
  * costs more than the bookkeeping it runs:
  *
- * - LockBase: the base class of _wrappers.LockProxy. acquire() / __enter__ with the default
+ * - LockBase: the base class of _wrappers.LockProxy (RLockBase: of RLockProxy). acquire() / __enter__ with the default
  *   timeout, release() / __exit__. Any other call (a timeout, a thread whose state does not exist
  *   yet, lockwatch itself running on this thread, no Python caller) is handed, unchanged, to the
  *   Python implementation, which sees the same caller frame (a C call pushes no frame).
@@ -306,15 +306,20 @@ stats_of(PyObject *st, PyObject *cls)
 static PyObject *
 site_frame(void)
 {
-    PyFrameObject *f = PyEval_GetFrame(); /* borrowed; the caller: a C call pushes no frame */
+    /* The caller's frame (a C call pushes none). PyThreadState_GetFrame, unlike PyEval_GetFrame,
+     * skips a frame still in its prologue, as sys._getframe does. */
+    PyFrameObject *f = PyThreadState_GetFrame(PyThreadState_Get()); /* new reference */
     if (f == NULL)
         return NULL;
     PyObject *g = PyFrame_GetGlobals(f);
     int inside = g == g_own_globals || g == g_threading_globals;
     Py_XDECREF(g);
-    if (inside)
-        return PyObject_CallOneArg(g_caller, (PyObject *)f);
-    return Py_NewRef((PyObject *)f);
+    if (inside) {
+        PyObject *r = PyObject_CallOneArg(g_caller, (PyObject *)f);
+        Py_DECREF(f);
+        return r;
+    }
+    return (PyObject *)f;
 }
 
 /* The method descriptor of a _thread.lock's or _thread.RLock's method, else NULL (look it up). */
@@ -1041,10 +1046,9 @@ section_acquire(SectionFn *fn, PyObject *const *args, size_t nargsf, PyObject *k
     }
     {
         /* The site: the first frame outside _sections (lock() / __enter__ live there). */
-        PyFrameObject *cur = PyEval_GetFrame();
+        PyFrameObject *cur = PyThreadState_GetFrame(PyThreadState_Get()); /* as site_frame() */
         if (cur == NULL)
             goto not_here;
-        Py_INCREF(cur);
         for (;;) {
             PyObject *g = PyFrame_GetGlobals(cur);
             int inside = g == fn->globals;
