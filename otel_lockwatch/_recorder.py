@@ -170,6 +170,33 @@ def hist_json(
     }
 
 
+class _ForeignThread:
+    """Stands for a thread that ``threading`` does not know (started by ``_thread`` or by C).
+
+    ``threading.current_thread()`` would register a ``_DummyThread`` for it, which stays in
+    ``threading.enumerate()`` after the thread ends (for good on Python 3.10): a change the host
+    could see. This token lives in the thread's own locals instead, and dies with the thread, so
+    the worker's state is folded away like an ended ``Thread``'s.
+    """
+
+    __slots__ = ("name", "__weakref__")
+
+    def __init__(self, ident: int) -> None:
+        self.name = f"Dummy-{ident}"
+
+    def is_alive(self) -> bool:
+        return True  # while it exists: the thread's locals (which hold it) outlive the thread
+
+
+def current_thread_or_none() -> threading.Thread | None:
+    """The calling thread's ``Thread``, or None for a thread ``threading`` does not know
+    (without registering a ``_DummyThread`` for it, as ``threading.current_thread()`` would)."""
+    active = getattr(threading, "_active", None)
+    if active is None:  # not CPython's threading: ask it (it may register a dummy thread)
+        return threading.current_thread()
+    return active.get(_thread.get_ident())
+
+
 class Recorder:
     """The process's recorder: worker states, section arrays, pool size, and the order graph."""
 
@@ -258,7 +285,9 @@ class Recorder:
         try:
             return self.tls.st
         except AttributeError:
-            thread = threading.current_thread()
+            thread: Any = current_thread_or_none()
+            if thread is None:  # a foreign thread: see _ForeignThread
+                thread = self.tls.token = _ForeignThread(_thread.get_ident())
             state = self._register(thread.name, thread)
             self.tls.st = state
             return state

@@ -31,6 +31,7 @@ key is never an attribute.
 
 from __future__ import annotations
 
+import _thread
 import collections
 import logging
 import os
@@ -42,6 +43,7 @@ from opentelemetry import trace
 from opentelemetry.context import Context
 from opentelemetry.trace import Tracer
 
+from ._recorder import current_thread_or_none
 from ._version import __version__
 
 __all__ = ["TELEMETRY", "Telemetry"]
@@ -279,7 +281,7 @@ class Telemetry:
         extra: dict[str, Any] | None,
         site: str | None,
     ) -> None:
-        thread = threading.current_thread()
+        thread = current_thread_or_none()  # None for a foreign thread (no dummy registered)
         self._enqueue(
             (
                 name,
@@ -291,8 +293,8 @@ class Telemetry:
                 t1 - t0 >= span_ns,
                 extra,
                 site,
-                thread.name,
-                thread.ident,
+                thread.name if thread is not None else f"Dummy-{_thread.get_ident()}",
+                thread.ident if thread is not None else _thread.get_ident(),
             )
         )
 

@@ -609,3 +609,30 @@ def test_worker_names_are_capped(watched, monkeypatch):
     workers = RECORDER.snapshot()["workers"]
     assert {"w0", "w1", "w2", "(other)"} <= set(workers)
     assert not {"w3", "w4", "w5"} & set(workers)
+
+
+def test_foreign_threads_are_not_registered_with_threading(watched):
+    """A thread that ``threading`` does not know (started by ``_thread`` or by C) is recorded as a
+    worker without registering a ``_DummyThread`` (which would stay in ``threading.enumerate()``,
+    for good on 3.10), and its state is folded away once it ends, like an ended Thread's."""
+    lock = threading.Lock()
+    before = len(threading.enumerate())
+    done = threading.Event()
+    states = []
+
+    def foreign() -> None:
+        with lock:
+            pass
+        states.append(RECORDER.tls.st)
+        done.set()
+
+    _thread.start_new_thread(foreign, ())
+    assert done.wait(10)
+    assert len(threading.enumerate()) == before
+    (state,) = states
+    assert state.worker.startswith("Dummy-")
+    assert locks_of(RECORDER.snapshot())[lock._lockwatch_class.name]["acquisitions"] == 1
+    deadline = time.monotonic() + 10
+    while state.alive() and time.monotonic() < deadline:  # the thread's locals go at its end
+        time.sleep(0.01)
+    assert not state.alive()
