@@ -224,6 +224,28 @@ swallow(void)
     Py_XDECREF(tb);
 }
 
+/* A try-acquire's counts: acq and tryok when it took the lock, skip when it did not. */
+static void
+count_try(PyObject *s, int ok)
+{
+    if (slot_add(ok ? &ST_acq : &ST_skip, s, 1) < 0 || (ok && slot_add(&ST_tryok, s, 1) < 0))
+        swallow();
+}
+
+/* The truth of a slow path's result (consumed): 1 or 0; a result without one counts as 0, its
+ * error swallowed (they return bools). */
+static int
+consume_truth(PyObject *r)
+{
+    int ok = PyObject_IsTrue(r);
+    Py_DECREF(r);
+    if (ok < 0) {
+        swallow();
+        return 0;
+    }
+    return ok;
+}
+
 /* hist[bucket_of(v)] += 1, with _histogram.bucket_of inlined as in _wrappers.py. */
 static int
 hist_add(PyObject *hist, long long v)
@@ -559,15 +581,10 @@ lock_acquire_fast(LockBase *self, int blocking)
                 swallow();
         }
         else {
-            PyObject *r = PyObject_CallFunctionObjArgs(g_lock_wait, lock, st, s,
-                                                       cls, f, NULL);
+            PyObject *r = PyObject_CallFunctionObjArgs(g_lock_wait, lock, st, s, cls, f, NULL);
             if (r == NULL)
                 goto error;
-            ok = PyObject_IsTrue(r);
-            Py_DECREF(r);
-            if (ok <= 0) {
-                if (ok < 0)
-                    swallow(); /* a bool that is not: lock_wait returns a bool */
+            if (!consume_truth(r)) {
                 result = Py_NewRef(Py_False);
                 goto done;
             }
@@ -577,8 +594,7 @@ lock_acquire_fast(LockBase *self, int blocking)
         int ok = try_acquire(lock);
         if (ok < 0)
             goto error;
-        if (slot_add(ok ? &ST_acq : &ST_skip, s, 1) < 0 || (ok && slot_add(&ST_tryok, s, 1) < 0))
-            swallow();
+        count_try(s, ok);
         if (!ok) {
             result = Py_NewRef(Py_False);
             goto done;
@@ -1095,11 +1111,7 @@ section_acquire(SectionFn *fn, PyObject *const *args, size_t nargsf, PyObject *k
             PyObject *r = PyObject_Vectorcall(g_section_wait, call, 10, NULL);
             if (r == NULL)
                 goto error;
-            ok = PyObject_IsTrue(r);
-            Py_DECREF(r);
-            if (ok <= 0) {
-                if (ok < 0)
-                    swallow();
+            if (!consume_truth(r)) {
                 result = Py_NewRef(Py_False);
                 goto done;
             }
@@ -1114,8 +1126,7 @@ section_acquire(SectionFn *fn, PyObject *const *args, size_t nargsf, PyObject *k
         Py_DECREF(r);
         if (ok < 0)
             goto error;
-        if (slot_add(ok ? &ST_acq : &ST_skip, s, 1) < 0 || (ok && slot_add(&ST_tryok, s, 1) < 0))
-            swallow();
+        count_try(s, ok);
         if (!ok) {
             result = Py_NewRef(Py_False);
             goto done;

@@ -28,7 +28,7 @@ from otel_lockwatch._telemetry import TELEMETRY
 
 ROOT = Path(__file__).resolve().parent.parent
 needs_c = pytest.mark.skipif(not _wrappers.SPEEDUPS, reason="the C extension is not in use")
-_BUILDABLE = (
+_BUILDABLE = (  # setup.py builds the extension under these conditions (its _wanted())
     platform.python_implementation() == "CPython"
     and sys.version_info >= (3, 11)
     and sys.platform.startswith("linux")
