@@ -21,6 +21,7 @@ needs it, without reading ``f_lineno`` now (which costs more than the rest of th
 
 from __future__ import annotations
 
+import _thread
 import logging
 import os
 import sys
@@ -601,13 +602,36 @@ class RLockProxy(_RLockBase, LockProxy):
         for _ in range(count - 1):
             self.acquire()
 
-    def locked(self) -> bool:  # not on 3.11's RLock: defer to the lock (AttributeError there)
-        return self._lw_lock.locked()
-
     def _at_fork_reinit(self) -> None:
         self._lw_lock._at_fork_reinit()
         self._lw_st = None
         self._lw_depth = 0
+
+
+class _Absent:
+    """A name the wrapped lock's type does not have: reading it raises ``AttributeError``, so
+    ``hasattr`` and ``getattr`` answer for the proxy as for the lock."""
+
+    def __init__(self, owner: str, name: str) -> None:
+        self.message = f"{owner!r} object has no attribute {name!r}"
+
+    def __get__(self, obj: Any, objtype: Any = None) -> Any:
+        raise AttributeError(self.message)
+
+
+# An RLock lacks some of Lock's names (``locked`` until Python 3.14, the ``*_lock`` aliases):
+# so does its proxy, which inherits them from LockProxy.
+for _name, _present in (
+    ("locked", LockProxy.locked),
+    ("locked_lock", LockProxy.locked),
+    ("acquire_lock", RLockProxy.acquire),
+    ("release_lock", RLockProxy.release),
+):
+    if hasattr(_thread.RLock, _name):
+        setattr(RLockProxy, _name, _present)
+    else:
+        setattr(RLockProxy, _name, _Absent("_thread.RLock", _name))
+del _name, _present
 
 
 # -- section arrays ------------------------------------------------------------------------

@@ -636,3 +636,17 @@ def test_foreign_threads_are_not_registered_with_threading(watched):
     while state.alive() and time.monotonic() < deadline:  # the thread's locals go at its end
         time.sleep(0.01)
     assert not state.alive()
+
+
+@pytest.mark.parametrize("factory", ["Lock", "RLock"])
+def test_proxies_have_the_names_of_the_lock_they_wrap(watched, factory):
+    """``hasattr`` answers for a watched lock as for a plain one: an RLock proxy has no
+    ``acquire_lock`` (nor ``locked`` before 3.14) just because a Lock proxy has."""
+    names = [
+        "acquire", "release", "locked", "acquire_lock", "release_lock", "locked_lock",
+        "_is_owned", "_recursion_count", "_release_save", "_acquire_restore", "_at_fork_reinit",
+    ]  # fmt: skip
+    plain = ORIGINAL_LOCK() if factory == "Lock" else ORIGINAL_RLOCK()
+    watched_lock = getattr(threading, factory)()
+    assert type(watched_lock) in (LockProxy, RLockProxy)
+    assert {n: hasattr(watched_lock, n) for n in names} == {n: hasattr(plain, n) for n in names}
