@@ -13,6 +13,10 @@ is kept lean, because an instrumentation that is slow becomes the contention it 
   cache makes a repeated nesting cost about one set lookup.
 - Nothing here raises into the host program except what the lock itself raises, and, when the
   ``raise`` policy is chosen, :class:`~.exceptions.PotentialDeadlockError` before blocking.
+- The uncontended path also exists in C (``_speedups.c``: ``LockBase``, ``RLockBase``,
+  ``SectionAcquire`` / ``SectionRelease``), used when it is built; the Python code here is the
+  reference, serves every call the C path hands back (a timeout, a new thread, ...), and owns
+  every slow path. ``LOCKWATCH_DISABLE_EXTENSIONS=1`` keeps to Python.
 
 A held-stack entry is a tuple ``(lock class, frame, lasti, lock object, canonical)``; the frame's
 code and the instruction offset at the acquisition give its site later, when a lock-order edge
