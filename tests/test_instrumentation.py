@@ -634,7 +634,7 @@ def test_foreign_threads_are_not_registered_with_threading(watched):
     assert locks_of(RECORDER.snapshot())[lock._lockwatch_class.name]["acquisitions"] == 1
     deadline = time.monotonic() + 10
     while state.alive() and time.monotonic() < deadline:  # the thread's locals go at its end
-        time.sleep(0.01)
+        time.sleep(0.01)  # polling with a deadline: ok
     assert not state.alive()
 
 
