@@ -1044,6 +1044,7 @@ section_acquire(SectionFn *fn, PyObject *const *args, size_t nargsf, PyObject *k
     if (st == NULL)
         return PyObject_Vectorcall(fn->python, args, nargsf, kwnames);
     PyObject *track = NULL, *cls = NULL, *s = NULL, *f = NULL, *held = NULL, *result = NULL;
+    int handled = 1;
     track = ready_track(arr);
     if (track == NULL)
         goto not_here;
@@ -1186,14 +1187,9 @@ section_acquire(SectionFn *fn, PyObject *const *args, size_t nargsf, PyObject *k
     }
     result = Py_NewRef(Py_True);
     goto done;
-not_here:
-    Py_DECREF(st);
-    Py_XDECREF(track);
-    Py_XDECREF(cls);
-    Py_XDECREF(s);
-    Py_XDECREF(f);
-    Py_XDECREF(held);
-    return PyObject_Vectorcall(fn->python, args, nargsf, kwnames);
+not_here: /* nothing done yet: after the cleanup, the Python path takes the call */
+    handled = 0;
+    goto done;
 error:
     result = NULL;
 done:
@@ -1203,7 +1199,7 @@ done:
     Py_XDECREF(s);
     Py_XDECREF(f);
     Py_XDECREF(held);
-    return result;
+    return handled ? result : PyObject_Vectorcall(fn->python, args, nargsf, kwnames);
 }
 
 static PyObject *
@@ -1214,6 +1210,8 @@ section_release(SectionFn *fn, PyObject *const *args, size_t nargsf, PyObject *k
         return PyObject_Vectorcall(fn->python, args, nargsf, kwnames);
     PyObject *arr = args[0], *index = args[1];
     PyObject *track = NULL, *slot = NULL, *st = NULL, *entry = NULL, *s = NULL, *ctx = NULL;
+    PyObject *result = NULL;
+    int tracked = 1;
     long long t0 = 0;
     track = slot_get(&AR_lw, arr);
     if (track == NULL) {
@@ -1282,32 +1280,24 @@ section_release(SectionFn *fn, PyObject *const *args, size_t nargsf, PyObject *k
         Py_XDECREF(counter);
     }
     untrack(st, entry, s, t0, ctx, index);
-    Py_DECREF(track);
-    Py_DECREF(slot);
-    Py_DECREF(st);
-    Py_DECREF(entry);
-    Py_DECREF(s);
-    Py_DECREF(ctx);
-    Py_RETURN_NONE;
+    result = Py_NewRef(Py_None);
+    goto done;
+untracked: /* not tracked here: after the cleanup, the array's own release */
+    tracked = 0;
+    goto done;
 error:
+    result = NULL;
+done:
     Py_XDECREF(track);
     Py_XDECREF(slot);
     Py_XDECREF(st);
     Py_XDECREF(entry);
     Py_XDECREF(s);
     Py_XDECREF(ctx);
-    return NULL;
-untracked:
-    Py_XDECREF(track);
-    Py_XDECREF(slot);
-    Py_XDECREF(st);
-    Py_XDECREF(entry);
-    Py_XDECREF(s);
-    Py_XDECREF(ctx);
-    {
-        PyObject *call[2] = {arr, index};
-        return PyObject_Vectorcall(fn->original, call, 2, NULL);
-    }
+    if (tracked)
+        return result;
+    PyObject *call[2] = {arr, index};
+    return PyObject_Vectorcall(fn->original, call, 2, NULL);
 }
 
 static PyObject *
