@@ -1,4 +1,4 @@
-"""Build the optional C fast path, ``otel_lockwatch._speedups``.
+"""Build the optional C fast path, ``otel_lockwatch.capture._speedups``.
 
 Everything else is in ``pyproject.toml``. The extension is optional: where it cannot be built
 (no compiler, not CPython 3.11+ on Linux, a free-threaded build) the package installs without it
@@ -28,8 +28,8 @@ def _wanted() -> bool:
 ext_modules = (
     [
         Extension(
-            "otel_lockwatch._speedups",
-            sources=["otel_lockwatch/_speedups.c"],
+            "otel_lockwatch.capture._speedups",
+            sources=["otel_lockwatch/capture/_speedups.c"],
             optional=True,
             extra_compile_args=["-O2", "-Wall", "-Werror=implicit-function-declaration"],
         )

@@ -16,8 +16,8 @@ import os
 import random
 import time
 
-from otel_lockwatch._histogram import LogHistogram
-from otel_lockwatch._manifest import evaluate
+from otel_lockwatch.manifest._manifest import evaluate
+from otel_lockwatch.record._histogram import LogHistogram
 
 
 def build_snapshot(n_locks: int, n_workers: int, seed: int = 1) -> dict:

@@ -26,8 +26,9 @@ from opentelemetry.sdk.metrics.export import InMemoryMetricReader  # noqa: E402
 from opentelemetry.sdk.trace import TracerProvider  # noqa: E402
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult  # noqa: E402
 
-from otel_lockwatch import LockwatchInstrumentor, StripedSections, _wrappers  # noqa: E402
-from otel_lockwatch._recorder import RECORDER  # noqa: E402
+from otel_lockwatch import LockwatchInstrumentor, StripedSections  # noqa: E402
+from otel_lockwatch.capture import _wrappers  # noqa: E402
+from otel_lockwatch.record._recorder import RECORDER  # noqa: E402
 
 
 class Discard(SpanExporter):
@@ -91,9 +92,9 @@ def naive_baseline(tracer, wait_hist, hold_hist):
 def slow_path_cost(number: int) -> float:
     """The work a contended acquisition adds beyond its wait: recording the wait, a 2 ms
     lock.wait span through a BatchSpanProcessor, the wait histogram. A synthetic wait."""
-    from otel_lockwatch._naming import lock_class
-    from otel_lockwatch._recorder import Stats
-    from otel_lockwatch._wrappers import _ctx_get, _record_wait
+    from otel_lockwatch.capture._naming import lock_class
+    from otel_lockwatch.capture._wrappers import _ctx_get, _record_wait
+    from otel_lockwatch.record._recorder import Stats
 
     st = RECORDER.thread_state()
     cls = lock_class("bench-contended", "threading.Lock", "bench:slow:1")
@@ -105,7 +106,8 @@ def slow_path_cost(number: int) -> float:
         t0 = time.perf_counter_ns()
         _record_wait(st, s, cls, t0 - 2_000_000, t0, True, ctx, frame, None)
 
-    from otel_lockwatch._telemetry import TELEMETRY
+    from otel_lockwatch.record._outbox import OUTBOX
+    from otel_lockwatch.telemetry._emitter import TELEMETRY
 
     TELEMETRY.flush()
     on_the_lock_path = best_ns(run, number, 3)
@@ -116,7 +118,7 @@ def slow_path_cost(number: int) -> float:
     TELEMETRY.flush()
     for _ in range(number):
         run()
-    queued = len(TELEMETRY._queue)
+    queued = len(OUTBOX.queue)
     started = time.thread_time_ns()
     TELEMETRY.flush()
     in_the_emitter = (time.thread_time_ns() - started) / max(queued, 1)
@@ -124,7 +126,7 @@ def slow_path_cost(number: int) -> float:
 
 
 def memory_check(small: int, large: int) -> tuple[int, int]:
-    from otel_lockwatch._telemetry import TELEMETRY
+    from otel_lockwatch.telemetry._emitter import TELEMETRY
 
     TELEMETRY.flush()
     lock = threading.Lock()
@@ -241,8 +243,10 @@ def main() -> None:
     print(f"instrumented section / uninstrumented:      {section_ratio:.2f}x (target <= 2.5)")
     print(f"the order check of a nested acquisition (nested pair - 2 single pairs): {check:.0f} ns")
     print(f"naive baseline / instrumented Lock:         {naive_ratio:.1f}x")
-    print(f"contended acquisition, added to its wait on the waiting thread: {waiting:.1f} us "
-          "(target <= 20 us)")
+    print(
+        f"contended acquisition, added to its wait on the waiting thread: {waiting:.1f} us "
+        "(target <= 20 us)"
+    )
     print(f"  then, on the emitter thread, its span and histogram value: {emitting:.1f} us")
     if memory is not None:
         small, large = memory

@@ -22,7 +22,7 @@ import time
 import timeit
 
 from otel_lockwatch import SectionReentryError, StripedSections
-from otel_lockwatch._fnv import fnv1a_32, hash_key, key_bytes
+from otel_lockwatch.sections._fnv import fnv1a_32, hash_key, key_bytes
 
 
 class Subscriber:
@@ -99,12 +99,16 @@ def main() -> None:
 
     sections = emitter.sections
     print(f"entities: {len(entities)} in {sections!r}")
-    print(f"'unit-7' -> section {sections.index('unit-7')}; "
-          f"'unit-19' -> section {sections.index('unit-19')}")
+    print(
+        f"'unit-7' -> section {sections.index('unit-7')}; "
+        f"'unit-19' -> section {sections.index('unit-19')}"
+    )
     print(f"state changes published: {sum(emitter.store.values())}")
     print(f"sweep: {emitter.swept['published']} published, {emitter.swept['skipped']} skipped")
-    print(f"subscriber: {emitter.subscriber.messages} messages, "
-          f"{emitter.subscriber.regressions} regressions")
+    print(
+        f"subscriber: {emitter.subscriber.messages} messages, "
+        f"{emitter.subscriber.regressions} regressions"
+    )
     converged = all(emitter.subscriber.last.get(e, 0) == v for e, v in emitter.store.items())
     print(f"every entity's view converged on its latest state: {converged}")
 
@@ -133,8 +137,14 @@ def bench() -> None:
         "hash_key(k), cached": "hash_key(key)",
         "fnv1a_32(key_bytes(k)), uncached": "fnv1a_32(key_bytes(key))",
     }
-    names = {"s": s, "raw": raw, "key": key, "hash_key": hash_key, "fnv1a_32": fnv1a_32,
-             "key_bytes": key_bytes}
+    names = {
+        "s": s,
+        "raw": raw,
+        "key": key,
+        "hash_key": hash_key,
+        "fnv1a_32": fnv1a_32,
+        "key_bytes": key_bytes,
+    }
     timers = {name: timeit.Timer(stmt, globals=names) for name, stmt in cases.items()}
     best = dict.fromkeys(timers, float("inf"))
     for _ in range(40):

@@ -13,17 +13,8 @@ The package is layered; each layer only uses the ones above it:
 - ``_report``, ``_cli``, ``pytest_plugin``: the command and the pytest plugin.
 """
 
-from ._manifest import (
-    Manifest,
-    Verdict,
-    load_manifest,
-    may_spawn_pool_size,
-    merge_manifests,
-    recommended_workers,
-)
-from ._naming import name_lock
-from ._sections import AsyncStripedSections, SectionStatistics, StripedSections
 from ._version import __version__
+from .capture._naming import name_lock
 from .exceptions import (
     LockwatchError,
     ManifestError,
@@ -31,6 +22,15 @@ from .exceptions import (
     SectionReentryError,
     SectionTimeout,
 )
+from .manifest._manifest import (
+    Manifest,
+    Verdict,
+    load_manifest,
+    may_spawn_pool_size,
+    merge_manifests,
+    recommended_workers,
+)
+from .sections._array import AsyncStripedSections, SectionStatistics, StripedSections
 
 __all__ = [
     "AsyncStripedSections",
@@ -59,7 +59,7 @@ __all__ = [
 
 def __getattr__(name: str):  # what imports the OpenTelemetry SDK is loaded on first use
     if name in ("evaluate", "write_manifest"):
-        from . import _exporter
+        from .telemetry import _exit as _exporter
 
         return getattr(_exporter, name)
     if name == "LockwatchInstrumentor":
@@ -67,11 +67,11 @@ def __getattr__(name: str):  # what imports the OpenTelemetry SDK is loaded on f
 
         return LockwatchInstrumentor
     if name == "ManifestExporter":
-        from ._exporter import ManifestExporter
+        from .telemetry._exit import ManifestExporter
 
         return ManifestExporter
     if name == "LockOrderSpanProcessor":
-        from ._processor import LockOrderSpanProcessor
+        from .telemetry._held_spans import LockOrderSpanProcessor
 
         return LockOrderSpanProcessor
     raise AttributeError(f"module 'otel_lockwatch' has no attribute {name!r}")

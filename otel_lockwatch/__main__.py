@@ -1,3 +1,3 @@
-from otel_lockwatch._cli import main
+from otel_lockwatch.cli._main import main
 
 raise SystemExit(main())

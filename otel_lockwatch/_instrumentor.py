@@ -41,11 +41,15 @@ from opentelemetry import trace
 from opentelemetry.instrumentation.instrumentor import BaseInstrumentor  # type: ignore[attr-defined]
 from opentelemetry.instrumentation.utils import unwrap as _unwrap_proxy
 
-from . import _asyncio_wrappers, _multiprocess, _sections, _wrappers
-from ._config import Options, load_options
-from ._naming import lock_class, watched_site
-from ._recorder import RECORDER
-from ._telemetry import TELEMETRY
+from ._settings import Options, load_options
+from .capture import _asyncio as _asyncio_wrappers
+from .capture import _multiprocess, _wrappers
+from .capture._naming import lock_class, watched_site
+from .record._outbox import OUTBOX
+from .record._recorder import RECORDER
+from .sections import _array as _sections
+from .telemetry import _exit
+from .telemetry._emitter import TELEMETRY
 
 __all__ = ["LockwatchInstrumentor"]
 
@@ -94,7 +98,7 @@ def _factory(kind: str, proxy: type) -> Any:
                 return lock
             return proxy(lock, lock_class(site, kind, site))
         except Exception as exc:  # never into the host: the plain lock still works
-            TELEMETRY.failed(exc)
+            OUTBOX.failed(exc)
             return lock
 
     return wrapper
@@ -110,7 +114,7 @@ def _condition_init(wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> N
                 lock = _wrappers.RLockProxy(raw, lock_class(site, "threading.Condition", site))
                 args, kwargs = (lock,), {}
         except Exception as exc:
-            TELEMETRY.failed(exc)
+            OUTBOX.failed(exc)
     wrapped(*args, **kwargs)
     if type(lock) is _wrappers.LockProxy:
         # Condition's own _is_owned() would try-acquire the lock: ask the proxy instead.
@@ -125,7 +129,7 @@ def _tag_init(kind: str) -> Any:
             if site is not None:
                 instance._lockwatch_class = lock_class(site, kind, site)
         except Exception as exc:
-            TELEMETRY.failed(exc)
+            OUTBOX.failed(exc)
 
     return wrapper
 
@@ -136,7 +140,7 @@ def _executor_init(wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> No
         if watched_site(1) is not None:
             RECORDER.note_pool(instance._max_workers, "executor")
     except Exception as exc:
-        TELEMETRY.failed(exc)
+        OUTBOX.failed(exc)
 
 
 _ORIGINALS: dict[str, Any] = {}
@@ -165,14 +169,17 @@ class LockwatchInstrumentor(BaseInstrumentor):
     ``hot_lock_threshold_pct``, ``starvation_ratio``.
     """
 
-    options: Options | None = None
+    @property
+    def options(self) -> Options | None:
+        """The options in force while instrumented (None otherwise)."""
+        return _exit.ACTIVE.options
 
     def instrumentation_dependencies(self) -> Collection[str]:
         return []
 
     def _instrument(self, **kwargs: Any) -> None:
         options = load_options(kwargs)
-        LockwatchInstrumentor.options = options
+        _exit.ACTIVE.options = options
         _wrappers.configure(
             wait_span_ns=int(options.wait_span_threshold_ms * 1e6),
             hold_span_ns=int(options.hold_span_threshold_ms * 1e6),
@@ -188,18 +195,17 @@ class LockwatchInstrumentor(BaseInstrumentor):
         self._instrument_executor()
         self._add_processors(kwargs.get("tracer_provider"), options)
         self._start_manifest(kwargs.get("tracer_provider"), options)
-        _multiprocess.instrument(
-            options
-        )  # multiprocess: locks, pool size, children report (issue 8)
+        _multiprocess.instrument(options, _exit.ACTIVE.exporter)
 
     def _uninstrument(self, **kwargs: Any) -> None:
-        _multiprocess.uninstrument()  # multiprocess (issue 8)
+        _multiprocess.uninstrument()
         self._remove_processors()
         self._uninstrument_executor()
         self._uninstrument_asyncio()
         self._uninstrument_threading()
         self._uninstrument_sections()
         TELEMETRY.disable()
+        _exit.ACTIVE.options = None
 
     # -- sections --------------------------------------------------------------------------
     def _instrument_sections(self) -> None:
@@ -281,10 +287,9 @@ class LockwatchInstrumentor(BaseInstrumentor):
 
     # -- span processors -------------------------------------------------------------------
     _added: list[tuple[Any, Any]] = []
-    exporter: Any = None
 
     def _add_processors(self, tracer_provider: Any, options: Options) -> None:
-        from ._processor import LockOrderSpanProcessor
+        from .telemetry._held_spans import LockOrderSpanProcessor
 
         provider = tracer_provider if tracer_provider is not None else trace.get_tracer_provider()
         add = getattr(provider, "add_span_processor", None)
@@ -295,7 +300,7 @@ class LockwatchInstrumentor(BaseInstrumentor):
         LockwatchInstrumentor._added.append((provider, processor))
 
     def _start_manifest(self, tracer_provider: Any, options: Options) -> None:
-        from ._exporter import ManifestExporter, install_first
+        from .telemetry._exit import ManifestExporter, install_first
 
         provider = tracer_provider if tracer_provider is not None else trace.get_tracer_provider()
         exporter = None
@@ -308,13 +313,13 @@ class LockwatchInstrumentor(BaseInstrumentor):
             LockwatchInstrumentor._added.append((provider, processor))
         if exporter is not None:
             exporter.start()
-            LockwatchInstrumentor.exporter = exporter
+            _exit.ACTIVE.exporter = exporter
 
     def _remove_processors(self) -> None:
-        exporter = LockwatchInstrumentor.exporter
+        exporter = _exit.ACTIVE.exporter
         if exporter is not None:
             exporter.stop()
-            LockwatchInstrumentor.exporter = None
+            _exit.ACTIVE.exporter = None
         for provider, processor in LockwatchInstrumentor._added:
             _remove_processor(provider, processor)
         LockwatchInstrumentor._added = []

@@ -43,7 +43,7 @@ import pytest
 if TYPE_CHECKING:
     from collections.abc import Generator
 
-    from ._order import Cycle, EdgeWitness
+    from .record._order import Cycle, EdgeWitness
 
 __all__ = ["LockwatchSession"]
 
@@ -125,7 +125,7 @@ class LockwatchSession:
     # -- bookkeeping -----------------------------------------------------------------------
     def harvest(self, who: str) -> None:
         """Note the edges the lock-order graph gained since the last call, crediting ``who``."""
-        from ._recorder import RECORDER
+        from .record._recorder import RECORDER
 
         graph = RECORDER.graph
         if graph is not self._graph:  # first call, or the recorder was reset
@@ -141,7 +141,7 @@ class LockwatchSession:
     def cycles(self) -> list[Cycle]:
         """The cycles of every edge seen in the session, canonical (``_order.find_cycles``)."""
         if self._cycles is None:
-            from ._order import find_cycles
+            from .record._order import find_cycles
 
             self._cycles = find_cycles([w for w, _ in self.edges.values()])
         return self._cycles

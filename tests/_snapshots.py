@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from otel_lockwatch._histogram import LogHistogram
+from otel_lockwatch.record._histogram import LogHistogram
 
 
 def locks_and_workers(events, idle_ns: int = 0) -> tuple[dict, dict]:

@@ -10,8 +10,8 @@ from hypothesis import HealthCheck, settings
 from opentelemetry.test.test_base import TestBase
 
 from otel_lockwatch import LockwatchInstrumentor
-from otel_lockwatch._recorder import RECORDER
-from otel_lockwatch._telemetry import TELEMETRY
+from otel_lockwatch.record._recorder import RECORDER
+from otel_lockwatch.telemetry._emitter import TELEMETRY
 
 # Machines here are shared and noisy: a property is judged on its examples, not on their speed.
 settings.register_profile("lockwatch", deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -87,14 +87,16 @@ def test_defaults_and_repr() -> None:
 
 @pytest.mark.parametrize(
     ("kwargs", "error", "message"),
-    [({"count": True}, TypeError, "count must be an int, got bool"),
-     ({"count": 8.0}, TypeError, "count must be an int, got float"),
-     ({"count": 0}, ValueError, "count must be a power of two, got 0"),
-     ({"count": -8}, ValueError, "count must be a power of two, got -8"),
-     ({"count": 100}, ValueError, "count must be a power of two, got 100"),
-     ({"count": 1 << 33}, ValueError, r"count must be at most 2\*\*32, got 8589934592"),
-     ({"name": ""}, ValueError, "name must be a non-empty str, got ''"),
-     ({"name": b"x"}, TypeError, "name must be a non-empty str, got bytes")],
+    [
+        ({"count": True}, TypeError, "count must be an int, got bool"),
+        ({"count": 8.0}, TypeError, "count must be an int, got float"),
+        ({"count": 0}, ValueError, "count must be a power of two, got 0"),
+        ({"count": -8}, ValueError, "count must be a power of two, got -8"),
+        ({"count": 100}, ValueError, "count must be a power of two, got 100"),
+        ({"count": 1 << 33}, ValueError, r"count must be at most 2\*\*32, got 8589934592"),
+        ({"name": ""}, ValueError, "name must be a non-empty str, got ''"),
+        ({"name": b"x"}, TypeError, "name must be a non-empty str, got bytes"),
+    ],
 )
 def test_constructor_errors(kwargs: dict, error: type, message: str) -> None:
     with pytest.raises(error, match=rf"^{message}$"):
@@ -190,12 +192,20 @@ def test_release_from_another_task() -> None:
 
 @pytest.mark.parametrize(
     ("kwargs", "error", "message"),
-    [({"blocking": False, "timeout": 1}, ValueError,
-      "can't specify a timeout for a non-blocking call, got timeout=1"),
-     ({"timeout": -1}, ValueError, "timeout must be a non-negative number or None, got -1"),
-     ({"timeout": float("nan")}, ValueError,
-      "timeout must be a non-negative number or None, got nan"),
-     ({"timeout": "1"}, TypeError, "timeout must be a number, got str")],
+    [
+        (
+            {"blocking": False, "timeout": 1},
+            ValueError,
+            "can't specify a timeout for a non-blocking call, got timeout=1",
+        ),
+        ({"timeout": -1}, ValueError, "timeout must be a non-negative number or None, got -1"),
+        (
+            {"timeout": float("nan")},
+            ValueError,
+            "timeout must be a non-negative number or None, got nan",
+        ),
+        ({"timeout": "1"}, TypeError, "timeout must be a number, got str"),
+    ],
 )
 def test_acquire_argument_errors(kwargs: dict, error: type, message: str) -> None:
     s = AsyncStripedSections(8)
@@ -415,8 +425,10 @@ def test_lock_many_cancelled_midway_releases_what_it_took() -> None:
 def test_reentry_same_and_colliding_key_raise_at_once() -> None:
     s = AsyncStripedSections(16, name="emitter")
     i = s.index("a")
-    message = (rf"^section {i} of 'emitter' is already held by the caller; "
-               r"acquiring it again would deadlock$")
+    message = (
+        rf"^section {i} of 'emitter' is already held by the caller; "
+        r"acquiring it again would deadlock$"
+    )
 
     async def main() -> None:
         async with s.lock("a"):
@@ -548,10 +560,14 @@ def test_every_entry_point_goes_through_the_patch_points() -> None:
 
     run(main)
     assert s.calls == [
-        ("acquire", i, "a", True, False), ("release", i),
-        ("acquire", i, "a", True, False), ("release", i),
-        ("acquire", i, "a", False, False), ("release", i),
-        ("acquire", i, "a", True, True), ("release", i),
+        ("acquire", i, "a", True, False),
+        ("release", i),
+        ("acquire", i, "a", True, False),
+        ("release", i),
+        ("acquire", i, "a", False, False),
+        ("release", i),
+        ("acquire", i, "a", True, True),
+        ("release", i),
     ]
 
 
@@ -649,8 +665,10 @@ async def forced_interleaving(sections: AsyncStripedSections | None) -> list[tup
             version = store["unit-7"]
             loaded.set()
             await wait_until(
-                lambda: event_sent.is_set()
-                or (sections is not None and sections.statistics().waiters == 1),
+                lambda: (
+                    event_sent.is_set()
+                    or (sections is not None and sections.statistics().waiters == 1)
+                ),
                 "the event path publishes or waits",
             )
             subscriber.send("unit-7", version)

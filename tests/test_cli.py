@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from otel_lockwatch._cli import SUBCOMMANDS, main
-from otel_lockwatch._manifest import dump_manifest, evaluate, load_manifest
 from otel_lockwatch._version import __version__
+from otel_lockwatch.cli._main import SUBCOMMANDS, main
+from otel_lockwatch.manifest._manifest import dump_manifest, evaluate, load_manifest
 
 DATA = Path(__file__).parent / "data"
 ANSI = re.compile(r"\x1b\[")

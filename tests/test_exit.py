@@ -138,7 +138,8 @@ def test_checkpoint_survives_sigkill(tmp_path):
 
 def test_interrupted_write_keeps_the_previous_manifest(tmp_path, monkeypatch):
     """A write that fails half-way leaves the previous manifest whole and no temporary file."""
-    from otel_lockwatch import _manifest, evaluate
+    from otel_lockwatch import evaluate
+    from otel_lockwatch.manifest import _manifest
 
     target = tmp_path / "m.json"
     _manifest.dump_manifest(evaluate({}), target)

@@ -11,8 +11,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from otel_lockwatch import _fnv
-from otel_lockwatch._fnv import (
+from otel_lockwatch.sections import _fnv
+from otel_lockwatch.sections._fnv import (
     CACHE_SIZE,
     MAX_CACHED_KEY_BYTES,
     fnv1a_32,
@@ -21,8 +21,13 @@ from otel_lockwatch._fnv import (
 )
 
 # Go's hash/fnv test vectors for New32a (golden32a in hash/fnv/fnv_test.go).
-GO_VECTORS = [(b"", 0x811C9DC5), (b"a", 0xE40C292C), (b"ab", 0x4D2505CA), (b"abc", 0x1A47E90B),
-              (b"foobar", 0xBF9CF968)]
+GO_VECTORS = [
+    (b"", 0x811C9DC5),
+    (b"a", 0xE40C292C),
+    (b"ab", 0x4D2505CA),
+    (b"abc", 0x1A47E90B),
+    (b"foobar", 0xBF9CF968),
+]
 
 
 def reference_fnv1a_32(data: bytes) -> int:
@@ -115,8 +120,16 @@ def test_subclasses_hash_as_their_value() -> None:
 
 @pytest.mark.parametrize(
     ("key", "type_name"),
-    [(True, "bool"), (False, "bool"), (1.0, "float"), (None, "NoneType"), ([1], "list"),
-     (("a",), "tuple"), (memoryview(b"a"), "memoryview"), (object(), "object")],
+    [
+        (True, "bool"),
+        (False, "bool"),
+        (1.0, "float"),
+        (None, "NoneType"),
+        ([1], "list"),
+        (("a",), "tuple"),
+        (memoryview(b"a"), "memoryview"),
+        (object(), "object"),
+    ],
 )
 def test_bad_key_types(key: object, type_name: str) -> None:
     """bool and every type but str, bytes, bytearray and int are refused, naming the type."""
@@ -190,14 +203,35 @@ func main() {
 def test_agrees_with_real_go(tmp_path) -> None:
     """Go's own hash/fnv.New32a, run on the same keys' bytes, gives the same sums: a Go service
     and a Python service put an entity in the same section."""
-    keys: list[str | bytes | int] = ["", "a", "foobar", "unit-7", "unit-880", "é-ü-漢字", "🔒",
-                                     b"\x00\xff\x80", 0, 7, -1, 2**63, -(2**40)]
+    keys: list[str | bytes | int] = [
+        "",
+        "a",
+        "foobar",
+        "unit-7",
+        "unit-880",
+        "é-ü-漢字",
+        "🔒",
+        b"\x00\xff\x80",
+        0,
+        7,
+        -1,
+        2**63,
+        -(2**40),
+    ]
     program = tmp_path / "main.go"
     program.write_text(_GO_PROGRAM)
     stdin = "".join(key_bytes(k).hex() + "\n" for k in keys)
     env = {**os.environ, "GOTOOLCHAIN": "local", "GOFLAGS": "-mod=mod"}
-    result = subprocess.run(["go", "run", str(program)], input=stdin, capture_output=True,
-                            text=True, cwd=tmp_path, env=env, timeout=240, check=False)
+    result = subprocess.run(
+        ["go", "run", str(program)],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env=env,
+        timeout=240,
+        check=False,
+    )
     if result.returncode != 0:
         pytest.skip(f"go run failed: {result.stderr.strip()[:200]}")
     assert [int(line) for line in result.stdout.split()] == [hash_key(k) for k in keys]

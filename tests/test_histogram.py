@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from otel_lockwatch._histogram import (
+from otel_lockwatch.record._histogram import (
     MAX_BUCKETS,
     RELATIVE_ERROR,
     LogHistogram,

@@ -13,9 +13,9 @@ import pytest
 from opentelemetry import trace
 
 from otel_lockwatch import LockwatchInstrumentor, name_lock
-from otel_lockwatch._recorder import RECORDER
-from otel_lockwatch._telemetry import TELEMETRY
-from otel_lockwatch._wrappers import LockProxy, RLockProxy
+from otel_lockwatch.capture._wrappers import LockProxy, RLockProxy
+from otel_lockwatch.record._outbox import OUTBOX
+from otel_lockwatch.record._recorder import RECORDER
 
 ORIGINAL_LOCK = threading.Lock
 ORIGINAL_RLOCK = threading.RLock
@@ -293,9 +293,9 @@ def test_error_inside_instrumentation_never_reaches_the_host(watched, monkeypatc
     def broken(*args, **kwargs):
         raise ZeroDivisionError("lockwatch bug")
 
-    monkeypatch.setattr(TELEMETRY, "wait", broken)
-    monkeypatch.setattr(TELEMETRY, "_warned", False)
-    before = TELEMETRY.errors
+    monkeypatch.setattr(OUTBOX, "wait", broken)
+    monkeypatch.setattr(OUTBOX, "_warned", False)
+    before = OUTBOX.errors
     lock = threading.Lock()
     entered, release = threading.Event(), threading.Event()
     holder = hold_until(lock, entered, release)
@@ -305,7 +305,7 @@ def test_error_inside_instrumentation_never_reaches_the_host(watched, monkeypatc
     holder.join()
     assert lock.acquire() is True
     lock.release()
-    assert TELEMETRY.errors == before + 2
+    assert OUTBOX.errors == before + 2
     assert sum("internal error" in r.getMessage() for r in caplog.records) == 1
 
 
@@ -593,7 +593,7 @@ def test_ended_workers_are_folded_so_memory_follows_the_live_ones(watched):
 
 def test_worker_names_are_capped(watched, monkeypatch):
     """Past MAX_WORKERS distinct names, later workers are '(other)': bounded cardinality."""
-    import otel_lockwatch._recorder as recorder_module
+    import otel_lockwatch.record._recorder as recorder_module
 
     monkeypatch.setattr(recorder_module, "MAX_WORKERS", len(RECORDER._names) + 3)
     lock = threading.Lock()

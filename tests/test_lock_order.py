@@ -28,8 +28,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from otel_lockwatch import LockwatchInstrumentor, PotentialDeadlockError, StripedSections, name_lock
-from otel_lockwatch._order import LockOrderGraph
-from otel_lockwatch._recorder import RECORDER
+from otel_lockwatch.record._order import LockOrderGraph
+from otel_lockwatch.record._recorder import RECORDER
 
 JOIN_S = 10.0  # a thread that is not done by then is a failure, never a wait we rely on
 

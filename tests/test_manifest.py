@@ -15,9 +15,9 @@ from _snapshots import locks_and_workers
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from otel_lockwatch import _manifest
-from otel_lockwatch._histogram import RELATIVE_ERROR, LogHistogram
-from otel_lockwatch._manifest import (
+from otel_lockwatch.exceptions import ManifestError
+from otel_lockwatch.manifest import _manifest
+from otel_lockwatch.manifest._manifest import (
     SCHEMA,
     Manifest,
     Verdict,
@@ -29,7 +29,7 @@ from otel_lockwatch._manifest import (
     recommended_section_count,
     recommended_workers,
 )
-from otel_lockwatch.exceptions import ManifestError
+from otel_lockwatch.record._histogram import RELATIVE_ERROR, LogHistogram
 
 MS = 1_000_000
 
@@ -55,7 +55,7 @@ def snapshot(events, *, idle_ns=0, pool=None, cycle_edges=(), sections=None, pid
     ]
     cycles = []
     if edges:
-        from otel_lockwatch._order import merge_order_data
+        from otel_lockwatch.record._order import merge_order_data
 
         cycles = merge_order_data([{"edges": edges, "cycles": []}])["cycles"]
     return {
@@ -271,7 +271,7 @@ def test_nominal_pool_size_sources(monkeypatch):
 
 def test_bad_pool_size_env_is_warned_and_ignored(monkeypatch, caplog):
     monkeypatch.setenv("OTEL_PYTHON_LOCKWATCH_POOL_SIZE", "lots")
-    with caplog.at_level(logging.WARNING, logger="otel_lockwatch._manifest"):
+    with caplog.at_level(logging.WARNING, logger="otel_lockwatch.manifest._manifest"):
         m = evaluate(snapshot([("a", "l", 0, 0)]))
         evaluate(snapshot([("a", "l", 0, 0)]))
     assert m.pool_size_source == "observed"
@@ -322,7 +322,7 @@ def test_nonsense_arguments_are_refused(kwargs, error, message):
 def test_thresholds_from_env_and_arguments(monkeypatch, caplog):
     monkeypatch.setenv("OTEL_PYTHON_LOCKWATCH_HOT_LOCK_THRESHOLD_PCT", "35")
     monkeypatch.setenv("OTEL_PYTHON_LOCKWATCH_STARVATION_RATIO", "nonsense")
-    with caplog.at_level(logging.WARNING, logger="otel_lockwatch._manifest"):
+    with caplog.at_level(logging.WARNING, logger="otel_lockwatch.manifest._manifest"):
         t = evaluate(snapshot([])).thresholds
     assert (t["hot_lock_threshold_pct"], t["starvation_ratio"]) == (35.0, 5.0)
     assert [r.getMessage() for r in caplog.records] == [
@@ -696,7 +696,7 @@ def test_recommended_workers_does_not_trust_an_edited_manifest(tmp_path, caplog)
     """An edited (or corrupt) manifest neither crashes the successor nor is trusted: a warning
     and the default."""
     path = edited(tmp_path, lambda d: d.update(recommended_pool_size=64))
-    with caplog.at_level(logging.WARNING, logger="otel_lockwatch._manifest"):
+    with caplog.at_level(logging.WARNING, logger="otel_lockwatch.manifest._manifest"):
         assert recommended_workers(path, 4) == 4
     [record] = caplog.records
     assert record.getMessage().startswith("not trusting the last manifest, using 4 workers: ")

@@ -11,14 +11,14 @@ from _snapshots import locks_and_workers
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from otel_lockwatch import _manifest
-from otel_lockwatch._manifest import (
+from otel_lockwatch.exceptions import ManifestError
+from otel_lockwatch.manifest import _manifest
+from otel_lockwatch.manifest._manifest import (
     Verdict,
     dump_manifest,
     evaluate,
     merge_manifests,
 )
-from otel_lockwatch.exceptions import ManifestError
 
 MS = 1_000_000
 
@@ -39,7 +39,7 @@ def snapshot(events, *, pid, pool=None, edges=(), sections=None, blocking=None, 
         }
         for a, b, w, at in edges
     ]
-    from otel_lockwatch._order import merge_order_data
+    from otel_lockwatch.record._order import merge_order_data
 
     order = merge_order_data([{"edges": witnesses, "cycles": []}])
     return {

@@ -24,12 +24,12 @@ import pytest
 
 from otel_lockwatch import (
     LockwatchInstrumentor,
-    _multiprocess,
     merge_manifests,
     name_lock,
     write_manifest,
 )
-from otel_lockwatch._recorder import RECORDER
+from otel_lockwatch.capture import _multiprocess
+from otel_lockwatch.record._recorder import RECORDER
 
 METHODS = [
     m for m in ("fork", "spawn", "forkserver") if m in multiprocessing.get_all_start_methods()

@@ -1,4 +1,4 @@
-"""The lock-order graph (``otel_lockwatch._order``): edges, first witnesses, cycles, caps, JSON,
+"""The lock-order graph (``record._order``): edges, first witnesses, cycles, caps, JSON,
 merge, and cycle detection checked against ``graphlib`` over simulated workers."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from otel_lockwatch._order import (
+from otel_lockwatch.record._order import (
     ChainCache,
     Cycle,
     EdgeWitness,

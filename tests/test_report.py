@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from otel_lockwatch import _report
-from otel_lockwatch._manifest import evaluate
-from otel_lockwatch._order import Cycle
+from otel_lockwatch.cli import _report
+from otel_lockwatch.manifest._manifest import evaluate
+from otel_lockwatch.record._order import Cycle
 
 DATA = Path(__file__).parent / "data"
 ANSI = re.compile(r"\x1b\[")

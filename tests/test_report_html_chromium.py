@@ -23,8 +23,8 @@ from pathlib import Path
 
 import pytest
 
-from otel_lockwatch._cli import main
-from otel_lockwatch._manifest import dump_manifest, evaluate
+from otel_lockwatch.cli._main import main
+from otel_lockwatch.manifest._manifest import dump_manifest, evaluate
 
 pytestmark = pytest.mark.e2e
 

@@ -23,8 +23,8 @@ from otel_lockwatch import (
     SectionTimeout,
     StripedSections,
 )
-from otel_lockwatch._fnv import fnv1a_32
-from otel_lockwatch._sections import _LOCKERS_SIZE
+from otel_lockwatch.sections._array import _LOCKERS_SIZE
+from otel_lockwatch.sections._fnv import fnv1a_32
 
 DEADLINE = 10.0  # seconds: only ever reached when a test is failing
 
@@ -42,9 +42,7 @@ def wait_until(predicate: Callable[[], bool], what: str) -> None:
 def colliding_key(sections: StripedSections, key: str) -> str:
     """Another key whose section is ``key``'s."""
     target = sections.index(key)
-    return next(
-        f"other-{i}" for i in range(100_000) if sections.index(f"other-{i}") == target
-    )
+    return next(f"other-{i}" for i in range(100_000) if sections.index(f"other-{i}") == target)
 
 
 def distinct_key(sections: StripedSections, key: str) -> str:
@@ -122,8 +120,12 @@ def test_power_of_two_counts(count: int) -> None:
 
 @pytest.mark.parametrize(
     ("count", "message"),
-    [(True, "count must be an int, got bool"), (256.0, "count must be an int, got float"),
-     ("256", "count must be an int, got str"), (None, "count must be an int, got NoneType")],
+    [
+        (True, "count must be an int, got bool"),
+        (256.0, "count must be an int, got float"),
+        ("256", "count must be an int, got str"),
+        (None, "count must be an int, got NoneType"),
+    ],
 )
 def test_count_type_errors(count: object, message: str) -> None:
     with pytest.raises(TypeError, match=rf"^{message}$"):
@@ -307,13 +309,21 @@ def test_acquire_timeout_succeeds_when_released_in_time() -> None:
 
 @pytest.mark.parametrize(
     ("kwargs", "error", "message"),
-    [({"blocking": False, "timeout": 1}, ValueError,
-      "can't specify a timeout for a non-blocking call, got timeout=1"),
-     ({"timeout": -2}, ValueError, "timeout must be a non-negative number or -1, got -2"),
-     ({"timeout": -0.5}, ValueError, "timeout must be a non-negative number or -1, got -0.5"),
-     ({"timeout": float("nan")}, ValueError,
-      "timeout must be a non-negative number or -1, got nan"),
-     ({"timeout": "1"}, TypeError, "timeout must be a number, got str")],
+    [
+        (
+            {"blocking": False, "timeout": 1},
+            ValueError,
+            "can't specify a timeout for a non-blocking call, got timeout=1",
+        ),
+        ({"timeout": -2}, ValueError, "timeout must be a non-negative number or -1, got -2"),
+        ({"timeout": -0.5}, ValueError, "timeout must be a non-negative number or -1, got -0.5"),
+        (
+            {"timeout": float("nan")},
+            ValueError,
+            "timeout must be a non-negative number or -1, got nan",
+        ),
+        ({"timeout": "1"}, TypeError, "timeout must be a number, got str"),
+    ],
 )
 def test_acquire_argument_errors(kwargs: dict, error: type, message: str) -> None:
     s = StripedSections(8)
@@ -356,8 +366,10 @@ def test_lock_timeout_raises_section_timeout() -> None:
 
 @pytest.mark.parametrize(
     ("timeout", "error", "message"),
-    [(-1, ValueError, "timeout must be a non-negative number or None, got -1"),
-     ("soon", TypeError, "timeout must be a number, got str")],
+    [
+        (-1, ValueError, "timeout must be a non-negative number or None, got -1"),
+        ("soon", TypeError, "timeout must be a number, got str"),
+    ],
 )
 def test_lock_timeout_errors(timeout: object, error: type, message: str) -> None:
     s = StripedSections(8)
@@ -449,8 +461,10 @@ def test_reentry_same_key_raises_at_once() -> None:
     """A blocking re-acquire of one's own section raises instead of deadlocking."""
     s = StripedSections(8, name="emitter")
     i = s.index("a")
-    message = (rf"^section {i} of 'emitter' is already held by the caller; "
-               r"acquiring it again would deadlock$")
+    message = (
+        rf"^section {i} of 'emitter' is already held by the caller; "
+        r"acquiring it again would deadlock$"
+    )
     with s.lock("a"):
         # a broken guard would fail with SectionTimeout, not hang
         with pytest.raises(SectionReentryError, match=message) as info, s.lock("a", timeout=1):
@@ -620,10 +634,14 @@ def test_every_entry_point_goes_through_the_patch_points() -> None:
     with s.lock_many(["a"]):
         pass
     assert s.calls == [
-        ("acquire", i, "a", True, False), ("release", i),
-        ("acquire", i, "a", True, False), ("release", i),
-        ("acquire", i, "a", False, False), ("release", i),
-        ("acquire", i, "a", True, True), ("release", i),
+        ("acquire", i, "a", True, False),
+        ("release", i),
+        ("acquire", i, "a", True, False),
+        ("release", i),
+        ("acquire", i, "a", False, False),
+        ("release", i),
+        ("acquire", i, "a", True, True),
+        ("release", i),
     ]
 
 
@@ -724,8 +742,10 @@ def run_interleaving(sections: StripedSections | NoSections) -> list[tuple[str, 
             version = store["unit-7"]  # load OLD
             loaded.set()
             # hold until the event path has either published or is blocked on the section
-            wait_until(lambda: event_sent.is_set() or sections.statistics().waiters == 1,
-                       "the event path publishes or waits")
+            wait_until(
+                lambda: event_sent.is_set() or sections.statistics().waiters == 1,
+                "the event path publishes or waits",
+            )
             subscriber.send("unit-7", version)
 
     def event() -> None:

@@ -1,4 +1,4 @@
-"""The C fast path (``otel_lockwatch._speedups``) against the pure-Python path it mirrors.
+"""The C fast path (``otel_lockwatch.capture._speedups``) against the pure-Python path it mirrors.
 
 The pure-Python path is the reference: the core suites run against it too (in a subprocess with
 ``LOCKWATCH_DISABLE_EXTENSIONS=1``, since the path is chosen at import), and a workload that goes
@@ -21,10 +21,11 @@ from pathlib import Path
 
 import pytest
 
-from otel_lockwatch import StripedSections, _wrappers
-from otel_lockwatch._recorder import RECORDER
-from otel_lockwatch._sections import StripedSections as _Sections
-from otel_lockwatch._telemetry import TELEMETRY
+from otel_lockwatch import StripedSections
+from otel_lockwatch.capture import _wrappers
+from otel_lockwatch.record._outbox import OUTBOX
+from otel_lockwatch.record._recorder import RECORDER
+from otel_lockwatch.sections._array import StripedSections as _Sections
 
 ROOT = Path(__file__).resolve().parent.parent
 needs_c = pytest.mark.skipif(not _wrappers.SPEEDUPS, reason="the C extension is not in use")
@@ -52,14 +53,17 @@ def test_extension_is_in_use_where_it_builds():
         pytest.skip("the extension is not built on this interpreter, or is turned off")
     if not _wrappers.SPEEDUPS and os.environ.get("CI", "").lower() != "true":
         pytest.skip("the extension is not built here (a failure under CI=true)")
-    assert _wrappers.SPEEDUPS, "otel_lockwatch._speedups did not build or does not import"
+    assert _wrappers.SPEEDUPS, "otel_lockwatch.capture._speedups did not build or does not import"
     assert _wrappers.LockProxy.__mro__[1] is _wrappers._speedups.LockBase
     assert _wrappers.RLockProxy.__mro__[1] is _wrappers._speedups.RLockBase
 
 
 def test_disable_variable_selects_the_python_path():
     """``LOCKWATCH_DISABLE_EXTENSIONS=1`` gives the pure-Python path (read at import)."""
-    code = "from otel_lockwatch import _wrappers as w; print(w.SPEEDUPS, w.LockProxy.__mro__[1])"
+    code = (
+        "from otel_lockwatch.capture import _wrappers as w; "
+        "print(w.SPEEDUPS, w.LockProxy.__mro__[1])"
+    )
     out = subprocess.run(
         [sys.executable, "-c", code], env=_env(True), capture_output=True, text=True, check=True
     ).stdout.split(None, 1)
@@ -135,18 +139,18 @@ def test_a_subclass_takes_the_generic_path_and_is_recorded(watched):
 @needs_c
 def test_a_bookkeeping_error_is_counted_never_raised(watched, caplog):
     """An error inside the C bookkeeping, after the lock is taken or released, goes to
-    TELEMETRY.failed; the host sees the lock's own result."""
+    OUTBOX.failed; the host sees the lock's own result."""
     lock = threading.Lock()
     with lock:
         pass
     st = RECORDER.thread_state()
     (stats,) = [s for cls, s in st.stats.items() if cls is lock._lockwatch_class]
-    before = TELEMETRY.errors
+    before = OUTBOX.errors
     stats.hhist = None  # the release's histogram update now fails
     with lock:
         pass
     assert not lock.locked()
-    assert TELEMETRY.errors == before + 1
+    assert OUTBOX.errors == before + 1
     stats.hhist = {}
     with lock:
         assert lock.locked()
@@ -230,7 +234,7 @@ def test_a_subinterpreter_runs_the_python_path():
     try:
         subinterpreters.run_string(
             interp,
-            "from otel_lockwatch import _wrappers\n"
+            "from otel_lockwatch.capture import _wrappers\n"
             "assert not _wrappers.SPEEDUPS\n"
             "assert _wrappers.LockProxy.__mro__[1] is _wrappers._PyLockBase\n",
         )

@@ -18,11 +18,12 @@ from otel_lockwatch import (
     AsyncStripedSections,
     LockwatchInstrumentor,
     StripedSections,
-    _wrappers,
     name_lock,
 )
-from otel_lockwatch._recorder import RECORDER
-from otel_lockwatch._telemetry import TELEMETRY
+from otel_lockwatch.capture import _wrappers
+from otel_lockwatch.record._outbox import OUTBOX
+from otel_lockwatch.record._recorder import RECORDER
+from otel_lockwatch.telemetry._emitter import TELEMETRY
 
 raised: list[str] = []
 
@@ -150,7 +151,7 @@ def main() -> None:
                 "edges": edges,
                 "raised": raised,
                 "held": held,
-                "errors": TELEMETRY.errors,
+                "errors": OUTBOX.errors,
             },
             sort_keys=True,
         )

@@ -4,12 +4,11 @@ Everything here runs on the *slow* path only: after a wait that blocked, or at t
 hold longer than a threshold. The uncontended path never reaches this module; its acquisitions
 are counted exactly by the recorder and reported through observable counters read at collection.
 
-Even the slow path does not call the SDK: it appends a record to a bounded queue (a
-``deque.append``, no lock), and an emitter thread turns records into spans and histogram values
+Even the slow path does not call the SDK: it appends a record to the outbox
+(``record._outbox``), and the emitter thread here turns records into spans and histogram values
 every 50 ms, and at every flush (the tracer provider's ``force_flush`` and ``shutdown``, the
 manifest's final write, ``uninstrument()``). So an exporter that is down or slow never blocks a
-lock path, and a contended acquisition costs a few microseconds beyond its wait. When the queue
-is full (65,536 records) the oldest is dropped and counted in ``dropped``.
+lock path, and a contended acquisition costs a few microseconds beyond its wait.
 
 - ``lock.wait``: a wait of at least ``wait_span_threshold`` (default 1 ms), created after the
   fact with its true start and end, parented to the span current at the acquisition.
@@ -31,8 +30,6 @@ key is never an attribute.
 
 from __future__ import annotations
 
-import _thread
-import collections
 import logging
 import os
 import threading
@@ -43,8 +40,8 @@ from opentelemetry import trace
 from opentelemetry.context import Context
 from opentelemetry.trace import Tracer
 
-from ._recorder import current_thread_or_none
-from ._version import __version__
+from .._version import __version__
+from ..record._outbox import OUTBOX
 
 __all__ = ["TELEMETRY", "Telemetry"]
 
@@ -82,7 +79,6 @@ DURATION_BUCKETS = (
 class Telemetry:
     """The instruments, the tracer, and the thresholds that decide what reaches them."""
 
-    QUEUE_SIZE = 65536
     INTERVAL_S = 0.05
 
     def __init__(self) -> None:
@@ -90,13 +86,10 @@ class Telemetry:
         self.wait_hist: Any = None
         self.hold_hist: Any = None
         self._observables: list[Any] = []
-        self.errors = 0
-        self._warned = False
-        self.dropped = 0
-        self._queue: collections.deque[tuple] = collections.deque(maxlen=self.QUEUE_SIZE)
         self._emitter: threading.Thread | None = None
         self._emitter_pid = 0
         self._stop = threading.Event()
+        OUTBOX.on_first_record = self._ensure_emitter
 
     # -- the emitter -----------------------------------------------------------------------
     def _ensure_emitter(self) -> None:
@@ -114,7 +107,7 @@ class Telemetry:
         self._emitter.start()
 
     def _run(self) -> None:
-        from ._recorder import RECORDER
+        from ..record._recorder import RECORDER
 
         RECORDER.thread_state().busy = True  # nothing lockwatch does here is recorded
         stop = self._stop
@@ -123,7 +116,7 @@ class Telemetry:
 
     def flush(self) -> None:
         """Emit every queued record now, from the calling thread."""
-        from ._recorder import RECORDER
+        from ..record._recorder import RECORDER
 
         st = RECORDER.thread_state()
         was_busy = st.busy
@@ -134,7 +127,7 @@ class Telemetry:
             st.busy = was_busy
 
     def _drain(self) -> None:
-        queue = self._queue
+        queue = OUTBOX.queue
         while True:
             try:
                 record = queue.popleft()
@@ -143,16 +136,7 @@ class Telemetry:
             try:
                 self._emit(*record)
             except Exception as exc:
-                self.failed(exc)
-
-    def _enqueue(self, record: tuple) -> None:
-        if self._emitter_pid != os.getpid():  # first use, or a forked child: (re)start the emitter
-            self._queue.clear()  # a child drops its parent's records: the parent emits them
-            self._ensure_emitter()
-        queue = self._queue
-        if len(queue) >= self.QUEUE_SIZE:
-            self.dropped += 1
-        queue.append(record)
+                OUTBOX.failed(exc)
 
     def configure(self, tracer_provider: Any, meter_provider: Any, recorder: Any) -> None:
         """Create the tracer and instruments (None providers: the global ones)."""
@@ -205,6 +189,7 @@ class Telemetry:
             ]
 
         self._ensure_emitter()
+        OUTBOX.accepting = True
         self._observables = [
             meter.create_observable_counter(
                 "lockwatch.lock.acquisitions",
@@ -221,82 +206,13 @@ class Telemetry:
         ]
 
     def disable(self) -> None:
+        OUTBOX.accepting = False
         self.flush()
         self._stop.set()
         self.tracer = None
         self.wait_hist = None
         self.hold_hist = None
         self._observables = []
-
-    def failed(self, exc: BaseException) -> None:
-        """An error inside lockwatch: counted, logged once, never raised into the host."""
-        self.errors += 1
-        if not self._warned:
-            self._warned = True
-            logger.warning(
-                "otel-lockwatch: internal error (reported once; the program is unaffected): %r",
-                exc,
-                exc_info=exc,
-            )
-
-    # -- slow path (on the lock's thread: enqueue only) -----------------------------------
-    def wait(
-        self,
-        cls: Any,
-        t0: int,
-        t1: int,
-        ctx: Context | None,
-        outcome: str,
-        span_ns: int,
-        extra: dict[str, Any] | None,
-        site: str | None,
-    ) -> None:
-        """Queue a wait that blocked: its metric value always, its span when long enough."""
-        if self.wait_hist is not None or self.tracer is not None:
-            self._record("lock.wait", cls, t0, t1, ctx, outcome, span_ns, extra, site)
-
-    def hold(
-        self,
-        cls: Any,
-        t0: int,
-        t1: int,
-        ctx: Context | None,
-        span_ns: int,
-        extra: dict[str, Any] | None,
-        site: str | None,
-    ) -> None:
-        """Queue a hold at or above the metric floor; its span when long enough."""
-        if self.hold_hist is not None or self.tracer is not None:
-            self._record("lock.hold", cls, t0, t1, ctx, None, span_ns, extra, site)
-
-    def _record(
-        self,
-        name: str,
-        cls: Any,
-        t0: int,
-        t1: int,
-        ctx: Context | None,
-        outcome: str | None,
-        span_ns: int,
-        extra: dict[str, Any] | None,
-        site: str | None,
-    ) -> None:
-        thread = current_thread_or_none()  # None for a foreign thread (no dummy registered)
-        self._enqueue(
-            (
-                name,
-                cls,
-                t0,
-                t1,
-                ctx,
-                outcome,
-                t1 - t0 >= span_ns,
-                extra,
-                site,
-                thread.name if thread is not None else f"Dummy-{_thread.get_ident()}",
-                thread.ident if thread is not None else _thread.get_ident(),
-            )
-        )
 
     # -- the emitter's side ----------------------------------------------------------------
     def _emit(
@@ -364,15 +280,6 @@ class Telemetry:
             start_time=t0 + offset,
         )
         span.end(end_time=t1 + offset)
-
-    def cycle_event(self, text: str, locks: tuple[str, ...]) -> None:
-        """A span event on the current span for a newly found cycle."""
-        span = trace.get_current_span()
-        if span.is_recording():
-            span.add_event(
-                "lockwatch.potential_deadlock",
-                {"lockwatch.cycle": list(locks), "lockwatch.report": text},
-            )
 
 
 TELEMETRY = Telemetry()

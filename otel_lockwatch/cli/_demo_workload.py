@@ -4,7 +4,7 @@
 :func:`run` in a thread of its own. Both are deliberate: otel-lockwatch never watches the locks
 its own modules create (nor locks created with one of its frames a few calls up), and this module
 plays the part of a user's program, so it must not look like otel-lockwatch to the
-instrumentation. Import it through ``otel_lockwatch._demo.load_workload()``.
+instrumentation. Import it through ``otel_lockwatch.cli._demo.load_workload()``.
 
 The pool has ``workers`` threads (a real ``ThreadPoolExecutor``, so the manifest knows its nominal
 size), each given a role by its index:

@@ -7,7 +7,7 @@ mutex; a successor that inherits sixteen hits the same wall). The manifest is th
 Two layers, one direction:
 
 * **data** -- the mergeable part, produced by the recorder's snapshot (see
-  ``docs/ARCHITECTURE.md``): per-lock counters and :class:`~otel_lockwatch._histogram.LogHistogram`
+  ``docs/ARCHITECTURE.md``): per-lock counters and :class:`~..record._histogram.LogHistogram`
   distributions of wait and hold time, per-(worker, lock) totals, per-worker observed and waiting
   time, the lock-order graph, section statistics, the pool's nominal size and the process. Only
   sums, maxima and histograms: nothing grows with the number of acquisitions, and every field
@@ -46,8 +46,8 @@ from pathlib import Path
 from typing import Any, Union
 
 from otel_lockwatch import environment_variables as _ev
-from otel_lockwatch._histogram import RELATIVE_ERROR, LogHistogram
 from otel_lockwatch.exceptions import ManifestError
+from otel_lockwatch.record._histogram import RELATIVE_ERROR, LogHistogram
 
 __all__ = [
     "DEFAULT_HOT_LOCK_THRESHOLD_PCT",
@@ -927,10 +927,10 @@ def recommended_workers(path: PathLike, default: int) -> int:
 
 
 def _merge_lock_order(datas: Sequence[dict[str, Any]]) -> dict[str, Any]:
-    """Merge lock-order graphs with :func:`otel_lockwatch._order.merge_order_data`: the union of
+    """Merge lock-order graphs with :func:`..record._order.merge_order_data`: the union of
     the edges (each keeping its earliest witness) and the cycles recomputed from that union, so
     that ``A -> B`` seen in one process and ``B -> A`` in another is a cycle."""
-    from otel_lockwatch._order import merge_order_data
+    from otel_lockwatch.record._order import merge_order_data
 
     merged = merge_order_data(datas)
     return {"edges": list(merged["edges"]), "cycles": list(merged["cycles"])}

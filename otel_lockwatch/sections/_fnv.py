@@ -84,9 +84,7 @@ def key_bytes(key: str | bytes | bytearray | int) -> bytes:
         return bytes(key)
     if isinstance(key, int) and not isinstance(key, bool):
         return b"%d" % key  # the int's value, even for an IntEnum whose str() is its name
-    raise TypeError(
-        f"section keys must be str, bytes, bytearray or int, got {type(key).__name__}"
-    )
+    raise TypeError(f"section keys must be str, bytes, bytearray or int, got {type(key).__name__}")
 
 
 def hash_key(key: str | bytes | bytearray | int) -> int:

@@ -5,7 +5,7 @@ subscriber sees the new state and then the old one. A lock per entity fixes the 
 locks a lifecycle that follows an unbounded, externally chosen set of ids (create on first use,
 evict on delete, and the eviction race that splits a lock's identity). A *section array* does
 not: it is a fixed array of ``count`` locks, and an entity's section is
-``fnv1a_32(key) & (count - 1)`` (see :mod:`otel_lockwatch._fnv`). An unseen entity already has
+``fnv1a_32(key) & (count - 1)`` (see :mod:`._fnv`). An unseen entity already has
 a section, a deleted one has nothing to drop, and memory is O(count) whatever the number of keys.
 Two keys may *collide* into one section: that serializes more than required, never less.
 
@@ -42,8 +42,8 @@ from dataclasses import dataclass
 from time import monotonic
 from typing import TYPE_CHECKING, Any
 
+from ..exceptions import SectionReentryError, SectionTimeout
 from ._fnv import hash_key, str_hashes
-from .exceptions import SectionReentryError, SectionTimeout
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
@@ -112,9 +112,7 @@ def _plan(sections: _SectionArray, keys: Iterable[SectionKey]):
     try:
         it = iter(keys)
     except TypeError:
-        raise TypeError(
-            f"lock_many takes an iterable of keys, got {type(keys).__name__}"
-        ) from None
+        raise TypeError(f"lock_many takes an iterable of keys, got {type(keys).__name__}") from None
     mask = sections._mask
     plan: dict[int, SectionKey] = {}
     for key in it:
@@ -199,8 +197,14 @@ class StripedSections(_SectionArray):
 
     # -- the two patch points ----------------------------------------------------------------
 
-    def _acquire(self, index: int, key: SectionKey, blocking: bool = True,
-                 timeout: float = -1, canonical: bool = False) -> bool:
+    def _acquire(
+        self,
+        index: int,
+        key: SectionKey,
+        blocking: bool = True,
+        timeout: float = -1,
+        canonical: bool = False,
+    ) -> bool:
         """Take section ``index`` for ``key``; every public entry point comes through here.
 
         ``canonical`` is ``True`` for ``lock_many``'s ascending acquisitions; the array itself
@@ -337,8 +341,7 @@ class StripedSections(_SectionArray):
             h = hash_key(key)
         return _TryLocked(self, h & self._mask, key)
 
-    def lock_many(self, keys: Iterable[SectionKey], *, timeout: float | None = None
-                  ) -> _LockedMany:
+    def lock_many(self, keys: Iterable[SectionKey], *, timeout: float | None = None) -> _LockedMany:
         """Hold the sections of all ``keys`` for a ``with`` block.
 
         The distinct sections are taken in ascending index order and released in reverse, so
@@ -379,8 +382,9 @@ class _Locked:
 
     __slots__ = ("_index", "_key", "_sections", "_timeout")
 
-    def __init__(self, sections: StripedSections, index: int, key: SectionKey,
-                 timeout: float) -> None:
+    def __init__(
+        self, sections: StripedSections, index: int, key: SectionKey, timeout: float
+    ) -> None:
         self._sections = sections
         self._index = index
         self._key = key
@@ -422,8 +426,9 @@ class _LockedMany:
 
     __slots__ = ("_plan", "_sections", "_taken", "_timeout")
 
-    def __init__(self, sections: StripedSections, plan: list[tuple[int, SectionKey]],
-                 timeout: float | None) -> None:
+    def __init__(
+        self, sections: StripedSections, plan: list[tuple[int, SectionKey]], timeout: float | None
+    ) -> None:
         self._sections = sections
         self._plan = plan
         self._timeout = timeout
@@ -485,13 +490,20 @@ class AsyncStripedSections(_SectionArray):
     def __init__(self, count: int = 256, *, name: str = "sections") -> None:
         super().__init__(count, name)
         # per section, None until first contended: (future, task, key) of each waiter
-        self._waiters: list[deque[tuple[asyncio.Future[bool], asyncio.Task[Any], SectionKey]]
-                            | None] = [None] * count
+        self._waiters: list[
+            deque[tuple[asyncio.Future[bool], asyncio.Task[Any], SectionKey]] | None
+        ] = [None] * count
 
     # -- the two patch points ----------------------------------------------------------------
 
-    async def _acquire(self, index: int, key: SectionKey, blocking: bool = True,
-                       timeout: float | None = None, canonical: bool = False) -> bool:
+    async def _acquire(
+        self,
+        index: int,
+        key: SectionKey,
+        blocking: bool = True,
+        timeout: float | None = None,
+        canonical: bool = False,
+    ) -> bool:
         """Take section ``index`` for ``key``; every public entry point comes through here."""
         task = asyncio.current_task()
         if task is None:
@@ -553,8 +565,9 @@ class AsyncStripedSections(_SectionArray):
 
     # -- asyncio.Lock-style API ----------------------------------------------------------------
 
-    async def acquire(self, key: SectionKey, blocking: bool = True,
-                      timeout: float | None = None) -> bool:
+    async def acquire(
+        self, key: SectionKey, blocking: bool = True, timeout: float | None = None
+    ) -> bool:
         """Take ``key``'s section; pair with ``release``.
 
         Args:
@@ -626,8 +639,9 @@ class AsyncStripedSections(_SectionArray):
             h = hash_key(key)
         return _AsyncTryLocked(self, h & self._mask, key)
 
-    def lock_many(self, keys: Iterable[SectionKey], *, timeout: float | None = None
-                  ) -> _AsyncLockedMany:
+    def lock_many(
+        self, keys: Iterable[SectionKey], *, timeout: float | None = None
+    ) -> _AsyncLockedMany:
         """Hold the sections of all ``keys`` for an ``async with`` block, ascending.
 
         Args:
@@ -650,9 +664,7 @@ class AsyncStripedSections(_SectionArray):
     def statistics(self) -> SectionStatistics:
         """Return a :class:`SectionStatistics` snapshot (held sections, waiting tasks)."""
         held = tuple(i for i, owner in enumerate(self._owners) if owner is not None)
-        waiters = sum(
-            not entry[0].done() for queue in self._waiters if queue for entry in queue
-        )
+        waiters = sum(not entry[0].done() for queue in self._waiters if queue for entry in queue)
         return SectionStatistics(self._name, self._count, held, waiters)
 
     def _held(self) -> int:
@@ -669,8 +681,9 @@ class _AsyncLocked:
 
     __slots__ = ("_index", "_key", "_sections", "_timeout")
 
-    def __init__(self, sections: AsyncStripedSections, index: int, key: SectionKey,
-                 timeout: float | None) -> None:
+    def __init__(
+        self, sections: AsyncStripedSections, index: int, key: SectionKey, timeout: float | None
+    ) -> None:
         self._sections = sections
         self._index = index
         self._key = key
@@ -712,8 +725,12 @@ class _AsyncLockedMany:
 
     __slots__ = ("_plan", "_sections", "_taken", "_timeout")
 
-    def __init__(self, sections: AsyncStripedSections, plan: list[tuple[int, SectionKey]],
-                 timeout: float | None) -> None:
+    def __init__(
+        self,
+        sections: AsyncStripedSections,
+        plan: list[tuple[int, SectionKey]],
+        timeout: float | None,
+    ) -> None:
         self._sections = sections
         self._plan = plan
         self._timeout = timeout

@@ -13,10 +13,11 @@ creates a ``Lock`` for every span, so watching them would recurse.
 
 from __future__ import annotations
 
-import _thread
 import contextlib
 import sys
 from typing import Any, TypeVar
+
+from ..record._lock_class import LockClass, lock_class
 
 __all__ = ["LockClass", "lock_class", "name_lock", "site_of", "watched_site"]
 
@@ -49,38 +50,6 @@ _EXCLUSION_DEPTH = 6
 def _in(module: str, packages: tuple[str, ...]) -> bool:
     """Whether ``module`` is one of ``packages`` or inside one (not ``asyncio_pool``)."""
     return any(module == package or module.startswith(package + ".") for package in packages)
-
-
-class LockClass:
-    """One class of locks: a name, a kind, and the site that created the first of them."""
-
-    __slots__ = ("name", "kind", "site", "attrs", "_span_attrs")
-
-    def __init__(self, name: str, kind: str, site: str) -> None:
-        self.name = name
-        self.kind = kind
-        self.site = site
-        # Metric attributes, built once: the hot path never builds a dict.
-        self.attrs = {"lockwatch.lock.name": name, "lockwatch.lock.kind": kind}
-
-    def __repr__(self) -> str:
-        return f"<LockClass {self.name!r} {self.kind}>"
-
-
-_classes: dict[tuple[str, str], LockClass] = {}
-_classes_lock = _thread.allocate_lock()
-
-
-def lock_class(name: str, kind: str, site: str = "") -> LockClass:
-    """The one LockClass of ``name`` and ``kind``, created on first use."""
-    key = (name, kind)
-    cls = _classes.get(key)
-    if cls is None:
-        with _classes_lock:
-            cls = _classes.get(key)
-            if cls is None:
-                cls = _classes[key] = LockClass(name, kind, site or name)
-    return cls
 
 
 def _module_of(frame: Any) -> str:

@@ -34,9 +34,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from otel_lockwatch._histogram import LogHistogram, bucket_bounds
-from otel_lockwatch._manifest import write_atomically
-from otel_lockwatch._order import Cycle
+from otel_lockwatch.manifest._manifest import write_atomically
+from otel_lockwatch.record._histogram import LogHistogram, bucket_bounds
+from otel_lockwatch.record._order import Cycle
 
 __all__ = [
     "build_report",
@@ -306,7 +306,7 @@ def format_cycle(raw: Mapping[str, Any]) -> str:
     """A cycle of the lock-order graph written lockdep-style: the cycle, then one line per edge
     saying which worker held what where, and when.
 
-    The text is :meth:`otel_lockwatch._order.Cycle.format`'s, so the report and
+    The text is :meth:`otel_lockwatch.record._order.Cycle.format`'s, so the report and
     ``PotentialDeadlockError`` say the same thing. A cycle that the lock-order module refuses to
     read (a manifest of another version) is written by a plain fallback instead of failing.
 

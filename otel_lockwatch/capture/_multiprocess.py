@@ -64,9 +64,9 @@ from concurrent.futures import ProcessPoolExecutor
 from time import perf_counter_ns as _pc
 from typing import Any
 
+from ..record._outbox import OUTBOX
+from ..record._recorder import RECORDER, Stats
 from ._naming import LockClass, lock_class, watched_site
-from ._recorder import RECORDER, Stats
-from ._telemetry import TELEMETRY
 from ._wrappers import _check_order, _ctx_get, _record_wait, _untrack
 
 __all__ = [
@@ -116,6 +116,7 @@ class _State:
     added_path = False  # we prepended BOOTSTRAP_DIR to PYTHONPATH
     created_pythonpath = False  # PYTHONPATH did not exist before
     set_options = False  # we set CHILD_OPTIONS_ENV
+    exporter: Any = None  # what writes this process's manifest (given by instrument())
 
 
 _STATE = _State()
@@ -380,7 +381,7 @@ def _semlock_init_factory(original: Any) -> Any:
             if site is not None:
                 _tag(self, lock_class(site, kind, site))
         except Exception as exc:  # never into the host: the plain lock still works
-            TELEMETRY.failed(exc)
+            OUTBOX.failed(exc)
 
     return __init__
 
@@ -433,7 +434,7 @@ def _semlock_setstate_factory(original: Any) -> Any:
             if received is not None:
                 _tag(self, lock_class(received[0], kind, received[1]))  # type: ignore[arg-type]
         except Exception as exc:
-            TELEMETRY.failed(exc)
+            OUTBOX.failed(exc)
 
     return __setstate__
 
@@ -468,7 +469,7 @@ def _pool_init_factory(original: Any, attribute: str) -> Any:
             if _creation_site(self) is not None:
                 RECORDER.note_pool(getattr(self, attribute), "executor")
         except Exception as exc:
-            TELEMETRY.failed(exc)
+            OUTBOX.failed(exc)
 
     return __init__
 
@@ -514,9 +515,7 @@ def _unpatch() -> None:
 
 # -- processes ------------------------------------------------------------------------------------
 def _exporter() -> Any:
-    from ._instrumentor import LockwatchInstrumentor
-
-    return LockwatchInstrumentor.exporter
+    return _STATE.exporter
 
 
 def _after_fork_in_child() -> None:
@@ -529,7 +528,7 @@ def _after_fork_in_child() -> None:
         try:
             exporter._after_fork_in_child()
         except Exception as exc:
-            TELEMETRY.failed(exc)
+            OUTBOX.failed(exc)
 
 
 def _on_process_start(anchor: Any) -> None:
@@ -606,13 +605,15 @@ def _remove_bootstrap() -> None:
 
 
 # -- instrument / uninstrument --------------------------------------------------------------------
-def instrument(options: Any = None) -> None:
+def instrument(options: Any = None, exporter: Any = None) -> None:
     """Watch multiprocessing locks and pools, and make every child process report.
 
     Args:
         options: the instrumentor's resolved ``Options`` (handed to spawned children).
+        exporter: the ``ManifestExporter`` that writes this process's manifest, or None.
     """
     _STATE.active = True
+    _STATE.exporter = exporter
     _patch()
     _register_process_hooks()
     _install_bootstrap(options)
@@ -622,5 +623,6 @@ def uninstrument() -> None:
     """Undo :func:`instrument` as far as possible: the patches, the watched locks' methods, the
     ``PYTHONPATH`` entry and the options variable. (The at-fork hooks stay, inert.)"""
     _STATE.active = False
+    _STATE.exporter = None
     _unpatch()
     _remove_bootstrap()

@@ -36,12 +36,12 @@ from typing import TYPE_CHECKING, Any
 from opentelemetry import context as otel_context
 from opentelemetry import trace
 
+from ..exceptions import PotentialDeadlockError
+from ..record._order import EdgeWitness, utc_timestamp
+from ..record._outbox import OUTBOX
+from ..record._recorder import RECORDER, Stats, WorkerState
+from ..sections._array import StripedSections
 from ._naming import LockClass, site_of
-from ._order import EdgeWitness, utc_timestamp
-from ._recorder import RECORDER, Stats, WorkerState
-from ._sections import StripedSections
-from ._telemetry import TELEMETRY
-from .exceptions import PotentialDeadlockError
 
 __all__ = [
     "LockProxy",
@@ -196,11 +196,11 @@ def _new_edge(st: Any, entry: tuple, cls: LockClass, frame: Any, pair: tuple) ->
         if cycle is not None and ON_CYCLE == "warn":
             text = cycle.format()
             logger.warning("otel-lockwatch: %s", text)
-            TELEMETRY.cycle_event(text, cycle.locks)
+            OUTBOX.cycle_event(text, cycle.locks)
     except PotentialDeadlockError:
         raise
     except Exception as exc:  # never into the host
-        TELEMETRY.failed(exc)
+        OUTBOX.failed(exc)
     finally:
         st.busy = False
 
@@ -234,7 +234,7 @@ def _record_wait(
         s.tmo += 1
     st.busy = True
     try:
-        TELEMETRY.wait(
+        OUTBOX.wait(
             cls,
             t0,
             t1,
@@ -245,7 +245,7 @@ def _record_wait(
             site_of(frame) if w >= WAIT_SPAN_NS else None,
         )
     except Exception as exc:
-        TELEMETRY.failed(exc)
+        OUTBOX.failed(exc)
     finally:
         st.busy = False
 
@@ -256,7 +256,7 @@ def _record_hold(
     # Only holds at or above HOLD_METRIC_NS get here (the slow path of a release).
     st.busy = True
     try:
-        TELEMETRY.hold(
+        OUTBOX.hold(
             entry[0],
             t0,
             t1,
@@ -266,7 +266,7 @@ def _record_hold(
             entry_site(entry) if t1 - t0 >= HOLD_SPAN_NS else None,
         )
     except Exception as exc:
-        TELEMETRY.failed(exc)
+        OUTBOX.failed(exc)
     finally:
         st.busy = False
 
@@ -919,7 +919,7 @@ if _speedups is not None:
         discard=_discard,
         record_hold=_record_hold,
         ctx_get=_ctx_get,
-        failed=TELEMETRY.failed,
+        failed=OUTBOX.failed,
         new_slot=_SectionSlot,
         own_globals=_OWN_GLOBALS,
         threading_globals=_THREADING_GLOBALS,

@@ -1,4 +1,4 @@
-/* otel_lockwatch._speedups: the uncontended lock path, in C.
+/* otel_lockwatch.capture._speedups: the uncontended lock path, in C.
  *
  * The pure-Python hot path in _wrappers.py is the reference implementation and stays in use for
  * everything unusual; this module only takes over the common case, where a Python function call
@@ -17,7 +17,7 @@
  * record the same thing: the tests run the core suites against both (LOCKWATCH_DISABLE_EXTENSIONS).
  *
  * Rules kept from _wrappers.py: the lock's own results and exceptions pass through unchanged; an
- * error in the bookkeeping after the lock is taken or released goes to TELEMETRY.failed, never to
+ * error in the bookkeeping after the lock is taken or released goes to OUTBOX.failed, never to
  * the host; every field a release needs is read before the raw release (another thread may take
  * the lock, and overwrite them, the moment it is free).
  *
@@ -30,10 +30,10 @@
 #include <time.h>
 
 #if PY_VERSION_HEX < 0x030B0000
-#error "otel_lockwatch._speedups needs CPython 3.11 or later (PyFrame_GetLasti)"
+#error "otel_lockwatch.capture._speedups needs CPython 3.11 or later (PyFrame_GetLasti)"
 #endif
 #ifndef __linux__
-#error "otel_lockwatch._speedups reads CLOCK_MONOTONIC, which is perf_counter_ns on Linux only"
+#error "otel_lockwatch.capture._speedups reads CLOCK_MONOTONIC, which is perf_counter_ns on Linux only"
 #endif
 
 /* -- what setup() gives us: the Python side's functions and objects ------------------------ */
@@ -47,7 +47,7 @@ static PyObject *g_section_wait;   /* _wrappers._section_wait(original, arr, ...
 static PyObject *g_discard;        /* _wrappers._discard(held, entry) */
 static PyObject *g_record_hold;    /* _wrappers._record_hold(st, s, entry, t0, t1, ctx, extra) */
 static PyObject *g_ctx_get;        /* the current OpenTelemetry context */
-static PyObject *g_failed;         /* TELEMETRY.failed(exc) */
+static PyObject *g_failed;         /* OUTBOX.failed(exc) */
 static PyObject *g_new_slot;       /* _wrappers._SectionSlot */
 static PyObject *g_own_globals;    /* vars(_wrappers) */
 static PyObject *g_threading_globals; /* vars(threading) */
@@ -202,7 +202,7 @@ is_type(PyObject *obj, PyTypeObject *type, const char *what)
     return 0;
 }
 
-/* An error in the bookkeeping: to TELEMETRY.failed, never to the host. */
+/* An error in the bookkeeping: to OUTBOX.failed, never to the host. */
 static void
 swallow(void)
 {
@@ -631,7 +631,7 @@ not_here:
 error:
     result = NULL;
     if (!PyErr_Occurred()) /* keep "NULL with no error" meaning "not here" */
-        PyErr_SetString(PyExc_SystemError, "otel_lockwatch._speedups: lost error");
+        PyErr_SetString(PyExc_SystemError, "otel_lockwatch.capture._speedups: lost error");
 done:
     Py_DECREF(st);
     Py_DECREF(lock);
@@ -745,7 +745,7 @@ static PyMemberDef LockBase_members[] = {
 
 static PyTypeObject LockBase_Type = {
     PyVarObject_HEAD_INIT(NULL, 0)
-    .tp_name = "otel_lockwatch._speedups.LockBase",
+    .tp_name = "otel_lockwatch.capture._speedups.LockBase",
     .tp_basicsize = sizeof(LockBase),
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC,
     .tp_doc = "The C half of _wrappers.LockProxy: its slots and its uncontended path.",
@@ -865,7 +865,7 @@ static PyMemberDef RLockBase_members[] = {
 
 static PyTypeObject RLockBase_Type = {
     PyVarObject_HEAD_INIT(NULL, 0)
-    .tp_name = "otel_lockwatch._speedups.RLockBase",
+    .tp_name = "otel_lockwatch.capture._speedups.RLockBase",
     .tp_basicsize = sizeof(RLockBase),
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC,
     .tp_doc = "The C half of _wrappers.RLockProxy: its depth and its uncontended path.",
@@ -1340,7 +1340,7 @@ SectionRelease_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
 #define SECTION_FN_TYPE(NAME, DOC, NEW)                                                        \
     static PyTypeObject NAME##_Type = {                                                        \
         PyVarObject_HEAD_INIT(NULL, 0)                                                         \
-        .tp_name = "otel_lockwatch._speedups." #NAME,                                          \
+        .tp_name = "otel_lockwatch.capture._speedups." #NAME,                                          \
         .tp_basicsize = sizeof(SectionFn),                                                     \
         .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL |      \
                     Py_TPFLAGS_METHOD_DESCRIPTOR,                                              \
@@ -1384,7 +1384,7 @@ speedups_setup(PyObject *module, PyObject *args, PyObject *kwds)
         return NULL;
     if (g_interp != PyInterpreterState_Get()) {
         PyErr_SetString(PyExc_RuntimeError,
-                        "otel_lockwatch._speedups: claim() it first, in one interpreter");
+                        "otel_lockwatch.capture._speedups: claim() it first, in one interpreter");
         return NULL;
     }
     PyObject **targets[14] = {&g_tls, &g_py_acquire, &g_py_rlock_acquire, &g_caller,
@@ -1516,7 +1516,7 @@ static PyMethodDef speedups_methods[] = {
 
 static struct PyModuleDef speedups_module = {
     PyModuleDef_HEAD_INIT,
-    .m_name = "otel_lockwatch._speedups",
+    .m_name = "otel_lockwatch.capture._speedups",
     .m_doc = "The uncontended lock path of otel_lockwatch, in C (see _wrappers.py).",
     .m_size = -1,
     .m_methods = speedups_methods,

@@ -13,7 +13,7 @@ import sys
 from time import perf_counter_ns as _pc
 from typing import Any
 
-from ._recorder import RECORDER, Stats
+from ..record._recorder import RECORDER, Stats
 from ._wrappers import (
     _check_order,
     _ctx_get,

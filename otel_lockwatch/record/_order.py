@@ -7,7 +7,7 @@ other: a deadlock that did not happen this time but another schedule makes happe
 every order seen as an edge, with its first example (the *witness*), and reports each cycle when
 the edge that closes it arrives, before any deadlock.
 
-Public surface (``otel_lockwatch._order``)::
+Public surface (``otel_lockwatch.record._order``)::
 
     EdgeWitness(holding, acquiring, worker, sites, at, trace_id, span_id)
         .to_json() -> dict            .from_json(d) -> EdgeWitness

@@ -99,7 +99,7 @@ def instrument_command(executable: str = sys.executable) -> str:
     Raises:
         CommandError: none can be found.
     """
-    from otel_lockwatch._cli import CommandError
+    from otel_lockwatch.cli._common import CommandError
 
     bindir = Path(executable).parent
     for name in ("opentelemetry-instrument", "opentelemetry-instrument.exe"):
@@ -208,7 +208,7 @@ def _forwarding(children: list[subprocess.Popen[bytes]]) -> Iterator[list[int]]:
 
 def _run_child(command: list[str], env: dict[str, str]) -> tuple[int, int]:
     """Run ``command`` to its end with signals forwarded; returns (exit status, pid)."""
-    from otel_lockwatch._cli import CommandError
+    from otel_lockwatch.cli._common import CommandError
 
     children: list[subprocess.Popen[bytes]] = []
     with _forwarding(children) as pending:
@@ -250,8 +250,9 @@ def run(args: argparse.Namespace, out: IO[str], err: IO[str]) -> int:
         CommandError: no program, a program that cannot be found or started, lockwatch
             disabled in the environment, or no manifest left behind.
     """
-    from otel_lockwatch import _cli, _report
-    from otel_lockwatch._manifest import load_manifest
+    from otel_lockwatch.cli import _common as _cli
+    from otel_lockwatch.cli import _report
+    from otel_lockwatch.manifest._manifest import load_manifest
 
     program = list(args.program)
     if program[:1] == ["--"]:
@@ -293,7 +294,7 @@ def run(args: argparse.Namespace, out: IO[str], err: IO[str]) -> int:
         manifest = load_manifest(written).to_dict()
         try:
             source = written if tmpdir is None else " ".join(program)
-            text = _report.render_text(manifest, color=_cli._use_color(out), source=source)
+            text = _report.render_text(manifest, color=_cli.use_color(out), source=source)
         except ValueError as exc:
             raise _cli.CommandError(f"{written}: {exc}") from None
     finally:

@@ -47,8 +47,8 @@ def _instrument() -> None:
         options = json.loads(raw)
         if not isinstance(options, dict):
             raise ValueError(f"{_OPTIONS_ENV} must be a JSON object, got {raw!r}")
-        from otel_lockwatch import _multiprocess
         from otel_lockwatch._instrumentor import LockwatchInstrumentor
+        from otel_lockwatch.capture import _multiprocess
 
         _multiprocess.mark_child()
         LockwatchInstrumentor().instrument(**options)

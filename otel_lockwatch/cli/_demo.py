@@ -76,7 +76,7 @@ def configure(p: argparse.ArgumentParser) -> None:
     Args:
         p: the subcommand's parser.
     """
-    from otel_lockwatch._cli import _positive_int
+    from otel_lockwatch.cli._common import positive_int as _positive_int
 
     p.add_argument(
         "-w",
@@ -128,7 +128,7 @@ def load_workload() -> ModuleType:
 def _otlp_exporters(environ: Any) -> tuple[Any, Any, str] | None:
     """The OTLP span and metric exporters when ``OTEL_EXPORTER_OTLP_ENDPOINT`` is set, with a
     description of where they send; None otherwise (nothing leaves the process)."""
-    from otel_lockwatch._cli import CommandError
+    from otel_lockwatch.cli._common import CommandError
 
     endpoint = environ.get("OTEL_EXPORTER_OTLP_ENDPOINT", "").strip()
     if not endpoint:
@@ -250,7 +250,7 @@ class _LiveFindings(logging.Handler):
 
 
 def _target_dir_ok(path: str) -> None:
-    from otel_lockwatch._cli import CommandError
+    from otel_lockwatch.cli._common import CommandError
 
     directory = Path(path.replace("{pid}", str(os.getpid()))).parent
     if not directory.is_dir():
@@ -333,14 +333,16 @@ def run(args: argparse.Namespace, out: IO[str], err: IO[str]) -> int:
         CommandError: fewer than 4 workers, a manifest path that cannot be written, an unknown
             OTLP protocol, or lockwatch already instrumenting this process.
     """
-    from otel_lockwatch import _cli, _report
     from otel_lockwatch._instrumentor import LockwatchInstrumentor
-    from otel_lockwatch._manifest import (
+    from otel_lockwatch.cli import _common as _cli
+    from otel_lockwatch.cli import _report
+    from otel_lockwatch.manifest._manifest import (
         DEFAULT_HOT_LOCK_THRESHOLD_PCT,
         DEFAULT_STARVATION_RATIO,
         load_manifest,
     )
-    from otel_lockwatch._recorder import RECORDER
+    from otel_lockwatch.record._recorder import RECORDER
+    from otel_lockwatch.telemetry import _exit
 
     workload = load_workload()
     if args.workers < workload.MIN_WORKERS:
@@ -379,7 +381,7 @@ def run(args: argparse.Namespace, out: IO[str], err: IO[str]) -> int:
             hot_lock_threshold_pct=DEFAULT_HOT_LOCK_THRESHOLD_PCT,
             starvation_ratio=DEFAULT_STARVATION_RATIO,
         )
-        exporter = LockwatchInstrumentor.exporter
+        exporter = _exit.ACTIVE.exporter
         try:
             box = _work(workload, args.workers, args.seconds, progress)
         finally:
@@ -403,7 +405,7 @@ def run(args: argparse.Namespace, out: IO[str], err: IO[str]) -> int:
     progress.line(f"{_cli.PROG} demo: done in {elapsed:.1f} s")
     out.write(_summary(workload, pool, counts, written))
     out.write("\n")
-    out.write(_report.render_text(manifest, color=_cli._use_color(out), source=str(written)))
+    out.write(_report.render_text(manifest, color=_cli.use_color(out), source=str(written)))
     return _cli.EXIT_OK
 
 

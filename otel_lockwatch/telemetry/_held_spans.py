@@ -35,7 +35,7 @@ class LockOrderSpanProcessor(SpanProcessor):
 
     @property
     def graph(self) -> Any:
-        """The process's lock-order graph (``otel_lockwatch._order.LockOrderGraph``)."""
+        """The process's lock-order graph (``otel_lockwatch.record._order.LockOrderGraph``)."""
         return self._recorder.graph
 
     def held_locks(self) -> list[str]:

@@ -22,7 +22,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from ._histogram import LogHistogram
-from ._naming import LockClass
+from ._lock_class import LockClass
 
 __all__ = ["MAX_WORKERS", "RECORDER", "Recorder", "Stats", "WorkerState"]
 

@@ -34,19 +34,28 @@ from opentelemetry import trace
 from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
-from . import _manifest, _multiprocess
-from ._recorder import RECORDER
-from ._telemetry import TELEMETRY
+from ..capture import _multiprocess
+from ..manifest import _manifest
+from ..record._recorder import RECORDER
+from ._emitter import TELEMETRY
 
 __all__ = ["ManifestExporter", "evaluate", "write_manifest"]
 
 logger = logging.getLogger("otel_lockwatch")
 
 
-def _options() -> Any:
-    from ._instrumentor import LockwatchInstrumentor
+class _Active:
+    """What ``instrument()`` configured, set by the instrumentor (None while uninstrumented)."""
 
-    return LockwatchInstrumentor.options
+    options: Any = None
+    exporter: ManifestExporter | None = None
+
+
+ACTIVE = _Active()
+
+
+def _options() -> Any:
+    return ACTIVE.options
 
 
 def _service_name(provider: Any = None) -> str | None:
@@ -66,7 +75,7 @@ def evaluate(data: Any = None, **kwargs: Any) -> _manifest.Manifest:
             ``service_name``; defaults from ``instrument()`` options, then the environment.
 
     Raises:
-        ValueError: a threshold out of range (see :func:`otel_lockwatch._manifest.evaluate`).
+        ValueError: a threshold out of range (see :func:`..manifest._manifest.evaluate`).
     """
     if data is None:
         data = RECORDER.snapshot()
@@ -227,7 +236,7 @@ def _raw_lock() -> Any:
 
 
 def _send_manifest_span(manifest: _manifest.Manifest, path: Path, provider: Any) -> None:
-    from ._version import __version__
+    from .._version import __version__
 
     tracer = trace.get_tracer("otel_lockwatch", __version__, provider)
     doc = manifest.to_dict()

@@ -23,37 +23,29 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import IO, Any, NoReturn
+from typing import IO, Any
 
-from otel_lockwatch import _demo, _report, _run
-from otel_lockwatch._manifest import (
+from otel_lockwatch._version import __version__
+from otel_lockwatch.cli import _demo, _report, _run
+from otel_lockwatch.cli._common import (
+    EXIT_OK,
+    EXIT_USAGE,
+    EXIT_VIOLATION,
+    PROG,
+    ArgumentParser,
+    CommandError,
+    positive_int,
+    use_color,
+)
+from otel_lockwatch.exceptions import ManifestError
+from otel_lockwatch.manifest._manifest import (
     dump_manifest,
     load_manifest,
     may_spawn_pool_size,
     merge_manifests,
 )
-from otel_lockwatch._version import __version__
-from otel_lockwatch.exceptions import ManifestError
 
 __all__ = ["PROG", "SUBCOMMANDS", "CommandError", "Subcommand", "build_parser", "main"]
-
-PROG = "otel-lockwatch"
-
-#: Exit status of a successful command, of a refused pool size, of a user error.
-EXIT_OK, EXIT_VIOLATION, EXIT_USAGE = 0, 1, 2
-
-
-class CommandError(Exception):
-    """A user error a subcommand reports: printed as one ``otel-lockwatch: error:`` line,
-    exit status 2."""
-
-
-class _ArgumentParser(argparse.ArgumentParser):
-    """An ArgumentParser whose errors reach :func:`main` as :class:`CommandError` (one line,
-    exit 2) instead of a usage dump and ``sys.exit`` from deep inside ``parse_args``."""
-
-    def error(self, message: str) -> NoReturn:
-        raise CommandError(f"{message} (see '{self.prog} --help')")
 
 
 @dataclass(frozen=True)
@@ -78,27 +70,6 @@ class Subcommand:
 
 # --------------------------------------------------------------------------------------------
 # Helpers
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text, 10)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text!r}")
-    return value
-
-
-def _use_color(stream: IO[str]) -> bool:
-    """Colour only on a terminal, and never when ``NO_COLOR`` is set (https://no-color.org)."""
-    if os.environ.get("NO_COLOR"):
-        return False
-    isatty = getattr(stream, "isatty", None)
-    try:
-        return bool(isatty and isatty())
-    except ValueError:  # a closed stream
-        return False
 
 
 def _load(path: str) -> dict[str, Any]:
@@ -133,7 +104,7 @@ def _run_report(args: argparse.Namespace, out: IO[str], err: IO[str]) -> int:
         text = (
             _report.render_json(manifest)
             if args.json
-            else _report.render_text(manifest, color=_use_color(out), source=args.manifest)
+            else _report.render_text(manifest, color=use_color(out), source=args.manifest)
         )
         page = _report.render_html(manifest) if args.html else None
         dot = _report.render_dot(manifest) if args.dot else None
@@ -160,7 +131,7 @@ def _configure_check(p: argparse.ArgumentParser) -> None:
         "-p",
         "--pool-size",
         metavar="N",
-        type=_positive_int,
+        type=positive_int,
         required=True,
         help="the pool size the successor wants to spawn",
     )
@@ -256,7 +227,7 @@ def build_parser(subcommands: Sequence[Subcommand] = SUBCOMMANDS) -> argparse.Ar
     Args:
         subcommands: the subcommands to offer, in ``--help`` order.
     """
-    parser = _ArgumentParser(
+    parser = ArgumentParser(
         prog=PROG,
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,

@@ -1,0 +1,58 @@
+"""What every ``otel-lockwatch`` subcommand shares: its name, exit statuses, the user-error
+exception, and argument helpers."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from typing import IO, NoReturn
+
+__all__ = [
+    "EXIT_OK",
+    "EXIT_USAGE",
+    "EXIT_VIOLATION",
+    "PROG",
+    "ArgumentParser",
+    "CommandError",
+    "positive_int",
+    "use_color",
+]
+
+PROG = "otel-lockwatch"
+
+#: Exit status of a successful command, of a refused pool size, of a user error.
+EXIT_OK, EXIT_VIOLATION, EXIT_USAGE = 0, 1, 2
+
+
+class CommandError(Exception):
+    """A user error a subcommand reports: printed as one ``otel-lockwatch: error:`` line,
+    exit status 2."""
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """An ArgumentParser whose errors reach :func:`main` as :class:`CommandError` (one line,
+    exit 2) instead of a usage dump and ``sys.exit`` from deep inside ``parse_args``."""
+
+    def error(self, message: str) -> NoReturn:
+        raise CommandError(f"{message} (see '{self.prog} --help')")
+
+
+def positive_int(text: str) -> int:
+    try:
+        value = int(text, 10)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text!r}")
+    return value
+
+
+def use_color(stream: IO[str]) -> bool:
+    """Colour only on a terminal, and never when ``NO_COLOR`` is set (https://no-color.org)."""
+    if os.environ.get("NO_COLOR"):
+        return False
+    isatty = getattr(stream, "isatty", None)
+    try:
+        return bool(isatty and isatty())
+    except ValueError:  # a closed stream
+        return False

@@ -1,0 +1,45 @@
+"""Lock classes: the key under which everything about a lock is recorded.
+
+Lockdep's rule: every lock created at one code site is one *class*. Statistics, spans, metrics
+and the lock-order graph are kept per class, so their cardinality is bounded by the code, never
+by the data. How a lock gets its class name (its creation site, or ``name_lock``) is decided by
+``capture._naming``; this module only interns the classes.
+"""
+
+from __future__ import annotations
+
+import _thread
+
+__all__ = ["LockClass", "lock_class"]
+
+
+class LockClass:
+    """One class of locks: a name, a kind, and the site that created the first of them."""
+
+    __slots__ = ("name", "kind", "site", "attrs", "_span_attrs")
+
+    def __init__(self, name: str, kind: str, site: str) -> None:
+        self.name = name
+        self.kind = kind
+        self.site = site
+        # Metric attributes, built once: the hot path never builds a dict.
+        self.attrs = {"lockwatch.lock.name": name, "lockwatch.lock.kind": kind}
+
+    def __repr__(self) -> str:
+        return f"<LockClass {self.name!r} {self.kind}>"
+
+
+_classes: dict[tuple[str, str], LockClass] = {}
+_classes_lock = _thread.allocate_lock()
+
+
+def lock_class(name: str, kind: str, site: str = "") -> LockClass:
+    """The one LockClass of ``name`` and ``kind``, created on first use."""
+    key = (name, kind)
+    cls = _classes.get(key)
+    if cls is None:
+        with _classes_lock:
+            cls = _classes.get(key)
+            if cls is None:
+                cls = _classes[key] = LockClass(name, kind, site or name)
+    return cls
