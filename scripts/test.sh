@@ -7,7 +7,8 @@
 #   3. a C compiler and Python's headers, when missing and we are root (the package builds its
 #      optional C fast path, otel_lockwatch._speedups, with them);
 #   4. the package with its test extra, editable;
-#   5. pytest (extra arguments are passed on).
+#   5. the static checks: ruff check, ruff format --check, mypy;
+#   6. pytest (extra arguments are passed on).
 #
 # Under CI=true a missing piece is a failure, not a skip.
 set -euo pipefail
@@ -46,4 +47,10 @@ if ! command -v cc >/dev/null 2>&1 || [[ ! -f $headers ]]; then
 fi
 
 python3 -m pip install --quiet --disable-pip-version-check -e '.[test]'
+
+say "static checks: ruff check, ruff format --check, mypy"
+python3 -m ruff check --quiet .
+python3 -m ruff format --check --quiet .
+python3 -m mypy --no-error-summary otel_lockwatch
+
 exec python3 -m pytest "$@"
