@@ -1,4 +1,7 @@
-"""The lock-order rules through the real instrumentation (issue 4, item 3, and the policies).
+"""Which acquisitions make lock-order edges, and the on-cycle policies, through the real
+instrumentation: the rules of the lock-order graph's design notes (try-acquires, RLock re-entry,
+Condition.wait, early releases, section arrays, the chain cache) and ``warn`` / ``ignore`` /
+``raise``.
 
 Every case runs real threads over real instrumented locks, one after another or synchronized
 with events and barriers: an inversion is *visible* in a run where nothing deadlocks, which is

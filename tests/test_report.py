@@ -19,7 +19,7 @@ import pytest
 
 from otel_lockwatch.cli import _report
 from otel_lockwatch.manifest._manifest import evaluate
-from otel_lockwatch.record._order import Cycle
+from otel_lockwatch.record._witness import Cycle
 
 DATA = Path(__file__).parent / "data"
 ANSI = re.compile(r"\x1b\[")

@@ -36,7 +36,7 @@ from typing import Any
 
 from otel_lockwatch.manifest._manifest import write_atomically
 from otel_lockwatch.record._histogram import LogHistogram, bucket_bounds
-from otel_lockwatch.record._order import Cycle
+from otel_lockwatch.record._witness import Cycle
 
 __all__ = [
     "build_report",
