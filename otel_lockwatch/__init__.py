@@ -30,7 +30,9 @@ from .manifest._manifest import (
     merge_manifests,
     recommended_workers,
 )
-from .sections._array import AsyncStripedSections, SectionStatistics, StripedSections
+from .sections._array import SectionStatistics
+from .sections._asyncio import AsyncStripedSections
+from .sections._threaded import StripedSections
 
 __all__ = [
     "AsyncStripedSections",

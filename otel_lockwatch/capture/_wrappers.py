@@ -40,7 +40,7 @@ from ..exceptions import PotentialDeadlockError
 from ..record._outbox import OUTBOX
 from ..record._recorder import RECORDER, Stats, WorkerState
 from ..record._witness import EdgeWitness, utc_timestamp
-from ..sections._array import StripedSections
+from ..sections._threaded import StripedSections
 from ._naming import LockClass, site_of
 
 __all__ = [
