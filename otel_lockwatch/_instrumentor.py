@@ -290,7 +290,7 @@ class LockwatchInstrumentor(BaseInstrumentor):
     _added: list[tuple[Any, Any]] = []
 
     def _add_processors(self, tracer_provider: Any, options: Options) -> None:
-        from .telemetry._held_spans import LockOrderSpanProcessor
+        from .telemetry._held_spans import HeldLockSpanProcessor as LockOrderSpanProcessor
 
         provider = tracer_provider if tracer_provider is not None else trace.get_tracer_provider()
         add = getattr(provider, "add_span_processor", None)
