@@ -1,17 +1,28 @@
 """otel-lockwatch: watch the locks of worker pools with OpenTelemetry.
 
-The package is layered; each layer only uses the ones above it:
+The package is layered along the data flow. Lowest first; each layer imports only from itself
+and the layers below it (``tests/test_layout.py`` holds it to that):
 
-- ``_fnv``, ``_sections``: the striped-section primitive (a fixed array of locks indexed by
-  FNV-1a of an entity id).
-- ``_naming``, ``_recorder``, ``_histogram``, ``_wrappers``, ``_asyncio_wrappers``: the hot path
-  (lock proxies and patched section paths feeding a per-thread recorder).
-- ``_order``, ``_processor``, ``_telemetry``: the lock-order graph, the span processor, and what
-  goes out through OpenTelemetry.
-- ``_manifest``, ``_exporter``: the contention manifest and its writing at exit.
-- ``_instrumentor``: wires it all (``LockwatchInstrumentor``).
-- ``_report``, ``_cli``, ``pytest_plugin``: the command and the pytest plugin.
+- ``exceptions``, ``_settings``, ``environment_variables``: the error classes and the options,
+  which every layer may use.
+- ``sections``: the striped-section primitive, a fixed array of locks indexed by FNV-1a of an
+  entity key (``StripedSections`` for threads, ``AsyncStripedSections`` for tasks).
+- ``record``: what the lock path writes, with no process-wide lock: per-thread (per-task)
+  statistics and held stacks, log-linear histograms, the lock-order graph with its witnesses
+  and cycles, the outbox of slow-path records.
+- ``capture``: the patches and what they run: lock proxies, the instrumented section and
+  semaphore methods, asyncio and multiprocessing locks, lock naming, the optional C fast path.
+- ``manifest``: the contention manifest: evaluation of the recorded data (verdict, hot locks,
+  starvation, pool size), its file format, admission checks, merging across processes.
+- ``telemetry``: what goes out through OpenTelemetry: the emitter of ``lock.wait`` /
+  ``lock.hold`` spans and metrics, the processor that counts spans started under a held lock,
+  the writer of the manifest at exit.
+- ``_instrumentor``: ``LockwatchInstrumentor``, which wires them together.
+- ``cli``, ``pytest_plugin``, and this module: the ``otel-lockwatch`` command, the pytest plugin,
+  and the public names below. What needs the OpenTelemetry SDK is imported on first use.
 """
+
+import warnings
 
 from ._version import __version__
 from .capture._naming import name_lock
@@ -30,16 +41,18 @@ from .manifest._manifest import (
     merge_manifests,
     recommended_workers,
 )
-from .sections._array import AsyncStripedSections, SectionStatistics, StripedSections
+from .sections._array import SectionStatistics
+from .sections._asyncio import AsyncStripedSections
+from .sections._threaded import StripedSections
 
 __all__ = [
     "AsyncStripedSections",
+    "HeldLockSpanProcessor",
     "LockwatchError",
-    "LockOrderSpanProcessor",
     "LockwatchInstrumentor",
     "Manifest",
-    "ManifestExporter",
     "ManifestError",
+    "ManifestExporter",
     "PotentialDeadlockError",
     "SectionReentryError",
     "SectionStatistics",
@@ -70,8 +83,18 @@ def __getattr__(name: str):  # what imports the OpenTelemetry SDK is loaded on f
         from .telemetry._exit import ManifestExporter
 
         return ManifestExporter
-    if name == "LockOrderSpanProcessor":
-        from .telemetry._held_spans import LockOrderSpanProcessor
+    if name == "HeldLockSpanProcessor":
+        from .telemetry._held_spans import HeldLockSpanProcessor
 
-        return LockOrderSpanProcessor
+        return HeldLockSpanProcessor
+    if name == "LockOrderSpanProcessor":  # its old name: it never had to do with lock order
+        warnings.warn(
+            "LockOrderSpanProcessor is deprecated; use HeldLockSpanProcessor, the same class "
+            "(it counts the spans started while a lock is held)",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        from .telemetry._held_spans import HeldLockSpanProcessor
+
+        return HeldLockSpanProcessor
     raise AttributeError(f"module 'otel_lockwatch' has no attribute {name!r}")

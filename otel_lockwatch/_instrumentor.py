@@ -47,7 +47,8 @@ from .capture import _multiprocess, _wrappers
 from .capture._naming import lock_class, watched_site
 from .record._outbox import OUTBOX
 from .record._recorder import RECORDER
-from .sections import _array as _sections
+from .sections import _asyncio as _async_sections
+from .sections import _threaded as _sections
 from .telemetry import _exit
 from .telemetry._emitter import TELEMETRY
 
@@ -61,8 +62,8 @@ _SECTION_TARGETS = (
     (_sections.StripedSections, "_release"),
 )
 _ASYNC_SECTION_TARGETS = (
-    (_sections.AsyncStripedSections, "_acquire"),
-    (_sections.AsyncStripedSections, "_release"),
+    (_async_sections.AsyncStripedSections, "_acquire"),
+    (_async_sections.AsyncStripedSections, "_release"),
 )
 _THREADING_FACTORIES = ((threading, "Lock"), (threading, "RLock"))
 _CONDITION_TARGET = (threading.Condition, "__init__")
@@ -213,13 +214,13 @@ class LockwatchInstrumentor(BaseInstrumentor):
         _install(_sections.StripedSections, "_acquire", _wrappers.section_acquire_factory, (g,))
         _install(_sections.StripedSections, "_release", _wrappers.section_release_factory)
         _install(
-            _sections.AsyncStripedSections,
+            _async_sections.AsyncStripedSections,
             "_acquire",
             _asyncio_wrappers.async_section_acquire_factory,
-            (g,),
+            (vars(_async_sections),),
         )
         _install(
-            _sections.AsyncStripedSections,
+            _async_sections.AsyncStripedSections,
             "_release",
             _asyncio_wrappers.async_section_release_factory,
         )
@@ -289,7 +290,7 @@ class LockwatchInstrumentor(BaseInstrumentor):
     _added: list[tuple[Any, Any]] = []
 
     def _add_processors(self, tracer_provider: Any, options: Options) -> None:
-        from .telemetry._held_spans import LockOrderSpanProcessor
+        from .telemetry._held_spans import HeldLockSpanProcessor as LockOrderSpanProcessor
 
         provider = tracer_provider if tracer_provider is not None else trace.get_tracer_provider()
         add = getattr(provider, "add_span_processor", None)

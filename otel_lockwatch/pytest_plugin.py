@@ -18,7 +18,7 @@ How it works: the plugin calls ``LockwatchInstrumentor().instrument(manifest=Fal
 ``pytest_configure`` (so locks created while test modules are imported are watched) and
 ``uninstrument()`` at ``pytest_unconfigure``. After each test phase (setup, call, teardown) it
 reads the edges the lock-order graph gained and notes the test that contributed each one. The
-cycles it reports are computed at the end from all the edges seen (``_order.find_cycles``), so
+cycles it reports are computed at the end from all the edges seen (``_cycles.find_cycles``), so
 a test that resets the recorder does not hide an inversion that spans it. The on-cycle policy
 (``OTEL_PYTHON_LOCKWATCH_ON_CYCLE``) applies during the run as usual: ``warn`` logs each cycle
 in the test that closes it, ``raise`` fails that test.
@@ -43,7 +43,7 @@ import pytest
 if TYPE_CHECKING:
     from collections.abc import Generator
 
-    from .record._order import Cycle, EdgeWitness
+    from .record._witness import Cycle, EdgeWitness
 
 __all__ = ["LockwatchSession"]
 
@@ -139,9 +139,9 @@ class LockwatchSession:
         self._cycles = None
 
     def cycles(self) -> list[Cycle]:
-        """The cycles of every edge seen in the session, canonical (``_order.find_cycles``)."""
+        """The cycles of every edge seen in the session, canonical (``_cycles.find_cycles``)."""
         if self._cycles is None:
-            from .record._order import find_cycles
+            from .record._cycles import find_cycles
 
             self._cycles = find_cycles([w for w, _ in self.edges.values()])
         return self._cycles

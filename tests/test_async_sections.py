@@ -627,7 +627,7 @@ def test_one_array_serves_successive_event_loops() -> None:
     assert s.statistics().held == ()
 
 
-# -- the seed's scenario, scaled down -------------------------------------------------------------
+# -- the stale-publish race that sections prevent, scaled down ------------------------------------
 
 
 class Subscriber:
@@ -684,16 +684,16 @@ async def forced_interleaving(sections: AsyncStripedSections | None) -> list[tup
     return subscriber.received
 
 
-def test_seed_interleaving_without_sections_regresses() -> None:
+def test_stale_sweep_without_sections_regresses() -> None:
     assert run(lambda: forced_interleaving(None)) == [("unit-7", 2), ("unit-7", 1)]
 
 
-def test_seed_interleaving_with_sections_converges() -> None:
+def test_stale_sweep_with_sections_converges() -> None:
     received = run(lambda: forced_interleaving(AsyncStripedSections(16)))
     assert received == [("unit-7", 1), ("unit-7", 2)]
 
 
-def test_seed_event_path_and_periodic_sweep() -> None:
+def test_event_path_and_periodic_sweep_never_regress() -> None:
     """Event tasks publish under lock(), a sweep task under try_lock(), over 8 entities in 4
     sections; no entity's view regresses and every entity converges on its latest state."""
     sections = AsyncStripedSections(4, name="emitter")

@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 
 from otel_lockwatch import LockwatchInstrumentor, load_manifest
-from otel_lockwatch.cli import _demo, _report, _run
+from otel_lockwatch.cli import _demo, _report_text, _run
 from otel_lockwatch.cli._main import main
 from otel_lockwatch.record._recorder import RECORDER
 
@@ -132,7 +132,7 @@ def test_demo_prints_the_report_exactly_as_report_does(demo_run, capsys):
     assert main(["report", str(path)]) == 0
     report = capsys.readouterr().out
     assert out.endswith("\n" + report)
-    assert report == _report.render_text(load_manifest(path).to_dict(), source=str(path))
+    assert report == _report_text.render_text(load_manifest(path).to_dict(), source=str(path))
 
 
 def test_demo_output_is_plain_text_when_not_a_tty(demo_run):
@@ -316,7 +316,7 @@ def test_run_prints_the_report_of_the_manifest_the_program_left(tmp_path, capsys
     assert lock["contentions"] > 0
     assert doc["nominal_pool_size"] == 4 and doc["pool_size_source"] == "executor"
     assert doc["process"]["service.name"] == "app"
-    assert out == "\n" + _report.render_text(doc, source=str(manifest))
+    assert out == "\n" + _report_text.render_text(doc, source=str(manifest))
     assert not ANSI.search(out)
 
 

@@ -45,10 +45,7 @@ MAX_LINES = 500
 _TO_SPLIT = {
     "otel_lockwatch.capture._multiprocess",
     "otel_lockwatch.capture._wrappers",
-    "otel_lockwatch.cli._report",
     "otel_lockwatch.manifest._manifest",
-    "otel_lockwatch.record._order",
-    "otel_lockwatch.sections._array",
 }
 
 

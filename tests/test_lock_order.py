@@ -1,4 +1,7 @@
-"""The lock-order rules through the real instrumentation (issue 4, item 3, and the policies).
+"""Which acquisitions make lock-order edges, and the on-cycle policies, through the real
+instrumentation: the rules of the lock-order graph's design notes (try-acquires, RLock re-entry,
+Condition.wait, early releases, section arrays, the chain cache) and ``warn`` / ``ignore`` /
+``raise``.
 
 Every case runs real threads over real instrumented locks, one after another or synchronized
 with events and barriers: an inversion is *visible* in a run where nothing deadlocks, which is
@@ -15,6 +18,7 @@ classes, each lock is created on its own line (lockdep's rule: one site, one cla
 
 from __future__ import annotations
 
+import asyncio
 import graphlib
 import logging
 import re
@@ -27,7 +31,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from otel_lockwatch import LockwatchInstrumentor, PotentialDeadlockError, StripedSections, name_lock
+from otel_lockwatch import (
+    AsyncStripedSections,
+    LockwatchInstrumentor,
+    PotentialDeadlockError,
+    StripedSections,
+    name_lock,
+)
 from otel_lockwatch.record._order import LockOrderGraph
 from otel_lockwatch.record._recorder import RECORDER
 
@@ -519,7 +529,7 @@ def test_out_of_order_release_keeps_the_right_locks_held(watched):
 # -- section arrays --------------------------------------------------------------------------
 
 
-def two_keys(sections: StripedSections) -> tuple[str, str]:
+def two_keys(sections: StripedSections | AsyncStripedSections) -> tuple[str, str]:
     """Two keys in different sections, the first with the higher index."""
     keys = [f"key-{i}" for i in range(64)]
     hi = max(keys, key=sections.index)
@@ -546,6 +556,42 @@ def test_nested_sections_of_one_array_are_recursive_locking(watched):
     assert (w.holding, w.acquiring, w.worker) == ("emitter", "emitter", "w1")
     assert w.sites == (site("w1", "sec-outer"), site("w1", "sec-inner"))
     assert cycle.format().splitlines()[0].startswith("possible recursive locking: emitter (")
+
+
+def test_async_section_sites_name_the_caller(watched):
+    """The witness of an asyncio section array names the caller's lines, through lock(),
+    lock_many() and acquire() alike, never a line of the array's own module: the instrumentation
+    skips the frames of the module that defines AsyncStripedSections."""
+    inbox = AsyncStripedSections(16, name="inbox")
+    outbox = AsyncStripedSections(16, name="outbox")
+    hi, lo = two_keys(inbox)
+
+    async def w1() -> None:
+        async with inbox.lock(lo):  # @async-outer
+            async with inbox.lock_many([hi]):  # @async-inner
+                pass
+
+    async def w2() -> None:
+        await outbox.acquire(lo)  # @async-acquire-outer
+        try:
+            assert await outbox.acquire(hi)  # @async-acquire-inner
+            outbox.release(hi)
+        finally:
+            outbox.release(lo)
+
+    async def main() -> None:
+        await asyncio.create_task(w1(), name="w1")
+        await asyncio.create_task(w2(), name="w2")
+
+    asyncio.run(main())
+    witnesses = {w.holding: w for w in RECORDER.graph.edges()}
+    assert witnesses.keys() == {"inbox", "outbox"}
+    assert witnesses["inbox"].worker == "task:w1"
+    assert witnesses["inbox"].sites == (site("w1", "async-outer"), site("w1", "async-inner"))
+    assert witnesses["outbox"].sites == (
+        site("w2", "async-acquire-outer"),
+        site("w2", "async-acquire-inner"),
+    )
 
 
 def test_lock_many_is_canonical(watched):

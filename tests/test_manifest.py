@@ -55,7 +55,7 @@ def snapshot(events, *, idle_ns=0, pool=None, cycle_edges=(), sections=None, pid
     ]
     cycles = []
     if edges:
-        from otel_lockwatch.record._order import merge_order_data
+        from otel_lockwatch.record._cycles import merge_order_data
 
         cycles = merge_order_data([{"edges": edges, "cycles": []}])["cycles"]
     return {

@@ -39,7 +39,7 @@ def snapshot(events, *, pid, pool=None, edges=(), sections=None, blocking=None, 
         }
         for a, b, w, at in edges
     ]
-    from otel_lockwatch.record._order import merge_order_data
+    from otel_lockwatch.record._cycles import merge_order_data
 
     order = merge_order_data([{"edges": witnesses, "cycles": []}])
     return {

@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from otel_lockwatch.cli import _report
+from otel_lockwatch.cli import _common, _report_html, _report_model, _report_text
 from otel_lockwatch.manifest._manifest import evaluate
-from otel_lockwatch.record._order import Cycle
+from otel_lockwatch.record._witness import Cycle
 
 DATA = Path(__file__).parent / "data"
 ANSI = re.compile(r"\x1b\[")
@@ -39,7 +39,7 @@ def minimal() -> dict:
 def test_build_report_orders_locks_by_wait_and_computes_shares(full):
     """The per-lock rows come most waited-on first, with shares of the total wait summing to
     100 %, and the hot lock carries its hold distribution and histogram buckets."""
-    report = _report.build_report(full)
+    report = _report_model.build_report(full)
     assert [row["lock"] for row in report["locks"]] == [
         "config",
         "accounts",
@@ -62,7 +62,7 @@ def test_build_report_orders_locks_by_wait_and_computes_shares(full):
 
 
 def test_build_report_flags_exactly_the_cycle_edges(full):
-    graph = _report.build_report(full)["lock_order"]
+    graph = _report_model.build_report(full)["lock_order"]
     flagged = {(e["holding"], e["acquiring"]): e["cycle"] for e in graph["edges"]}
     assert flagged == {
         ("accounts", "ledger"): True,
@@ -74,15 +74,15 @@ def test_build_report_flags_exactly_the_cycle_edges(full):
 
 def test_build_report_refuses_a_manifest_without_verdict():
     with pytest.raises(ValueError, match=r"^a manifest must have a verdict, got None$"):
-        _report.build_report({"schema": "otel-lockwatch/manifest/1"})
+        _report_model.build_report({"schema": "otel-lockwatch/manifest/1"})
     with pytest.raises(ValueError, match=r"^a manifest must be a JSON object, got list$"):
-        _report.build_report([])  # type: ignore[arg-type]
+        _report_model.build_report([])  # type: ignore[arg-type]
 
 
 def test_text_report_shows_every_part_in_plain_text(full):
     """Verdict, pool sizes, throughput, hot lock with share and hold percentiles, starvation,
     the lockdep text of the cycle, the per-lock table and the sections, and no ANSI code."""
-    text = _report.render_text(full, source="m.json")
+    text = _report_text.render_text(full, source="m.json")
     assert not ANSI.search(text)
     assert text.startswith("otel-lockwatch contention report: m.json\n")
     assert re.search(r"^verdict +CYCLIC_ORDERING_DETECTED$", text, re.M)
@@ -99,34 +99,34 @@ def test_text_report_shows_every_part_in_plain_text(full):
 
 def test_text_report_colours_only_when_asked(full):
     """With ``color=True`` the verdict is red; stripping the codes gives the plain report."""
-    coloured = _report.render_text(full, color=True)
+    coloured = _report_text.render_text(full, color=True)
     assert "\x1b[1;31mCYCLIC_ORDERING_DETECTED\x1b[0m" in coloured
     plain = re.sub(r"\x1b\[[0-9;]*m", "", coloured)
-    assert plain == _report.render_text(full, color=False)
+    assert plain == _report_text.render_text(full, color=False)
 
 
 def test_minimal_manifest_renders_everywhere(minimal):
     """A manifest with only a verdict still renders in every format."""
-    text = _report.render_text(minimal)
+    text = _report_text.render_text(minimal)
     assert re.search(r"^verdict +LOW_CONTENTION$", text, re.M)
     assert "hot locks\n  none\n" in text and "starvation\n  none\n" in text
     assert "lock-order cycles\n  none (0 ordering edges among 0 locks)\n" in text
-    assert json.loads(_report.render_json(minimal))["verdict"] == "LOW_CONTENTION"
-    page = _report.render_html(minimal)
+    assert json.loads(_report_text.render_json(minimal))["verdict"] == "LOW_CONTENTION"
+    page = _report_html.render_html(minimal)
     assert 'id="wait-share-chart"' in page and 'id="lock-order-graph"' in page
     assert "no nested acquisition was recorded" in page
-    assert _report.render_dot(minimal).startswith("digraph lock_order {\n")
+    assert _report_text.render_dot(minimal).startswith("digraph lock_order {\n")
 
 
 def test_json_report_has_sorted_keys_and_is_the_report(full):
-    text = _report.render_json(full)
+    text = _report_text.render_json(full)
     data = json.loads(text)
-    assert data == json.loads(json.dumps(_report.build_report(full)))
+    assert data == json.loads(json.dumps(_report_model.build_report(full)))
     assert text == json.dumps(data, sort_keys=True, indent=2, ensure_ascii=False) + "\n"
 
 
 def test_dot_marks_cycle_edges_red_and_labels_workers(full):
-    dot = _report.render_dot(full)
+    dot = _report_text.render_dot(full)
     assert (
         '  "accounts" -> "ledger" [label="worker-3", color="#c62828", fontcolor="#c62828", '
         "penwidth=2];\n" in dot
@@ -143,12 +143,12 @@ def test_dot_escapes_quotes_in_lock_names():
             "edges": [{"holding": 'a"b', "acquiring": "c\\d", "worker": "w", "sites": ["x", "y"]}]
         },
     }
-    assert '  "a\\"b" -> "c\\\\d" [label="w"];\n' in _report.render_dot(manifest)
+    assert '  "a\\"b" -> "c\\\\d" [label="w"];\n' in _report_text.render_dot(manifest)
 
 
 def test_html_is_self_contained(full):
     """No script, no stylesheet link, no image, no URL other than the SVG namespace."""
-    page = _report.render_html(full)
+    page = _report_html.render_html(full)
     assert "<script" not in page and "<link" not in page and "<img" not in page
     assert "@import" not in page and "@font-face" not in page
     urls = set(re.findall(r"https?://[^\s\"')]+", page))
@@ -162,7 +162,7 @@ def test_html_escapes_lock_and_worker_names(full):
     full["lock_order"]["edges"].append(
         {"holding": "<script>", "acquiring": "config", "worker": "<w>", "sites": ["a", "b"]}
     )
-    page = _report.render_html(full)
+    page = _report_html.render_html(full)
     assert "<script>" not in page and "<b>&" not in page and "<w>" not in page
     assert "&lt;b&gt;&amp;&quot;x" in page and "&lt;script&gt;" in page
 
@@ -170,17 +170,17 @@ def test_html_escapes_lock_and_worker_names(full):
 def test_write_text_atomic_replaces_whole_file_and_leaves_no_temp(tmp_path):
     target = tmp_path / "out.html"
     target.write_text("old")
-    _report.write_text_atomic(target, "new ünïcode")
+    _common.write_text_atomic(target, "new ünïcode")
     assert target.read_text(encoding="utf-8") == "new ünïcode"
     assert os.listdir(tmp_path) == ["out.html"]
 
 
 def test_write_text_atomic_into_missing_directory_raises_and_writes_nothing(tmp_path):
     with pytest.raises(FileNotFoundError):
-        _report.write_text_atomic(tmp_path / "missing" / "out.html", "x")
+        _common.write_text_atomic(tmp_path / "missing" / "out.html", "x")
     assert os.listdir(tmp_path) == []
 
 
 def test_merged_process_is_named_by_its_pids(full):
     full["process"] = {"pids": [11, 12], "merged": 2, "service.name": "a, b"}
-    assert "  a, b, merged from 2 processes (pids 11, 12)\n" in _report.render_text(full)
+    assert "  a, b, merged from 2 processes (pids 11, 12)\n" in _report_text.render_text(full)

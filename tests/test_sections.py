@@ -23,8 +23,8 @@ from otel_lockwatch import (
     SectionTimeout,
     StripedSections,
 )
-from otel_lockwatch.sections._array import _LOCKERS_SIZE
 from otel_lockwatch.sections._fnv import fnv1a_32
+from otel_lockwatch.sections._threaded import _LOCKERS_SIZE
 
 DEADLINE = 10.0  # seconds: only ever reached when a test is failing
 
@@ -692,7 +692,7 @@ def test_repr_shows_live_state() -> None:
     assert repr(StripedSections(1, name="one")) == "<StripedSections 'one' 1 section, 0 held>"
 
 
-# -- the seed's scenario, scaled down -------------------------------------------------------------
+# -- the stale-publish race that sections prevent, scaled down ------------------------------------
 
 
 class Subscriber:
@@ -730,8 +730,8 @@ class NoSections:
 
 
 def run_interleaving(sections: StripedSections | NoSections) -> list[tuple[str, int]]:
-    """The seed's interleaving, forced: the sweep loads OLD, the state changes to NEW, the event
-    path publishes, then the sweep sends what it loaded."""
+    """The stale publish, forced: the sweep loads OLD, the state changes to NEW, the event path
+    publishes, then the sweep sends what it loaded."""
     store = {"unit-7": 1}
     subscriber = Subscriber()
     loaded, event_sent = threading.Event(), threading.Event()
@@ -759,17 +759,17 @@ def run_interleaving(sections: StripedSections | NoSections) -> list[tuple[str, 
     return subscriber.received
 
 
-def test_seed_interleaving_without_sections_regresses() -> None:
+def test_stale_sweep_without_sections_regresses() -> None:
     """The control: with nothing serializing, the subscriber sees NEW then OLD."""
     assert run_interleaving(NoSections()) == [("unit-7", 2), ("unit-7", 1)]
 
 
-def test_seed_interleaving_with_sections_converges() -> None:
+def test_stale_sweep_with_sections_converges() -> None:
     """With the section held from load to send, the subscriber sees OLD then NEW."""
     assert run_interleaving(StripedSections(16)) == [("unit-7", 1), ("unit-7", 2)]
 
 
-def test_seed_event_path_and_periodic_sweep() -> None:
+def test_event_path_and_periodic_sweep_never_regress() -> None:
     """Event paths publish under lock(), a sweep under try_lock(), over the same entities
     (8 entities in 4 sections, so some collide); no entity's view ever regresses, every event
     is published, and the sweep gets to publish too."""

@@ -25,7 +25,7 @@ from otel_lockwatch import StripedSections
 from otel_lockwatch.capture import _wrappers
 from otel_lockwatch.record._outbox import OUTBOX
 from otel_lockwatch.record._recorder import RECORDER
-from otel_lockwatch.sections._array import StripedSections as _Sections
+from otel_lockwatch.sections._threaded import StripedSections as _Sections
 
 ROOT = Path(__file__).resolve().parent.parent
 needs_c = pytest.mark.skipif(not _wrappers.SPEEDUPS, reason="the C extension is not in use")

@@ -37,10 +37,10 @@ from opentelemetry import context as otel_context
 from opentelemetry import trace
 
 from ..exceptions import PotentialDeadlockError
-from ..record._order import EdgeWitness, utc_timestamp
 from ..record._outbox import OUTBOX
 from ..record._recorder import RECORDER, Stats, WorkerState
-from ..sections._array import StripedSections
+from ..record._witness import EdgeWitness, utc_timestamp
+from ..sections._threaded import StripedSections
 from ._naming import LockClass, site_of
 
 __all__ = [

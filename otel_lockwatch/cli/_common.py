@@ -1,11 +1,14 @@
 """What every ``otel-lockwatch`` subcommand shares: its name, exit statuses, the user-error
-exception, and argument helpers."""
+exception, argument helpers, and the atomic write of an output file."""
 
 from __future__ import annotations
 
 import argparse
 import os
+from pathlib import Path
 from typing import IO, NoReturn
+
+from otel_lockwatch.manifest._manifest import write_atomically
 
 __all__ = [
     "EXIT_OK",
@@ -16,6 +19,7 @@ __all__ = [
     "CommandError",
     "positive_int",
     "use_color",
+    "write_text_atomic",
 ]
 
 PROG = "otel-lockwatch"
@@ -56,3 +60,13 @@ def use_color(stream: IO[str]) -> bool:
         return bool(isatty and isatty())
     except ValueError:  # a closed stream
         return False
+
+
+def write_text_atomic(path: str | os.PathLike[str], text: str) -> None:
+    """Write ``text`` (UTF-8) to ``path`` through a temporary file in the same directory and
+    ``os.replace``: a reader sees the old file or the whole new one, never a partial one.
+
+    Raises:
+        OSError: when the directory does not exist or is not writable (nothing is left behind).
+    """
+    write_atomically(Path(os.path.abspath(os.fspath(path))), text.encode("utf-8"))

@@ -335,7 +335,7 @@ def run(args: argparse.Namespace, out: IO[str], err: IO[str]) -> int:
     """
     from otel_lockwatch._instrumentor import LockwatchInstrumentor
     from otel_lockwatch.cli import _common as _cli
-    from otel_lockwatch.cli import _report
+    from otel_lockwatch.cli import _report_text
     from otel_lockwatch.manifest._manifest import (
         DEFAULT_HOT_LOCK_THRESHOLD_PCT,
         DEFAULT_STARVATION_RATIO,
@@ -405,7 +405,7 @@ def run(args: argparse.Namespace, out: IO[str], err: IO[str]) -> int:
     progress.line(f"{_cli.PROG} demo: done in {elapsed:.1f} s")
     out.write(_summary(workload, pool, counts, written))
     out.write("\n")
-    out.write(_report.render_text(manifest, color=_cli.use_color(out), source=str(written)))
+    out.write(_report_text.render_text(manifest, color=_cli.use_color(out), source=str(written)))
     return _cli.EXIT_OK
 
 

@@ -10,10 +10,11 @@ The pool has ``workers`` threads (a real ``ThreadPoolExecutor``, so the manifest
 size), each given a role by its index:
 
 ``sweeper`` (worker 0)
-    The periodic path of the section pattern (design seed 000): every ``SWEEP_INTERVAL_S``
-    (20 ms) it walks every entity with ``sections.try_lock(key)``, skips an entity whose section
-    is held (a later sweep re-reads state at least as new) and publishes what changed. Between
-    sweeps it publishes events like a publisher.
+    The periodic path of the section pattern (a sweep that may skip an entity, beside an event
+    path that must not): every ``SWEEP_INTERVAL_S`` (20 ms) it walks every entity with
+    ``sections.try_lock(key)``, skips an entity whose section is held (a later sweep re-reads
+    state at least as new) and publishes what changed. Between sweeps it publishes events like a
+    publisher.
 ``reporter`` (worker 1)
     Repeatedly needs the ``stats_snapshot`` lock for a moment. The compactor holds that lock for
     long stretches, so the reporter spends most of its time waiting: the starved worker.

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import IO, Any
 
 from otel_lockwatch._version import __version__
-from otel_lockwatch.cli import _demo, _report, _run
+from otel_lockwatch.cli import _demo, _report_html, _report_text, _run
 from otel_lockwatch.cli._common import (
     EXIT_OK,
     EXIT_USAGE,
@@ -36,6 +36,7 @@ from otel_lockwatch.cli._common import (
     CommandError,
     positive_int,
     use_color,
+    write_text_atomic,
 )
 from otel_lockwatch.exceptions import ManifestError
 from otel_lockwatch.manifest._manifest import (
@@ -79,7 +80,7 @@ def _load(path: str) -> dict[str, Any]:
 
 def _write(path: str, text: str, what: str) -> None:
     try:
-        _report.write_text_atomic(path, text)
+        write_text_atomic(path, text)
     except OSError as exc:
         raise CommandError(f"cannot write the {what} to {path}: {exc.strerror or exc}") from None
 
@@ -102,12 +103,12 @@ def _run_report(args: argparse.Namespace, out: IO[str], err: IO[str]) -> int:
     try:
         # Render everything before writing anything: a failure leaves no file half-done.
         text = (
-            _report.render_json(manifest)
+            _report_text.render_json(manifest)
             if args.json
-            else _report.render_text(manifest, color=use_color(out), source=args.manifest)
+            else _report_text.render_text(manifest, color=use_color(out), source=args.manifest)
         )
-        page = _report.render_html(manifest) if args.html else None
-        dot = _report.render_dot(manifest) if args.dot else None
+        page = _report_html.render_html(manifest) if args.html else None
+        dot = _report_text.render_dot(manifest) if args.dot else None
     except ValueError as exc:
         raise CommandError(f"{args.manifest}: {exc}") from None
     if page is not None:

@@ -251,7 +251,7 @@ def run(args: argparse.Namespace, out: IO[str], err: IO[str]) -> int:
             disabled in the environment, or no manifest left behind.
     """
     from otel_lockwatch.cli import _common as _cli
-    from otel_lockwatch.cli import _report
+    from otel_lockwatch.cli import _report_text
     from otel_lockwatch.manifest._manifest import load_manifest
 
     program = list(args.program)
@@ -294,7 +294,7 @@ def run(args: argparse.Namespace, out: IO[str], err: IO[str]) -> int:
         manifest = load_manifest(written).to_dict()
         try:
             source = written if tmpdir is None else " ".join(program)
-            text = _report.render_text(manifest, color=_cli.use_color(out), source=source)
+            text = _report_text.render_text(manifest, color=_cli.use_color(out), source=source)
         except ValueError as exc:
             raise _cli.CommandError(f"{written}: {exc}") from None
     finally:

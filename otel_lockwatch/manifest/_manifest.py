@@ -930,7 +930,7 @@ def _merge_lock_order(datas: Sequence[dict[str, Any]]) -> dict[str, Any]:
     """Merge lock-order graphs with :func:`..record._order.merge_order_data`: the union of
     the edges (each keeping its earliest witness) and the cycles recomputed from that union, so
     that ``A -> B`` seen in one process and ``B -> A`` in another is a cycle."""
-    from otel_lockwatch.record._order import merge_order_data
+    from otel_lockwatch.record._cycles import merge_order_data
 
     merged = merge_order_data(datas)
     return {"edges": list(merged["edges"]), "cycles": list(merged["cycles"])}

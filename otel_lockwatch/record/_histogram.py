@@ -1,8 +1,8 @@
 """A mergeable log-linear histogram of non-negative integers (nanoseconds).
 
 The idea (HdrHistogram's, reduced to one line of integer arithmetic): split every power of two
-into 16 equal-width sub-buckets. A value ``v`` with ``b = v.bit_length()`` bits keeps its top five
-bits; the bits shifted away are what the bucket forgets::
+into ``2 ** SUB_BITS`` = 16 equal-width sub-buckets. A value ``v`` with ``b = v.bit_length()``
+bits keeps its top ``SUB_BITS + 1`` = 5 bits; the bits shifted away are what the bucket forgets::
 
     b <= 5        -> bucket v                      (values 0..31 are exact)
     b  > 5        -> shift = b - 5
@@ -42,19 +42,23 @@ __all__ = [
 
 #: log2 of the number of linear sub-buckets per power of two.
 SUB_BITS = 4
+# A value keeps its top SUB_BITS + 1 bits (the leading 1 and the sub-bucket), so the values
+# below 2 ** (SUB_BITS + 1) keep all of theirs: they are exact, one bucket each.
+_KEPT_BITS = SUB_BITS + 1
+_EXACT = 1 << _KEPT_BITS
 #: Upper bound of the relative error of a reported percentile (1/32 = 3.125 %).
-RELATIVE_ERROR = 1 / 32
+RELATIVE_ERROR = 1 / (2 << SUB_BITS)
 #: Number of buckets needed for every 64-bit value (indices 0..975).
-MAX_BUCKETS = ((64 - 5) << SUB_BITS) + 32
+MAX_BUCKETS = ((64 - _KEPT_BITS) << SUB_BITS) + _EXACT
 
 
 def bucket_of(v: int) -> int:
     """Return the bucket index of the non-negative integer ``v`` (values below 32 are exact)."""
     b = v.bit_length()
-    if b <= 5:
+    if b <= _KEPT_BITS:
         return v
-    shift = b - 5
-    return (shift << 4) + (v >> shift)
+    shift = b - _KEPT_BITS
+    return (shift << SUB_BITS) + (v >> shift)
 
 
 def bucket_bounds(i: int) -> tuple[int, int]:
@@ -65,19 +69,19 @@ def bucket_bounds(i: int) -> tuple[int, int]:
     """
     if i < 0:
         raise ValueError(f"bucket index must be >= 0, got {i!r}")
-    if i < 32:
+    if i < _EXACT:
         return i, i
-    shift = (i >> 4) - 1
-    mantissa = i - (shift << 4)
+    shift = (i >> SUB_BITS) - 1
+    mantissa = i - (shift << SUB_BITS)
     low = mantissa << shift
     return low, low + (1 << shift) - 1
 
 
 def _midpoint(i: int) -> int:
-    if i < 32:
+    if i < _EXACT:
         return i
-    shift = (i >> 4) - 1
-    return ((i - (shift << 4)) << shift) + (1 << (shift - 1))
+    shift = (i >> SUB_BITS) - 1
+    return ((i - (shift << SUB_BITS)) << shift) + (1 << (shift - 1))
 
 
 def nearest_rank(q: float, n: int) -> int:
@@ -149,11 +153,11 @@ class LogHistogram:
         if n == 0:
             return
         b = v.bit_length()
-        if b <= 5:
+        if b <= _KEPT_BITS:
             i = v
         else:
-            shift = b - 5
-            i = (shift << 4) + (v >> shift)
+            shift = b - _KEPT_BITS
+            i = (shift << SUB_BITS) + (v >> shift)
         counts = self.counts
         counts[i] = counts.get(i, 0) + n
         if self.count == 0:

@@ -16,7 +16,7 @@ __all__ = ["LockClass", "lock_class"]
 class LockClass:
     """One class of locks: a name, a kind, and the site that created the first of them."""
 
-    __slots__ = ("name", "kind", "site", "attrs", "_span_attrs")
+    __slots__ = ("name", "kind", "site", "attrs")
 
     def __init__(self, name: str, kind: str, site: str) -> None:
         self.name = name

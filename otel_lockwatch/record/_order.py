@@ -7,25 +7,26 @@ other: a deadlock that did not happen this time but another schedule makes happe
 every order seen as an edge, with its first example (the *witness*), and reports each cycle when
 the edge that closes it arrives, before any deadlock.
 
-Public surface (``otel_lockwatch.record._order``)::
+Public surface, over three modules (``otel_lockwatch.record``)::
 
-    EdgeWitness(holding, acquiring, worker, sites, at, trace_id, span_id)
+    _order.LockOrderGraph(max_classes=4096, max_edges=65536, max_cycles=1024)
+        .add_edge(holding, acquiring, witness) -> Cycle | None
+        .would_close_cycle(holding, acquiring, witness) -> Cycle | None
+        .witness(a, b)  .edges()  .cycles()  len(graph)
+        .truncated  .max_classes  .max_edges  .max_cycles
+        .to_json() -> {"edges": [...], "cycles": [...]}    .from_json(d, ...)
+    _witness.EdgeWitness(holding, acquiring, worker, sites, at, trace_id, span_id)
         .to_json() -> dict            .from_json(d) -> EdgeWitness
-    Cycle(locks, edges)               # edge i goes locks[i] -> locks[(i + 1) % n]
+    _witness.Cycle(locks, edges)      # edge i goes locks[i] -> locks[(i + 1) % n]
         .to_json() -> {"cycle": [...], "edges": [...]}     .from_json(d)
         .from_edges(witnesses)        # validates the chain, rotates to the canonical start
         .format() -> str              # lockdep-style report (also str(cycle))
-    LockOrderGraph(max_classes=4096, max_edges=65536, max_cycles=1024)
-        .add_edge(holding, acquiring, witness) -> Cycle | None
-        .would_close_cycle(holding, acquiring, witness) -> Cycle | None
-        .has_edge(a, b)  .witness(a, b)  .edges()  .cycles()  .classes()  len(graph)
-        .truncated  .max_classes  .max_edges  .max_cycles
-        .to_json() -> {"edges": [...], "cycles": [...]}    .from_json(d, ...)
-    find_cycles(edges, max_cycles=1024) -> list[Cycle]     # offline, canonical
-    merge_order_data(datas, max_cycles=1024) -> {"edges": [...], "cycles": [...]}
-    ChainCache(max_pairs=4096)        # per-thread "already checked" pairs
-        .seen(a, b) -> bool  .forget(a, b)
-    utc_timestamp(ns=None) -> str     # "2026-11-30T02:40:00.123Z"
+    _witness.utc_timestamp(ns=None) -> str                 # "2026-11-30T02:40:00.123Z"
+    _cycles.find_cycles(edges, max_cycles=1024) -> list[Cycle]     # offline, canonical
+    _cycles.merge_order_data(datas, max_cycles=1024) -> {"edges": [...], "cycles": [...]}
+
+This module is the live graph; the witness and cycle values are in ``_witness``, the offline
+search and the merge in ``_cycles``. The design notes below cover all three.
 
 Design notes
 ============
@@ -63,10 +64,11 @@ A cycle is written from its lexicographically smallest lock name (*canonical rot
 of a simple cycle are distinct, so the start is unique), so ``A -> B -> A`` found from ``A`` or
 from ``B`` is one cycle. ``A -> B -> C -> A`` and ``A -> C -> B -> A`` are two different cycles.
 
-Offline (:func:`find_cycles`, used by :func:`merge_order_data`), the cycles are a function of the
-edge *set*, not of the order the edges came in: Tarjan's strongly connected components, then for
-each edge inside a cyclic component, in sorted order, the shortest cycle through it (BFS inside the
-component, successors in sorted order), deduplicated and sorted by ``(length, names)``. Every edge
+Offline (``_cycles``: :func:`~._cycles.find_cycles`, used by
+:func:`~._cycles.merge_order_data`), the cycles are a function of the edge *set*, not of the
+order the edges came in: Tarjan's strongly connected components, then for each edge inside a
+cyclic component, in sorted order, the shortest cycle through it (BFS inside the component,
+successors in sorted order), deduplicated and sorted by ``(length, names)``. Every edge
 that lies on any cycle is therefore shown in at least one reported cycle, and merging is
 commutative and associative: the union of edge sets is, the witness of an edge is the minimum of
 its candidates under a total order (earliest ``at``, then the canonical JSON), and the cycles are
@@ -75,7 +77,7 @@ recomputed from the union, never carried over from the inputs. ``A -> B`` seen i
 
 What a witness is
 -----------------
-:class:`EdgeWitness` is the first example of an edge: who (``worker``: a thread name, or
+:class:`~._witness.EdgeWitness` is the first example of an edge: who (``worker``: a thread name, or
 ``task:<name>``), where (``sites``: the holding lock's acquisition site and the acquiring site,
 each ``"module:function:line"``), when (``at``: ISO-8601 UTC with milliseconds), and in which
 trace (``trace_id``, 32 hex digits, and ``span_id``, 16, of the span current at the acquisition,
@@ -99,8 +101,8 @@ do:
   with reversed or colliding keys deadlock). ``lock_many`` acquires in ascending index order, a
   canonical order, and adds no edge between the sections of one call (a ``lock_many`` nested in
   another is two calls: recursive locking);
-* the graph is called on a chain-cache miss only (per worker: the wrappers keep a plain set of
-  pairs in the worker's state; :class:`ChainCache` is the bounded variant).
+* the graph is called on a chain-cache miss only (per worker: the wrappers keep the pairs
+  already sent to the graph in a plain set in the worker's state, ``WorkerState.chain``).
 
 Under the ``raise`` policy the caller asks :meth:`~LockOrderGraph.would_close_cycle` before
 blocking, raises ``PotentialDeadlockError(cycle.format(), cycle.locks)`` when it answers a cycle,
@@ -143,242 +145,15 @@ Open questions
 from __future__ import annotations
 
 import _thread
-import json
 import logging
-import time
-from collections import deque
-from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass
 from typing import Any
 
-__all__ = [
-    "ChainCache",
-    "Cycle",
-    "EdgeWitness",
-    "LockOrderGraph",
-    "find_cycles",
-    "merge_order_data",
-    "utc_timestamp",
-]
+from ._cycles import shortest_path
+from ._witness import Cycle, EdgeWitness, read_order_data
+
+__all__ = ["LockOrderGraph"]
 
 _logger = logging.getLogger("otel_lockwatch")
-
-_WITNESS_KEYS = frozenset({"holding", "acquiring", "worker", "sites", "at", "trace_id", "span_id"})
-_CYCLE_KEYS = frozenset({"cycle", "edges"})
-
-_RECURSIVE_NOTE = (
-    "(two locks of one class held at once; a second worker taking them in the other order "
-    "deadlocks)"
-)
-
-
-def utc_timestamp(ns: int | None = None) -> str:
-    """Format a wall-clock time as ISO-8601 UTC with milliseconds: ``2026-11-30T02:40:00.123Z``.
-
-    Args:
-        ns: nanoseconds since the epoch (``time.time_ns()``); now when ``None``.
-    """
-    if ns is None:
-        ns = time.time_ns()
-    seconds, rest = divmod(ns, 1_000_000_000)
-    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(seconds)) + f".{rest // 1_000_000:03d}Z"
-
-
-def _check_str(what: str, value: Any) -> str:
-    if not isinstance(value, str):
-        raise ValueError(f"{what} must be a string, got {value!r}")
-    return value
-
-
-def _check_hex_or_none(what: str, value: Any, digits: int) -> str | None:
-    if value is None:
-        return None
-    if not isinstance(value, str) or len(value) != digits or value.strip("0123456789abcdef") != "":
-        raise ValueError(f"{what} must be {digits} lowercase hex digits or null, got {value!r}")
-    return value
-
-
-@dataclass(frozen=True, slots=True)
-class EdgeWitness:
-    """The first example of the lock order ``holding -> acquiring``.
-
-    Attributes:
-        holding: the lock class held.
-        acquiring: the lock class acquired (blocking) while ``holding`` was held.
-        worker: the thread name, or ``task:<name>`` for an asyncio task.
-        sites: ``(holding lock's acquisition site, acquiring site)``, each
-            ``"module:function:line"``.
-        at: when, ISO-8601 UTC with milliseconds (:func:`utc_timestamp`).
-        trace_id: the current span's trace id (32 hex digits), or ``None``.
-        span_id: the current span's id (16 hex digits), or ``None``.
-    """
-
-    holding: str
-    acquiring: str
-    worker: str
-    sites: tuple[str, str]
-    at: str
-    trace_id: str | None = None
-    span_id: str | None = None
-
-    def to_json(self) -> dict[str, Any]:
-        """Return the witness as a JSON-ready dict with exactly the keys ``holding``,
-        ``acquiring``, ``worker``, ``sites`` (a list), ``at``, ``trace_id`` and ``span_id``."""
-        return {
-            "holding": self.holding,
-            "acquiring": self.acquiring,
-            "worker": self.worker,
-            "sites": list(self.sites),
-            "at": self.at,
-            "trace_id": self.trace_id,
-            "span_id": self.span_id,
-        }
-
-    @classmethod
-    def from_json(cls, d: Any) -> EdgeWitness:
-        """Read back :meth:`to_json`'s output.
-
-        Args:
-            d: a dict with exactly the keys of :meth:`to_json`.
-
-        Raises:
-            ValueError: a key is missing or extra, or a value has the wrong type or shape.
-        """
-        if not isinstance(d, dict):
-            raise ValueError(f"edge witness must be an object, got {d!r}")
-        if d.keys() != _WITNESS_KEYS:
-            raise ValueError(
-                f"edge witness must have the keys {sorted(_WITNESS_KEYS)}, got {sorted(d)}"
-            )
-        sites = d["sites"]
-        if (
-            not isinstance(sites, (list, tuple))
-            or len(sites) != 2
-            or not all(isinstance(s, str) for s in sites)
-        ):
-            raise ValueError(f"edge witness sites must be two strings, got {sites!r}")
-        return cls(
-            holding=_check_str("edge witness holding", d["holding"]),
-            acquiring=_check_str("edge witness acquiring", d["acquiring"]),
-            worker=_check_str("edge witness worker", d["worker"]),
-            sites=(sites[0], sites[1]),
-            at=_check_str("edge witness at", d["at"]),
-            trace_id=_check_hex_or_none("edge witness trace_id", d["trace_id"], 32),
-            span_id=_check_hex_or_none("edge witness span_id", d["span_id"], 16),
-        )
-
-    def describe(self) -> str:
-        """One line for a report: ``A -> B: worker 'w1' held A (acquired at m:f:10) and
-        acquired B (at m:f:12), 2026-11-30T02:40:00.123Z``, plus the trace when known."""
-        line = (
-            f"{self.holding} -> {self.acquiring}: worker {self.worker!r} held {self.holding} "
-            f"(acquired at {self.sites[0]}) and acquired {self.acquiring} "
-            f"(at {self.sites[1]}), {self.at}"
-        )
-        if self.trace_id is not None:
-            line += f", trace {self.trace_id}"
-            if self.span_id is not None:
-                line += f" span {self.span_id}"
-        return line
-
-
-def _witness_sort_key(w: EdgeWitness) -> tuple[str, str]:
-    """A total order on witnesses: earliest ``at`` first, then the canonical JSON."""
-    return (w.at, json.dumps(w.to_json(), sort_keys=True))
-
-
-@dataclass(frozen=True, slots=True)
-class Cycle:
-    """A cycle in the lock-order graph: a potential deadlock.
-
-    Attributes:
-        locks: the lock classes in order, starting with the lexicographically smallest
-            (canonical rotation). Length 1 for a self-edge (recursive locking of one class).
-        edges: the witnesses; ``edges[i]`` is the edge ``locks[i] -> locks[(i + 1) % n]``.
-    """
-
-    locks: tuple[str, ...]
-    edges: tuple[EdgeWitness, ...]
-
-    @classmethod
-    def from_edges(cls, edges: Sequence[EdgeWitness]) -> Cycle:
-        """Build a cycle from its edges, in order from any starting edge.
-
-        Args:
-            edges: witnesses chaining head to tail and closing (the last edge's ``acquiring`` is
-                the first edge's ``holding``), visiting no lock class twice.
-
-        Raises:
-            ValueError: the edges are empty, do not chain, do not close, or repeat a lock class.
-        """
-        if not edges:
-            raise ValueError("a cycle needs at least one edge, got none")
-        n = len(edges)
-        for i, edge in enumerate(edges):
-            nxt = edges[(i + 1) % n]
-            if edge.acquiring != nxt.holding:
-                raise ValueError(
-                    f"cycle edges do not chain: {edge.holding} -> {edge.acquiring} "
-                    f"is followed by {nxt.holding} -> {nxt.acquiring}"
-                )
-        locks = [edge.holding for edge in edges]
-        if len(set(locks)) != n:
-            raise ValueError(f"a cycle visits each lock class once, got {' -> '.join(locks)}")
-        start = locks.index(min(locks))
-        return cls(
-            locks=tuple(locks[start:] + locks[:start]),
-            edges=tuple(edges[start:]) + tuple(edges[:start]),
-        )
-
-    def to_json(self) -> dict[str, Any]:
-        """Return ``{"cycle": [lock names], "edges": [witness dicts]}``."""
-        return {"cycle": list(self.locks), "edges": [edge.to_json() for edge in self.edges]}
-
-    @classmethod
-    def from_json(cls, d: Any) -> Cycle:
-        """Read back :meth:`to_json`'s output.
-
-        Args:
-            d: ``{"cycle": [...], "edges": [...]}``.
-
-        Raises:
-            ValueError: the keys are wrong, a witness is malformed, the edges do not form the
-                cycle, or the cycle is not in canonical rotation.
-        """
-        if not isinstance(d, dict) or d.keys() != _CYCLE_KEYS:
-            got = sorted(d) if isinstance(d, dict) else repr(d)
-            raise ValueError(
-                f"a cycle must be an object with the keys ['cycle', 'edges'], got {got}"
-            )
-        if not isinstance(d["edges"], list) or not isinstance(d["cycle"], list):
-            raise ValueError(f"a cycle's 'cycle' and 'edges' must be lists, got {d!r}")
-        cycle = cls.from_edges([EdgeWitness.from_json(e) for e in d["edges"]])
-        if list(cycle.locks) != d["cycle"] or [e.to_json() for e in cycle.edges] != d["edges"]:
-            raise ValueError(
-                f"cycle {d['cycle']!r} does not match its edges, which give "
-                f"{list(cycle.locks)!r} in canonical rotation"
-            )
-        return cycle
-
-    def format(self) -> str:
-        """Return the lockdep-style report: a header naming the cycle, then one line per edge
-        saying which worker held what where, and when.
-
-        ::
-
-            possible circular locking dependency: A -> B -> A
-              A -> B: worker 'w1' held A (acquired at m:f:10) and acquired B (at m:f:12), ...
-              B -> A: worker 'w2' held B (acquired at m:g:20) and acquired A (at m:g:21), ...
-        """
-        if len(self.locks) == 1:
-            header = f"possible recursive locking: {self.locks[0]} {_RECURSIVE_NOTE}"
-        else:
-            path = " -> ".join(self.locks + self.locks[:1])
-            header = f"possible circular locking dependency: {path}"
-        return "\n".join([header] + ["  " + edge.describe() for edge in self.edges])
-
-    def __str__(self) -> str:
-        return self.format()
 
 
 class LockOrderGraph:
@@ -456,12 +231,6 @@ class LockOrderGraph:
         """Whether a cap was reached and some class, edge or cycle was not recorded."""
         return self._truncated
 
-    def has_edge(self, a: str, b: str) -> bool:
-        """Return whether the order ``a -> b`` was recorded."""
-        with self._lock:
-            succ = self._succ.get(a)
-            return succ is not None and b in succ
-
     def witness(self, a: str, b: str) -> EdgeWitness | None:
         """Return the first witness of ``a -> b``, or ``None`` when the edge is not recorded."""
         with self._lock:
@@ -477,11 +246,6 @@ class LockOrderGraph:
         """Return the reported cycles, in discovery order."""
         with self._lock:
             return list(self._cycles)
-
-    def classes(self) -> set[str]:
-        """Return the lock classes that appear on a recorded edge."""
-        with self._lock:
-            return set(self._succ)
 
     def __len__(self) -> int:
         return self._nedges
@@ -500,7 +264,7 @@ class LockOrderGraph:
         succ = self._succ
         if src not in succ or dst not in succ:
             return None
-        return _shortest_path(lambda node: succ[node].items(), src, dst)
+        return shortest_path(lambda node: succ[node].items(), src, dst)
 
     def _closing(self, holding: str, acquiring: str, witness: EdgeWitness) -> Cycle | None:
         """The shortest cycle through ``holding -> acquiring`` (with ``witness``); lock held."""
@@ -650,7 +414,7 @@ class LockOrderGraph:
             ValueError: the data is malformed, an edge is repeated, or a cycle uses an edge that
                 is not in ``edges``.
         """
-        edges, cycles = _read_order_data(d)
+        edges, cycles = read_order_data(d)
         graph = cls(max_classes=max_classes, max_edges=max_edges, max_cycles=max_cycles)
         warnings = []
         with graph._lock:
@@ -685,237 +449,6 @@ class LockOrderGraph:
         return graph
 
     def _has_edge_locked(self, a: str, b: str) -> bool:
-        """:meth:`has_edge` for a caller that already holds the graph's lock (internal)."""
+        """Whether the order ``a -> b`` is recorded; the caller holds the graph's lock."""
         succ = self._succ.get(a)
         return succ is not None and b in succ
-
-
-def _read_order_data(d: Any) -> tuple[list[EdgeWitness], list[Cycle]]:
-    if not isinstance(d, dict) or not {"edges", "cycles"} <= d.keys():
-        got = sorted(d) if isinstance(d, dict) else repr(d)
-        raise ValueError(f"lock-order data must be an object with 'edges' and 'cycles', got {got}")
-    if not isinstance(d["edges"], list) or not isinstance(d["cycles"], list):
-        raise ValueError(
-            "lock-order data's 'edges' and 'cycles' must be lists, got "
-            f"{type(d['edges']).__name__} and {type(d['cycles']).__name__}"
-        )
-    return (
-        [EdgeWitness.from_json(e) for e in d["edges"]],
-        [Cycle.from_json(c) for c in d["cycles"]],
-    )
-
-
-# -- offline: canonical cycles and merge ---------------------------------------------------
-
-
-def _cyclic_components(succ: dict[str, dict[str, EdgeWitness]]) -> dict[str, int]:
-    """Map each class on a cycle to the id of its strongly connected component (Tarjan's
-    algorithm, iterative). Classes on no cycle (a singleton without a self-edge) are absent."""
-    index: dict[str, int] = {}
-    low: dict[str, int] = {}
-    on_stack: set[str] = set()
-    stack: list[str] = []
-    comp: dict[str, int] = {}
-    ncomp = 0
-    for root in sorted(succ):
-        if root in index:
-            continue
-        work: list[tuple[str, Iterator[str]]] = [(root, iter(sorted(succ[root])))]
-        index[root] = low[root] = len(index)
-        stack.append(root)
-        on_stack.add(root)
-        while work:
-            node, children = work[-1]
-            for child in children:
-                if child not in index:
-                    index[child] = low[child] = len(index)
-                    stack.append(child)
-                    on_stack.add(child)
-                    work.append((child, iter(sorted(succ[child]))))
-                    break
-                if child in on_stack:
-                    low[node] = min(low[node], index[child])
-            else:
-                work.pop()
-                if work:
-                    parent = work[-1][0]
-                    low[parent] = min(low[parent], low[node])
-                if low[node] == index[node]:
-                    members = []
-                    while True:
-                        member = stack.pop()
-                        on_stack.discard(member)
-                        members.append(member)
-                        if member == node:
-                            break
-                    if len(members) > 1 or node in succ[node]:
-                        for member in members:
-                            comp[member] = ncomp
-                        ncomp += 1
-    return comp
-
-
-def find_cycles(edges: Iterable[EdgeWitness], max_cycles: int = 1024) -> list[Cycle]:
-    """Find the cycles of an edge set canonically: the result depends on the set only.
-
-    For each edge on a cycle, in sorted ``(holding, acquiring)`` order, the shortest cycle
-    through it (ties broken by visiting successors in sorted order); deduplicated; sorted by
-    ``(length, lock names)``. Every edge that lies on some cycle is on a returned one, unless
-    ``max_cycles`` distinct cycles were found first (then a warning is logged).
-
-    Args:
-        edges: witnesses, one per edge (a repeated pair keeps its first witness).
-        max_cycles: stop after this many distinct cycles.
-
-    Raises:
-        ValueError: ``max_cycles`` is not a positive integer.
-    """
-    if isinstance(max_cycles, bool) or not isinstance(max_cycles, int) or max_cycles < 1:
-        raise ValueError(f"max_cycles must be a positive integer, got {max_cycles!r}")
-    succ: dict[str, dict[str, EdgeWitness]] = {}
-    for w in edges:
-        succ.setdefault(w.holding, {}).setdefault(w.acquiring, w)
-        succ.setdefault(w.acquiring, {})
-    comp = _cyclic_components(succ)
-    # Sorted successor lists inside each component, so the BFS tie-break is canonical.
-    inner = {
-        node: [(nxt, succ[node][nxt]) for nxt in sorted(succ[node]) if comp.get(nxt) == c]
-        for node, c in comp.items()
-    }
-    found: dict[tuple[str, ...], Cycle] = {}
-    for node in sorted(inner):
-        for nxt, w in inner[node]:
-            if len(found) >= max_cycles:
-                _logger.warning(
-                    "lock-order cycle search stopped at max_cycles=%d; some cyclic edges "
-                    "are not shown in a cycle",
-                    max_cycles,
-                )
-                return sorted(found.values(), key=_cycle_sort_key)
-            if nxt == node:
-                cycle = Cycle((node,), (w,))
-            else:
-                cycle = Cycle.from_edges([w, *_bfs_path(inner, nxt, node)])
-            found.setdefault(cycle.locks, cycle)
-    return sorted(found.values(), key=_cycle_sort_key)
-
-
-def _shortest_path(
-    successors: Callable[[str], Iterable[tuple[str, EdgeWitness]]], src: str, dst: str
-) -> list[EdgeWitness] | None:
-    """Breadth-first: the shortest path ``src ~> dst`` as its edges' witnesses, or None."""
-    parent: dict[str, EdgeWitness | None] = {src: None}
-    queue = deque((src,))
-    while queue:
-        node = queue.popleft()
-        for nxt, w in successors(node):
-            if nxt in parent:
-                continue
-            parent[nxt] = w
-            if nxt == dst:
-                path = []
-                cur: EdgeWitness | None = w
-                while cur is not None:
-                    path.append(cur)
-                    cur = parent[cur.holding]
-                path.reverse()
-                return path
-            queue.append(nxt)
-    return None
-
-
-def _bfs_path(
-    inner: dict[str, list[tuple[str, EdgeWitness]]], src: str, dst: str
-) -> list[EdgeWitness]:
-    """Shortest path ``src ~> dst`` inside one strongly connected component (it exists)."""
-    path = _shortest_path(inner.__getitem__, src, dst)
-    if path is None:
-        raise AssertionError(f"no path {src} ~> {dst} inside a strongly connected component")
-    return path
-
-
-def _cycle_sort_key(c: Cycle) -> tuple[int, tuple[str, ...]]:
-    return (len(c.locks), c.locks)
-
-
-def merge_order_data(datas: Iterable[Any], max_cycles: int = 1024) -> dict[str, Any]:
-    """Merge the lock-order data of several processes (or runs) into one.
-
-    The edges are the union; an edge seen in several inputs keeps its earliest witness (by
-    ``at``, ties broken by the witness's canonical JSON). The cycles are recomputed from the
-    union with :func:`find_cycles` (so ``A -> B`` from one process and ``B -> A`` from another
-    make a cycle); the inputs' own cycles are checked for shape and then ignored. The result
-    depends on the set of inputs only: merging is commutative and associative, and merging a
-    result again changes nothing.
-
-    Args:
-        datas: ``{"edges": [...], "cycles": [...]}`` dicts (``LockOrderGraph.to_json()``, or
-            the ``lock_order`` part of manifests, or earlier merges).
-        max_cycles: passed to :func:`find_cycles`.
-
-    Returns:
-        ``{"edges": [...], "cycles": [...]}``, edges sorted by ``(holding, acquiring)``, cycles
-        sorted by ``(length, lock names)``.
-
-    Raises:
-        ValueError: an input is malformed.
-    """
-    best: dict[tuple[str, str], EdgeWitness] = {}
-    for d in datas:
-        edges, _ = _read_order_data(d)
-        for w in edges:
-            key = (w.holding, w.acquiring)
-            old = best.get(key)
-            if old is None or _witness_sort_key(w) < _witness_sort_key(old):
-                best[key] = w
-    merged = [best[key] for key in sorted(best)]
-    return {
-        "edges": [w.to_json() for w in merged],
-        "cycles": [c.to_json() for c in find_cycles(merged, max_cycles=max_cycles)],
-    }
-
-
-class ChainCache:
-    """The pairs ``(holding, acquiring)`` a worker has already sent to the graph (lockdep's
-    chain cache, per pair): a hit means the edge is recorded and checked, so nothing to do.
-
-    One per thread (or task); not thread-safe, by design. Bounded: when ``max_pairs`` pairs are
-    cached it starts afresh, which costs only repeated (cheap) ``add_edge`` calls on existing
-    edges.
-
-    Args:
-        max_pairs: the most pairs kept.
-
-    Raises:
-        ValueError: ``max_pairs`` is not a positive integer.
-    """
-
-    __slots__ = ("_max", "_pairs")
-
-    def __init__(self, max_pairs: int = 4096) -> None:
-        if isinstance(max_pairs, bool) or not isinstance(max_pairs, int) or max_pairs < 1:
-            raise ValueError(f"max_pairs must be a positive integer, got {max_pairs!r}")
-        self._max = max_pairs
-        self._pairs: set[tuple[str, str]] = set()
-
-    def seen(self, holding: str, acquiring: str) -> bool:
-        """Return ``True`` if the pair was cached; else cache it and return ``False`` (a miss:
-        the caller then asks the graph)."""
-        pair = (holding, acquiring)
-        pairs = self._pairs
-        if pair in pairs:
-            return True
-        if len(pairs) >= self._max:
-            pairs.clear()
-        pairs.add(pair)
-        return False
-
-    def forget(self, holding: str, acquiring: str) -> None:
-        """Drop a pair, e.g. one whose check answered a cycle under the ``raise`` policy."""
-        self._pairs.discard((holding, acquiring))
-
-    def __contains__(self, pair: object) -> bool:
-        return pair in self._pairs
-
-    def __len__(self) -> int:
-        return len(self._pairs)

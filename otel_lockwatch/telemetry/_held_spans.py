@@ -1,10 +1,12 @@
-"""``LockOrderSpanProcessor``: what the lock-order tracking learns from spans.
+"""``HeldLockSpanProcessor``: spans started while a lock is held, counted per lock.
 
-The held-lock stacks and the lock-order graph live in the recorder and are fed directly by the
-lock wrappers on every acquire and release (no span is needed on that path). This processor adds
-what only spans can tell: a span started while the thread holds locks (an HTTP call, a database
-query: any instrumented I/O) is blocking work inside a critical section. It is counted against
-each lock held, by span name, and reported in the manifest's ``blocking_under_lock``.
+The held-lock stacks live in the recorder and are fed directly by the lock wrappers on every
+acquire and release (no span is needed on that path). This processor adds what only spans can
+tell: a span started while the thread holds locks (an HTTP call, a database query: any
+instrumented I/O) is blocking work inside a critical section. It is counted against each lock
+held, by span name, and reported in the manifest's ``blocking_under_lock``. It has nothing to do
+with the lock-order graph (it was once named ``LockOrderSpanProcessor``, a name the package
+still answers to, with a ``DeprecationWarning``).
 
 Spans lockwatch emits itself (``lock.wait``, ``lock.hold``, the manifest span) are not counted:
 they are started while the recorder marks the thread busy.
@@ -17,13 +19,13 @@ from typing import Any
 from opentelemetry.context import Context
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
 
-__all__ = ["LockOrderSpanProcessor"]
+__all__ = ["HeldLockSpanProcessor"]
 
 #: Distinct span names counted per lock, at most (span names are code-chosen, but be safe).
 MAX_SPAN_NAMES = 256
 
 
-class LockOrderSpanProcessor(SpanProcessor):
+class HeldLockSpanProcessor(SpanProcessor):
     """Counts spans started under held locks; the instrumentor adds it to an SDK tracer provider.
 
     Args:

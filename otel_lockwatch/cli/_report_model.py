@@ -1,0 +1,303 @@
+"""The report of a contention manifest: what every rendering shows, computed once.
+
+A manifest answers one question for the successor of a worker pool: *how many workers may I
+spawn, and what will hurt if I spawn more?*  A report puts the answer first and the evidence
+after it, in the order a reader checks it:
+
+1. the verdict and the pool size (nominal -> recommended), and the effective throughput: the
+   share of worker time not spent waiting for a lock (a worker that waits adds no throughput,
+   however many the pool counts);
+2. the hot locks: their share of the aggregate wait, and how long they are held (p50/p95/max),
+   since a hot lock is either held too long or taken too often;
+3. the starved workers: who waited how many times the median on which lock;
+4. the lock-order cycles, written lockdep-style: the cycle, then each edge with the worker that
+   took it and the two acquisition sites, then the interleaving that would deadlock;
+5. a per-lock table and the section arrays.
+
+:func:`build_report` computes that model once from the manifest as a plain dict
+(``Manifest.to_dict()`` or the JSON as loaded); ``_report_text`` draws it for a terminal, as
+JSON and as DOT, ``_report_html`` as one HTML page. Every field but ``verdict`` is optional
+here, so a manifest of an older or partial writer still renders.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from otel_lockwatch.record._histogram import LogHistogram, bucket_bounds
+from otel_lockwatch.record._witness import Cycle
+
+__all__ = ["VERDICT_SEVERITY", "build_report", "finite_number", "format_cycle"]
+
+#: How a verdict is shown: ``ok`` (green), ``warn`` (orange), ``bad`` (red).
+VERDICT_SEVERITY = {
+    "LOW_CONTENTION": "ok",
+    "HOT_LOCK_DETECTED": "warn",
+    "STARVATION_OBSERVED": "bad",
+    "CYCLIC_ORDERING_DETECTED": "bad",
+}
+_VERDICT_MEANING = {
+    "LOW_CONTENTION": "no hot lock, no starvation, no cyclic ordering: the pool size can be kept",
+    "HOT_LOCK_DETECTED": "one lock takes most of the waiting: shard it or shrink the pool",
+    "STARVATION_OBSERVED": "a worker waited far longer than its peers on one lock",
+    "CYCLIC_ORDERING_DETECTED": "locks were taken in conflicting orders: a deadlock is possible",
+}
+
+
+def finite_number(value: Any) -> float | None:
+    """A finite number from a manifest field, or None for a missing or malformed one."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return float(value) if math.isfinite(value) else None
+
+
+def _mapping(value: Any) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
+
+
+def _list(value: Any) -> list[Any]:
+    return list(value) if isinstance(value, (list, tuple)) else []
+
+
+def _lock_wait_ms(entry: Mapping[str, Any]) -> float:
+    wait = finite_number(entry.get("wait_ms_total"))
+    if wait is None:
+        ns = finite_number(entry.get("wait_ns_total"))
+        wait = ns / 1e6 if ns is not None else 0.0
+    return wait
+
+
+def _edge_from(raw: Mapping[str, Any]) -> dict[str, Any]:
+    sites = _list(raw.get("sites"))
+    sites += [None] * (2 - len(sites))
+    return {
+        "holding": str(raw.get("holding", "?")),
+        "acquiring": str(raw.get("acquiring", "?")),
+        "worker": raw.get("worker"),
+        "sites": [sites[0], sites[1]],
+        "at": raw.get("at"),
+        "trace_id": raw.get("trace_id"),
+        "span_id": raw.get("span_id"),
+    }
+
+
+def build_report(manifest: Mapping[str, Any]) -> dict[str, Any]:
+    """The report of a manifest: what every rendering shows, as plain JSON-ready data.
+
+    Args:
+        manifest: the manifest as a dict (``Manifest.to_dict()`` or the loaded JSON). Only
+            ``verdict`` is required; every other field may be missing.
+
+    Returns:
+        A dict with ``verdict``, ``verdict_meaning``, ``nominal_pool_size``,
+        ``recommended_pool_size``, ``effective_throughput_pct``, ``process``, ``thresholds``,
+        ``hot_locks`` (each with its ``hold`` distribution), ``starvation`` (each with its
+        ``ratio`` to the median), ``cycles`` (each with its lockdep-style ``text``), ``locks``
+        (one row per lock, most waited-on first, with its ``wait_share_pct``), ``lock_order``
+        (node and edge lists of the lock-order graph, cycle edges flagged), ``sections`` and
+        ``manifest_digest``.
+
+    Raises:
+        ValueError: when ``manifest`` is not a mapping or has no ``verdict``.
+    """
+    if not isinstance(manifest, Mapping):
+        raise ValueError(f"a manifest must be a JSON object, got {type(manifest).__name__}")
+    verdict = manifest.get("verdict")
+    if not isinstance(verdict, str) or not verdict:
+        raise ValueError(f"a manifest must have a verdict, got {verdict!r}")
+
+    locks = _mapping(manifest.get("locks"))
+    total_wait = sum(_lock_wait_ms(_mapping(entry)) for entry in locks.values())
+    rows: list[dict[str, Any]] = []
+    for name, raw in locks.items():
+        entry = _mapping(raw)
+        wait_ms = _lock_wait_ms(entry)
+        wait = _mapping(entry.get("wait"))
+        hold = _mapping(entry.get("hold"))
+        rows.append(
+            {
+                "lock": str(name),
+                "kind": entry.get("kind"),
+                "acquisitions": entry.get("acquisitions"),
+                "contentions": entry.get("contentions"),
+                "skipped": entry.get("skipped"),
+                "timeouts": entry.get("timeouts"),
+                "wait_ms_total": wait_ms,
+                "wait_share_pct": 100.0 * wait_ms / total_wait if total_wait > 0 else 0.0,
+                "wait_p95_ms": finite_number(wait.get("p95_ms")),
+                "hold_ms_total": finite_number(entry.get("hold_ms_total")),
+                "hold_p50_ms": finite_number(hold.get("p50_ms")),
+                "hold_p95_ms": finite_number(hold.get("p95_ms")),
+                "hold_max_ms": finite_number(hold.get("max_ms")),
+            }
+        )
+    rows.sort(key=lambda r: (-r["wait_ms_total"], r["lock"]))
+
+    distribution = _mapping(manifest.get("hold_time_distribution"))
+    hot_locks = []
+    for raw in _list(manifest.get("hot_lock_register")):
+        item = _mapping(raw)
+        name = str(item.get("lock", "?"))
+        dist = _mapping(distribution.get(name))
+        lock_entry = _mapping(locks.get(name))
+        hold_fallback = _mapping(lock_entry.get("hold"))
+        hold = {
+            "count": dist.get("count", hold_fallback.get("count", lock_entry.get("acquisitions"))),
+            "p50_ms": finite_number(dist.get("p50_ms", hold_fallback.get("p50_ms"))),
+            "p95_ms": finite_number(dist.get("p95_ms", hold_fallback.get("p95_ms"))),
+            "max_ms": finite_number(dist.get("max_ms", hold_fallback.get("max_ms"))),
+            "buckets": _hold_buckets(lock_entry),
+        }
+        hot_locks.append(
+            {
+                "lock": name,
+                "wait_ms": finite_number(item.get("wait_ms")),
+                "wait_share_pct": finite_number(item.get("wait_share_pct")),
+                "hold": hold,
+            }
+        )
+
+    starvation = []
+    for raw in _list(manifest.get("starvation_signatures")):
+        item = _mapping(raw)
+        starved_ms = finite_number(item.get("wait_ms"))
+        median = finite_number(item.get("median_wait_ms"))
+        starvation.append(
+            {
+                "worker": str(item.get("worker", "?")),
+                "lock": str(item.get("lock", "?")),
+                "wait_ms": starved_ms,
+                "median_wait_ms": median,
+                "ratio": starved_ms / median if starved_ms is not None and median else None,
+            }
+        )
+
+    raw_cycles = _list(manifest.get("pre_deadlock_ordering_witness"))
+    if not raw_cycles:
+        raw_cycles = _list(_mapping(manifest.get("lock_order")).get("cycles"))
+    cycles = []
+    for raw in raw_cycles:
+        item = _mapping(raw)
+        cycle = {
+            "cycle": [str(n) for n in _list(item.get("cycle"))],
+            "edges": [_edge_from(_mapping(e)) for e in _list(item.get("edges"))],
+        }
+        cycle["text"] = format_cycle(item)
+        cycles.append(cycle)
+
+    sections = []
+    for name, raw in sorted(_mapping(manifest.get("sections")).items()):
+        item = _mapping(raw)
+        sections.append(
+            {
+                "name": str(name),
+                "count": item.get("count"),
+                "collision_waits": item.get("collision_waits"),
+                "max_held": item.get("max_held"),
+                "recommended_count": item.get("recommended_count"),
+            }
+        )
+
+    process = manifest.get("process")
+    return {
+        "verdict": verdict,
+        "verdict_meaning": _VERDICT_MEANING.get(verdict, ""),
+        "nominal_pool_size": manifest.get("nominal_pool_size"),
+        "recommended_pool_size": manifest.get("recommended_pool_size"),
+        "effective_throughput_pct": finite_number(manifest.get("effective_throughput_pct")),
+        "process": dict(process) if isinstance(process, Mapping) else None,
+        "thresholds": dict(_mapping(manifest.get("thresholds"))),
+        "hot_locks": hot_locks,
+        "starvation": starvation,
+        "cycles": cycles,
+        "locks": rows,
+        "total_wait_ms": total_wait,
+        "lock_order": _graph(manifest, cycles),
+        "sections": sections,
+        "manifest_digest": manifest.get("manifest_digest"),
+    }
+
+
+def _hold_buckets(lock_entry: Mapping[str, Any]) -> list[dict[str, float]] | None:
+    """The hold-time histogram of a lock as ``[{lo_ms, hi_ms, count}]`` (ascending buckets), or
+    None when the manifest carries none (or a malformed one).
+
+    The recorder's data part keeps ``hold_ns`` as ``LogHistogram.to_json()``; a manifest that
+    also puts it under ``hold.histogram`` is read from there.
+    """
+    raw = lock_entry.get("hold_ns")
+    if not isinstance(raw, Mapping):
+        raw = _mapping(lock_entry.get("hold")).get("histogram")
+    if not isinstance(raw, Mapping):
+        return None
+    try:
+        hist = LogHistogram.from_json(raw)
+    except ValueError:
+        return None
+    out = []
+    for index in sorted(hist.counts):
+        low, high = bucket_bounds(index)
+        out.append({"lo_ms": low / 1e6, "hi_ms": (high + 1) / 1e6, "count": hist.counts[index]})
+    return out or None
+
+
+def _graph(manifest: Mapping[str, Any], cycles: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """The lock-order graph: nodes (cycle members first) and edges, cycle edges flagged."""
+    in_cycle = {(e["holding"], e["acquiring"]) for c in cycles for e in c["edges"]}
+    for c in cycles:  # a cycle listed by names only still marks its edges
+        names = c["cycle"]
+        if names and names[0] == names[-1]:
+            names = names[:-1]
+        for i, name in enumerate(names):
+            if len(names) > 1:
+                in_cycle.add((name, names[(i + 1) % len(names)]))
+    edges = []
+    seen = set()
+    raw_edges = _list(_mapping(manifest.get("lock_order")).get("edges"))
+    raw_edges += [e for c in cycles for e in c["edges"]]
+    for raw in raw_edges:
+        edge = _edge_from(_mapping(raw))
+        key = (edge["holding"], edge["acquiring"])
+        if key in seen:
+            continue
+        seen.add(key)
+        edge["cycle"] = key in in_cycle
+        edges.append(edge)
+    cycle_nodes = [n for c in cycles for n in c["cycle"]]
+    nodes: list[str] = []
+    for name in cycle_nodes + sorted({n for e in edges for n in (e["holding"], e["acquiring"])}):
+        if name not in nodes:
+            nodes.append(name)
+    return {"nodes": nodes, "edges": edges}
+
+
+# --------------------------------------------------------------------------------------------
+# Lockdep-style cycles
+
+
+def format_cycle(raw: Mapping[str, Any]) -> str:
+    """A cycle of the lock-order graph written lockdep-style: the cycle, then one line per edge
+    saying which worker held what where, and when.
+
+    The text is :meth:`otel_lockwatch.record._witness.Cycle.format`'s, so the report and
+    ``PotentialDeadlockError`` say the same thing. A cycle that the lock-order module refuses to
+    read (a manifest of another version) is written by a plain fallback instead of failing.
+
+    Args:
+        raw: the cycle as stored in the manifest: ``{cycle: [names], edges: [EdgeWitness]}``.
+    """
+    try:
+        return Cycle.from_json(dict(raw)).format()
+    except (TypeError, ValueError):
+        pass
+    names = [str(n) for n in _list(raw.get("cycle"))]
+    lines = [f"possible circular locking dependency: {' -> '.join(names + names[:1])}"]
+    for e in (_edge_from(_mapping(e)) for e in _list(raw.get("edges"))):
+        lines.append(
+            f"  {e['holding']} -> {e['acquiring']}: worker {e['worker']!r} held {e['holding']}"
+            f" (acquired at {e['sites'][0]}) and acquired {e['acquiring']} (at {e['sites'][1]})"
+            + (f", {e['at']}" if e["at"] else "")
+        )
+    return "\n".join(lines)

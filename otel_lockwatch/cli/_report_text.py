@@ -1,0 +1,325 @@
+"""The report for a terminal, as JSON, and the lock-order graph as Graphviz DOT.
+
+:func:`render_text` is the summary ``otel-lockwatch report`` prints: the answer first (verdict,
+pool size, effective throughput), then the hot locks, the starved workers, the lock-order
+cycles in lockdep's words, the per-lock table and the section arrays, in the order of
+``_report_model``. Colour only when asked (the CLI asks for a terminal without ``NO_COLOR``).
+:func:`render_json` is the same model as JSON with sorted keys, for scripts and diffs;
+:func:`render_dot` draws the lock-order graph alone, every node and edge, cycle edges in red.
+
+The cell formats (durations a reader compares at a glance, percentages, counts, the per-lock
+row, the process line) are shared with the HTML page, so both say the same thing.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from otel_lockwatch.cli._report_model import VERDICT_SEVERITY, build_report, finite_number
+
+__all__ = [
+    "MAX_CHART_LOCKS",
+    "duration",
+    "integer",
+    "lock_row",
+    "percent",
+    "process_line",
+    "render_dot",
+    "render_json",
+    "render_text",
+]
+
+#: How many locks the wait-share chart and the per-lock table show; the rest are summed up.
+MAX_CHART_LOCKS = 20
+
+
+# --------------------------------------------------------------------------------------------
+# Cells, shared with the HTML page
+
+
+def lock_row(row: dict[str, Any]) -> list[str]:
+    """One lock's cells in the per-lock table (terminal and HTML alike)."""
+    return [
+        row["lock"],
+        str(row["kind"] or "-"),
+        integer(row["acquisitions"]),
+        integer(row["contentions"]),
+        integer(row["skipped"]),
+        integer(row["timeouts"]),
+        duration(row["wait_ms_total"]),
+        percent(row["wait_share_pct"]),
+        duration(row["wait_p95_ms"]),
+        duration(row["hold_p50_ms"]),
+        duration(row["hold_p95_ms"]),
+        duration(row["hold_max_ms"]),
+    ]
+
+
+def duration(ms: float | None) -> str:
+    """``850 µs``, ``12.3 ms``, ``4.20 s``: a duration a reader compares at a glance."""
+    if ms is None:
+        return "-"
+    if ms == 0:
+        return "0"
+    if ms < 1:
+        return f"{ms * 1000:.0f} µs"
+    if ms < 1000:
+        return f"{ms:.3g} ms" if ms < 100 else f"{ms:.0f} ms"
+    return f"{ms / 1000:.3g} s" if ms < 100_000 else f"{ms / 1000:.0f} s"
+
+
+def percent(value: float | None) -> str:
+    """``12.5 %``, or ``-`` when unknown."""
+    return "-" if value is None else f"{value:.1f} %"
+
+
+def integer(value: Any) -> str:
+    """A count or size as written, or ``-`` when missing."""
+    return "-" if value is None or isinstance(value, bool) else str(value)
+
+
+def process_line(proc: Any) -> str:
+    """``billing, pid 4242, start .. end``; for a merged manifest, the processes it merges."""
+    if not isinstance(proc, Mapping) or not proc:
+        return ""
+    bits = []
+    if proc.get("service.name"):
+        bits.append(str(proc["service.name"]))
+    pids = proc.get("pids")
+    if isinstance(pids, list):
+        merged = proc.get("merged", len(pids))
+        shown = ", ".join(str(p) for p in pids[:8]) + (", ..." if len(pids) > 8 else "")
+        bits.append(f"merged from {merged} processes (pids {shown})")
+    elif proc.get("pid") is not None:
+        bits.append(f"pid {proc['pid']}")
+    if proc.get("start") and proc.get("end"):
+        bits.append(f"{proc['start']} .. {proc['end']}")
+    return ", ".join(bits)
+
+
+# --------------------------------------------------------------------------------------------
+# Terminal and JSON
+
+
+class _Style:
+    """ANSI styling, or none at all."""
+
+    def __init__(self, color: bool) -> None:
+        self.color = color
+
+    def _wrap(self, code: str, text: str) -> str:
+        return f"\x1b[{code}m{text}\x1b[0m" if self.color else text
+
+    def bold(self, text: str) -> str:
+        return self._wrap("1", text)
+
+    def dim(self, text: str) -> str:
+        return self._wrap("2", text)
+
+    def verdict(self, verdict: str) -> str:
+        code = {"ok": "1;32", "warn": "1;33", "bad": "1;31"}.get(
+            VERDICT_SEVERITY.get(verdict, ""), "1"
+        )
+        return self._wrap(code, verdict)
+
+    def red(self, text: str) -> str:
+        return self._wrap("31", text)
+
+
+def _table(headers: Sequence[str], rows: Iterable[Sequence[str]], right: set[int]) -> list[str]:
+    rows = [list(r) for r in rows]
+    widths = [
+        max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(headers)
+    ]
+
+    def line(cells: Sequence[str]) -> str:
+        return "  ".join(
+            c.rjust(widths[i]) if i in right else c.ljust(widths[i]) for i, c in enumerate(cells)
+        ).rstrip()
+
+    return [line(headers)] + [line(r) for r in rows]
+
+
+def render_text(
+    manifest: Mapping[str, Any], *, color: bool = False, source: str | None = None
+) -> str:
+    """The terminal summary of a manifest.
+
+    Args:
+        manifest: the manifest as a dict.
+        color: emit ANSI colour codes (the CLI passes True only for a tty without ``NO_COLOR``).
+        source: the manifest's path, shown in the title.
+
+    Raises:
+        ValueError: as :func:`build_report`.
+    """
+    r = build_report(manifest)
+    s = _Style(color)
+    out: list[str] = []
+    title = "otel-lockwatch contention report"
+    out.append(s.bold(title + (f": {source}" if source else "")))
+    proc_line = process_line(r["process"])
+    if proc_line:
+        out.append(s.dim("  " + proc_line))
+    out.append("")
+    label = 22
+    out.append("verdict".ljust(label) + s.verdict(r["verdict"]))
+    if r["verdict_meaning"]:
+        out.append(" " * label + s.dim(r["verdict_meaning"]))
+    nominal, recommended = r["nominal_pool_size"], r["recommended_pool_size"]
+    if nominal is not None or recommended is not None:
+        change = ""
+        if isinstance(nominal, int) and isinstance(recommended, int) and recommended < nominal:
+            change = s.dim(f"  (shrink by {nominal - recommended})")
+        out.append(
+            "pool size".ljust(label)
+            + f"nominal {integer(nominal)} -> recommended {s.bold(integer(recommended))}{change}"
+        )
+    if r["effective_throughput_pct"] is not None:
+        out.append(
+            "effective throughput".ljust(label)
+            + f"{percent(r['effective_throughput_pct'])} of worker time not spent waiting for locks"
+        )
+    out.append(
+        "aggregate lock wait".ljust(label)
+        + f"{duration(r['total_wait_ms'])} over {len(r['locks'])} lock classes"
+    )
+
+    threshold = r["thresholds"].get("hot_lock_threshold_pct")
+    out.append("")
+    heading = "hot locks" + (
+        f" (>= {threshold:g} % of the aggregate wait)"
+        if finite_number(threshold) is not None
+        else ""
+    )
+    out.append(s.bold(heading))
+    if r["hot_locks"]:
+        rows = [
+            [
+                h["lock"],
+                duration(h["wait_ms"]),
+                percent(h["wait_share_pct"]),
+                integer(h["hold"]["count"]),
+                duration(h["hold"]["p50_ms"]),
+                duration(h["hold"]["p95_ms"]),
+                duration(h["hold"]["max_ms"]),
+            ]
+            for h in r["hot_locks"]
+        ]
+        headers = ["lock", "wait", "share", "holds", "hold p50", "p95", "max"]
+        out += ["  " + line for line in _table(headers, rows, right={1, 2, 3, 4, 5, 6})]
+    else:
+        out.append("  none")
+
+    out.append("")
+    out.append(s.bold("starvation"))
+    if r["starvation"]:
+        for item in r["starvation"]:
+            ratio = f", {item['ratio']:.1f}x" if item["ratio"] is not None else ""
+            out.append(
+                f"  {item['worker']} waited {duration(item['wait_ms'])} on {item['lock']}"
+                f" (median {duration(item['median_wait_ms'])}{ratio})"
+            )
+    else:
+        out.append("  none")
+
+    out.append("")
+    out.append(s.bold("lock-order cycles"))
+    if r["cycles"]:
+        for cycle in r["cycles"]:
+            text_lines = cycle["text"].splitlines()
+            out.append("  " + s.red(text_lines[0]) if text_lines else "")
+            out += ["  " + line for line in text_lines[1:]]
+    else:
+        graph = r["lock_order"]
+        out.append(
+            f"  none ({len(graph['edges'])} ordering edges among {len(graph['nodes'])} locks)"
+        )
+
+    if r["locks"]:
+        out.append("")
+        out.append(s.bold("locks") + s.dim(" (most waited-on first)"))
+        shown = r["locks"][:MAX_CHART_LOCKS]
+        rows = [lock_row(row) for row in shown]
+        headers = [
+            "lock",
+            "kind",
+            "acq",
+            "contended",
+            "skipped",
+            "timeouts",
+            "wait",
+            "share",
+            "wait p95",
+            "hold p50",
+            "p95",
+            "max",
+        ]
+        out += ["  " + line for line in _table(headers, rows, right=set(range(2, 12)))]
+        if len(r["locks"]) > len(shown):
+            out.append(s.dim(f"  ... and {len(r['locks']) - len(shown)} more"))
+
+    if r["sections"]:
+        out.append("")
+        out.append(s.bold("section arrays"))
+        rows = [
+            [
+                sec["name"],
+                integer(sec["count"]),
+                integer(sec["collision_waits"]),
+                integer(sec["max_held"]),
+                integer(sec["recommended_count"]),
+            ]
+            for sec in r["sections"]
+        ]
+        headers = ["array", "sections", "collision waits", "max held", "recommended"]
+        out += ["  " + line for line in _table(headers, rows, right={1, 2, 3, 4})]
+    return "\n".join(out) + "\n"
+
+
+def render_json(manifest: Mapping[str, Any]) -> str:
+    """The report of :func:`build_report` as JSON with sorted keys (diffable, scriptable).
+
+    Raises:
+        ValueError: as :func:`build_report`.
+    """
+    return json.dumps(build_report(manifest), sort_keys=True, indent=2, ensure_ascii=False) + "\n"
+
+
+# --------------------------------------------------------------------------------------------
+# DOT
+
+
+def _dot_id(name: str) -> str:
+    return '"' + name.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
+
+
+def render_dot(manifest: Mapping[str, Any]) -> str:
+    """The lock-order graph as Graphviz DOT: an edge ``A -> B`` means some worker acquired B
+    while holding A; each edge is labelled with that worker, cycle edges are red and bold.
+
+    Raises:
+        ValueError: as :func:`build_report`.
+    """
+    graph = build_report(manifest)["lock_order"]
+    cycle_nodes = {n for e in graph["edges"] if e["cycle"] for n in (e["holding"], e["acquiring"])}
+    lines = [
+        "digraph lock_order {",
+        "  rankdir=LR;",
+        '  node [shape=box, style="rounded", fontname="monospace"];',
+        '  edge [fontname="monospace", fontsize=10];',
+    ]
+    for name in graph["nodes"]:
+        style = ' [color="#c62828", penwidth=2]' if name in cycle_nodes else ""
+        lines.append(f"  {_dot_id(name)}{style};")
+    for e in graph["edges"]:
+        attrs = [f"label={_dot_id(str(e['worker'] or ''))}"]
+        if e["cycle"]:
+            attrs += ['color="#c62828"', 'fontcolor="#c62828"', "penwidth=2"]
+        lines.append(
+            f"  {_dot_id(e['holding'])} -> {_dot_id(e['acquiring'])} [{', '.join(attrs)}];"
+        )
+    lines.append("}")
+    return "\n".join(lines) + "\n"
