@@ -23,7 +23,7 @@ What is patched, and how it is undone (every ``_instrument_x`` has its ``_uninst
   methods, for instances created while instrumented.
 - ``concurrent.futures.ThreadPoolExecutor``: its ``max_workers`` is the pool's nominal size.
 
-A ``LockOrderSpanProcessor`` (and the manifest exporter) are added to an SDK tracer provider.
+A ``HeldLockSpanProcessor`` (and the manifest exporter) are added to an SDK tracer provider.
 """
 
 from __future__ import annotations
@@ -290,13 +290,13 @@ class LockwatchInstrumentor(BaseInstrumentor):
     _added: list[tuple[Any, Any]] = []
 
     def _add_processors(self, tracer_provider: Any, options: Options) -> None:
-        from .telemetry._held_spans import HeldLockSpanProcessor as LockOrderSpanProcessor
+        from .telemetry._held_spans import HeldLockSpanProcessor
 
         provider = tracer_provider if tracer_provider is not None else trace.get_tracer_provider()
         add = getattr(provider, "add_span_processor", None)
         if add is None:  # not an SDK provider: the tracking runs all the same, without span hooks
             return
-        processor = LockOrderSpanProcessor(RECORDER)
+        processor = HeldLockSpanProcessor(RECORDER)
         add(processor)
         LockwatchInstrumentor._added.append((provider, processor))
 

@@ -527,7 +527,7 @@ def test_module_level_and_lookalike_modules_are_watched(watched, tmp_path, monke
 
 def test_spans_started_under_a_held_lock_are_counted(watched):
     """Blocking work inside a critical section: each span started under a lock counts against it."""
-    from otel_lockwatch import LockOrderSpanProcessor
+    from otel_lockwatch import HeldLockSpanProcessor
 
     tracer = watched.tracer_provider.get_tracer("app")
     a = name_lock(threading.Lock(), "A")
@@ -535,7 +535,7 @@ def test_spans_started_under_a_held_lock_are_counted(watched):
     (processor,) = [
         p
         for p in watched.tracer_provider._active_span_processor._span_processors
-        if isinstance(p, LockOrderSpanProcessor)
+        if isinstance(p, HeldLockSpanProcessor)
     ]
     with tracer.start_as_current_span("outside"), a:
         with tracer.start_as_current_span("http.get"):
