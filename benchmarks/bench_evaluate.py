@@ -16,7 +16,7 @@ import os
 import random
 import time
 
-from otel_lockwatch.manifest._manifest import evaluate
+from otel_lockwatch.manifest._evaluate import evaluate
 from otel_lockwatch.record._histogram import LogHistogram
 
 

@@ -139,18 +139,18 @@ def test_checkpoint_survives_sigkill(tmp_path):
 def test_interrupted_write_keeps_the_previous_manifest(tmp_path, monkeypatch):
     """A write that fails half-way leaves the previous manifest whole and no temporary file."""
     from otel_lockwatch import evaluate
-    from otel_lockwatch.manifest import _manifest
+    from otel_lockwatch.manifest import _io
 
     target = tmp_path / "m.json"
-    _manifest.dump_manifest(evaluate({}), target)
+    _io.dump_manifest(evaluate({}), target)
     before = target.read_bytes()
 
     def broken_replace(src, dst):
         raise OSError("disk went away")
 
-    monkeypatch.setattr(_manifest.os, "replace", broken_replace)
+    monkeypatch.setattr(_io.os, "replace", broken_replace)
     with pytest.raises(OSError):
-        _manifest.dump_manifest(evaluate({}), target)
+        _io.dump_manifest(evaluate({}), target)
     assert target.read_bytes() == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["m.json"]
 

@@ -46,7 +46,6 @@ _TO_SPLIT = {
     "otel_lockwatch.capture._multiprocess",
     "otel_lockwatch.capture._wrappers",
     "otel_lockwatch.cli._report",
-    "otel_lockwatch.manifest._manifest",
     "otel_lockwatch.record._order",
     "otel_lockwatch.sections._array",
 }

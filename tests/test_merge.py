@@ -11,14 +11,12 @@ from _snapshots import locks_and_workers
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from otel_lockwatch import _settings
 from otel_lockwatch.exceptions import ManifestError
-from otel_lockwatch.manifest import _manifest
-from otel_lockwatch.manifest._manifest import (
-    Verdict,
-    dump_manifest,
-    evaluate,
-    merge_manifests,
-)
+from otel_lockwatch.manifest._evaluate import evaluate
+from otel_lockwatch.manifest._io import dump_manifest
+from otel_lockwatch.manifest._merge import merge_manifests
+from otel_lockwatch.manifest._model import Verdict
 
 MS = 1_000_000
 
@@ -60,12 +58,8 @@ def snapshot(events, *, pid, pool=None, edges=(), sections=None, blocking=None, 
 
 @pytest.fixture(autouse=True)
 def _clean_env(monkeypatch):
-    for name in (
-        _manifest.ENV_HOT_LOCK_THRESHOLD_PCT,
-        _manifest.ENV_STARVATION_RATIO,
-        _manifest.ENV_POOL_SIZE,
-    ):
-        monkeypatch.delenv(name, raising=False)
+    for setting in _settings.SETTINGS.values():
+        monkeypatch.delenv(setting.variable, raising=False)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -34,7 +34,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from otel_lockwatch.manifest._manifest import write_atomically
+from otel_lockwatch.manifest._io import write_atomically
 from otel_lockwatch.record._histogram import LogHistogram, bucket_bounds
 from otel_lockwatch.record._order import Cycle
 
