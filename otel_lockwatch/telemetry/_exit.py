@@ -13,7 +13,8 @@ When the manifest is written:
 - SIGTERM: a handler writes it, then chains to the handler that was installed before (the
   default one ends the process with SIGTERM, as it would have);
 - the tracer provider's shutdown;
-- every ``checkpoint_interval_s`` (default 30 s), so a SIGKILL loses at most one interval.
+- every ``checkpoint_interval_s`` seconds (an option; 0 for never), so a SIGKILL loses at most
+  one interval.
 
 Every write is atomic (a temporary file, then a rename): an interrupted write never leaves a
 truncated manifest, and the previous one survives.
