@@ -185,8 +185,8 @@ class Options:
     )
 
 
-# Warned once per (variable, value): the manifest's evaluation reads its thresholds at every
-# checkpoint, and a bad value is worth one line, not one every 30 s.
+# Warned once per (variable, value): the manifest's evaluation reads its thresholds again at
+# every checkpoint, and a bad value is worth one line, not one per checkpoint.
 _warned: set[tuple[str, str]] = set()
 
 
@@ -211,6 +211,7 @@ class Setting:
 
     @property
     def variable(self) -> str:
+        """``OTEL_PYTHON_LOCKWATCH_`` + the name upper-cased."""
         return ENV_PREFIX + self.name.upper()
 
     @property

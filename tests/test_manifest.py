@@ -501,7 +501,7 @@ raw_events = st.lists(
 
 
 def reference(events, hot_pct=20.0, ratio=5.0):
-    """The seed's definitions computed directly from the raw events."""
+    """The definitions of a hot lock and of starvation, computed directly from the raw events."""
     lock_wait: dict = {}
     pair_wait: dict = {}
     for worker, lock, wait, _ in events:
