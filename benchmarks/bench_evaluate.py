@@ -1,4 +1,4 @@
-"""Benchmark: evaluate a snapshot of 10^4 lock classes x 64 workers (issue 5: under a second).
+"""Benchmark: evaluate a snapshot of 10^4 lock classes x 64 workers (the goal: under a second).
 
 Every lock is used by every worker (640 000 per-(worker, lock) entries), each lock carries a
 wait and a hold histogram of a few hundred samples spread over many buckets, and a handful of
@@ -16,7 +16,7 @@ import os
 import random
 import time
 
-from otel_lockwatch.manifest._manifest import evaluate
+from otel_lockwatch.manifest._evaluate import evaluate
 from otel_lockwatch.record._histogram import LogHistogram
 
 

@@ -33,14 +33,10 @@ from .exceptions import (
     SectionReentryError,
     SectionTimeout,
 )
-from .manifest._manifest import (
-    Manifest,
-    Verdict,
-    load_manifest,
-    may_spawn_pool_size,
-    merge_manifests,
-    recommended_workers,
-)
+from .manifest._admission import may_spawn_pool_size, recommended_workers
+from .manifest._io import load_manifest
+from .manifest._merge import merge_manifests
+from .manifest._model import Manifest, Verdict
 from .sections._array import SectionStatistics
 from .sections._asyncio import AsyncStripedSections
 from .sections._threaded import StripedSections

@@ -19,7 +19,8 @@ import pytest
 
 from otel_lockwatch._version import __version__
 from otel_lockwatch.cli._main import SUBCOMMANDS, main
-from otel_lockwatch.manifest._manifest import dump_manifest, evaluate, load_manifest
+from otel_lockwatch.manifest._evaluate import evaluate
+from otel_lockwatch.manifest._io import dump_manifest, load_manifest
 
 DATA = Path(__file__).parent / "data"
 ANSI = re.compile(r"\x1b\[")

@@ -139,18 +139,18 @@ def test_checkpoint_survives_sigkill(tmp_path):
 def test_interrupted_write_keeps_the_previous_manifest(tmp_path, monkeypatch):
     """A write that fails half-way leaves the previous manifest whole and no temporary file."""
     from otel_lockwatch import evaluate
-    from otel_lockwatch.manifest import _manifest
+    from otel_lockwatch.manifest import _io
 
     target = tmp_path / "m.json"
-    _manifest.dump_manifest(evaluate({}), target)
+    _io.dump_manifest(evaluate({}), target)
     before = target.read_bytes()
 
     def broken_replace(src, dst):
         raise OSError("disk went away")
 
-    monkeypatch.setattr(_manifest.os, "replace", broken_replace)
+    monkeypatch.setattr(_io.os, "replace", broken_replace)
     with pytest.raises(OSError):
-        _manifest.dump_manifest(evaluate({}), target)
+        _io.dump_manifest(evaluate({}), target)
     assert target.read_bytes() == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["m.json"]
 
@@ -192,3 +192,19 @@ def test_lock_called_from_c_with_no_python_caller(tmp_path):
     stderr = proc.stderr.read()
     assert "Traceback" not in stderr and "Exception ignored" not in stderr, stderr
     assert_valid(manifest, acquisitions=11)
+
+
+def test_uninstrumented_write_takes_the_path_option_from_the_environment(tmp_path, monkeypatch):
+    """Without instrument(), write_manifest() resolves ``manifest_path`` as instrument() would:
+    the environment's, else the declared default (in the working directory)."""
+    from otel_lockwatch import write_manifest
+    from otel_lockwatch._settings import SETTINGS
+    from otel_lockwatch.telemetry._exit import ACTIVE
+
+    assert ACTIVE.options is None
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("OTEL_PYTHON_LOCKWATCH_MANIFEST_PATH", str(tmp_path / "from-env.json"))
+    assert write_manifest() == tmp_path / "from-env.json"
+    monkeypatch.delenv("OTEL_PYTHON_LOCKWATCH_MANIFEST_PATH")
+    assert write_manifest() == Path(SETTINGS["manifest_path"].default)
+    load_manifest(tmp_path / SETTINGS["manifest_path"].default)

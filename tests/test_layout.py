@@ -45,7 +45,6 @@ MAX_LINES = 500
 _TO_SPLIT = {
     "otel_lockwatch.capture._multiprocess",
     "otel_lockwatch.capture._wrappers",
-    "otel_lockwatch.manifest._manifest",
 }
 
 

@@ -15,19 +15,18 @@ from _snapshots import locks_and_workers
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from otel_lockwatch import _settings
 from otel_lockwatch.exceptions import ManifestError
-from otel_lockwatch.manifest import _manifest
-from otel_lockwatch.manifest._manifest import (
+from otel_lockwatch.manifest import _io
+from otel_lockwatch.manifest._admission import may_spawn_pool_size, recommended_workers
+from otel_lockwatch.manifest._evaluate import evaluate, recommended_section_count
+from otel_lockwatch.manifest._io import dump_manifest, load_manifest
+from otel_lockwatch.manifest._model import (
     SCHEMA,
     Manifest,
     Verdict,
     canonical_json,
-    dump_manifest,
-    evaluate,
-    load_manifest,
-    may_spawn_pool_size,
-    recommended_section_count,
-    recommended_workers,
+    compute_digest,
 )
 from otel_lockwatch.record._histogram import RELATIVE_ERROR, LogHistogram
 
@@ -79,13 +78,9 @@ EXECUTOR_8 = {"nominal": 8, "source": "executor"}
 
 @pytest.fixture(autouse=True)
 def _clean_env(monkeypatch):
-    for name in (
-        _manifest.ENV_HOT_LOCK_THRESHOLD_PCT,
-        _manifest.ENV_STARVATION_RATIO,
-        _manifest.ENV_POOL_SIZE,
-    ):
-        monkeypatch.delenv(name, raising=False)
-    _manifest._warned.clear()
+    for setting in _settings.SETTINGS.values():
+        monkeypatch.delenv(setting.variable, raising=False)
+    _settings._warned.clear()
 
 
 def hot_pool_events():
@@ -269,42 +264,50 @@ def test_nominal_pool_size_sources(monkeypatch):
     assert (m.nominal_pool_size, m.pool_size_source) == (8, "executor")
 
 
-def test_bad_pool_size_env_is_warned_and_ignored(monkeypatch, caplog):
+def test_bad_pool_size_env_is_warned_once_and_ignored(monkeypatch, caplog):
+    """The same message as instrument()'s for the same variable, logged once however often the
+    manifest is evaluated."""
     monkeypatch.setenv("OTEL_PYTHON_LOCKWATCH_POOL_SIZE", "lots")
-    with caplog.at_level(logging.WARNING, logger="otel_lockwatch.manifest._manifest"):
+    with caplog.at_level(logging.WARNING, logger="otel_lockwatch"):
         m = evaluate(snapshot([("a", "l", 0, 0)]))
         evaluate(snapshot([("a", "l", 0, 0)]))
     assert m.pool_size_source == "observed"
     assert [r.getMessage() for r in caplog.records] == [
-        "ignoring OTEL_PYTHON_LOCKWATCH_POOL_SIZE='lots': must be an integer >= 1; "
-        "using the workers observed"
+        "otel-lockwatch: OTEL_PYTHON_LOCKWATCH_POOL_SIZE must be an integer >= 1, got 'lots'; "
+        "using the default None"
     ]
 
 
 @pytest.mark.parametrize(
     ("kwargs", "error", "message"),
     [
-        ({"pool_size": 0}, ValueError, r"^pool_size must be >= 1, got 0$"),
-        ({"pool_size": 2.0}, TypeError, r"^pool_size must be an int, got 2\.0$"),
+        ({"pool_size": 0}, ValueError, r"^pool_size must be an integer >= 1, got 0$"),
+        ({"pool_size": 2.5}, ValueError, r"^pool_size must be an integer >= 1, got 2\.5$"),
+        ({"pool_size": True}, ValueError, r"^pool_size must be an integer >= 1, got True$"),
         (
             {"hot_lock_threshold_pct": 0},
             ValueError,
-            r"^hot_lock_threshold_pct must be a number in \(0, 100\], got 0$",
+            r"^hot_lock_threshold_pct must be a percentage in \(0, 100\], got 0$",
         ),
         (
             {"hot_lock_threshold_pct": 150},
             ValueError,
-            r"^hot_lock_threshold_pct must be a number in \(0, 100\], got 150$",
+            r"^hot_lock_threshold_pct must be a percentage in \(0, 100\], got 150$",
         ),
         (
             {"hot_lock_threshold_pct": float("nan")},
             ValueError,
-            r"^hot_lock_threshold_pct must be a number in \(0, 100\], got nan$",
+            r"^hot_lock_threshold_pct must be a percentage in \(0, 100\], got nan$",
         ),
         (
-            {"hot_lock_threshold_pct": "20"},
+            {"hot_lock_threshold_pct": "lots"},
             ValueError,
-            r"^hot_lock_threshold_pct must be a number in \(0, 100\], got '20'$",
+            r"^hot_lock_threshold_pct must be a percentage in \(0, 100\], got 'lots'$",
+        ),
+        (
+            {"starvation_ratio": float("inf")},
+            ValueError,
+            r"^starvation_ratio must be a number > 1, got inf$",
         ),
         ({"starvation_ratio": 1}, ValueError, r"^starvation_ratio must be a number > 1, got 1$"),
         (
@@ -315,19 +318,27 @@ def test_bad_pool_size_env_is_warned_and_ignored(monkeypatch, caplog):
     ],
 )
 def test_nonsense_arguments_are_refused(kwargs, error, message):
+    """The messages of instrument() for the same options."""
     with pytest.raises(error, match=message):
         evaluate(snapshot([("a", "l", 0, 0)]), **kwargs)
+
+
+def test_arguments_are_read_as_instrument_reads_them():
+    """Text and whole floats are accepted where instrument() accepts them."""
+    m = evaluate(snapshot([("a", "l", 0, 0)]), hot_lock_threshold_pct="35", pool_size=6.0)
+    assert m.thresholds["hot_lock_threshold_pct"] == 35.0
+    assert (m.nominal_pool_size, m.pool_size_source) == (6, "argument")
 
 
 def test_thresholds_from_env_and_arguments(monkeypatch, caplog):
     monkeypatch.setenv("OTEL_PYTHON_LOCKWATCH_HOT_LOCK_THRESHOLD_PCT", "35")
     monkeypatch.setenv("OTEL_PYTHON_LOCKWATCH_STARVATION_RATIO", "nonsense")
-    with caplog.at_level(logging.WARNING, logger="otel_lockwatch.manifest._manifest"):
+    with caplog.at_level(logging.WARNING, logger="otel_lockwatch"):
         t = evaluate(snapshot([])).thresholds
     assert (t["hot_lock_threshold_pct"], t["starvation_ratio"]) == (35.0, 5.0)
     assert [r.getMessage() for r in caplog.records] == [
-        "ignoring OTEL_PYTHON_LOCKWATCH_STARVATION_RATIO='nonsense': must be a number > 1; "
-        "using the default 5.0"
+        "otel-lockwatch: OTEL_PYTHON_LOCKWATCH_STARVATION_RATIO must be a number > 1, "
+        "got 'nonsense'; using the default 5.0"
     ]
     t = evaluate(snapshot([]), hot_lock_threshold_pct=50, starvation_ratio=3).thresholds
     assert (t["hot_lock_threshold_pct"], t["starvation_ratio"]) == (50.0, 3.0)
@@ -490,7 +501,7 @@ raw_events = st.lists(
 
 
 def reference(events, hot_pct=20.0, ratio=5.0):
-    """The seed's definitions computed directly from the raw events."""
+    """The definitions of a hot lock and of starvation, computed directly from the raw events."""
     lock_wait: dict = {}
     pair_wait: dict = {}
     for worker, lock, wait, _ in events:
@@ -566,7 +577,7 @@ def test_failed_dump_leaves_the_previous_manifest_and_no_temp_file(tmp_path, mon
     def broken_replace(src, dst):
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(_manifest.os, "replace", broken_replace)
+    monkeypatch.setattr(_io.os, "replace", broken_replace)
     with pytest.raises(OSError, match=r"No space left on device"):
         dump_manifest(evaluate(snapshot(hot_pool_events())), path)
     assert path.read_bytes() == before
@@ -577,7 +588,7 @@ def test_dump_interrupted_before_fsync_leaves_nothing(tmp_path, monkeypatch):
     def interrupted(fd):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(_manifest.os, "fsync", interrupted)
+    monkeypatch.setattr(_io.os, "fsync", interrupted)
     with pytest.raises(KeyboardInterrupt):
         dump_manifest(evaluate(snapshot([])), tmp_path / "m.json")
     assert os.listdir(tmp_path) == []
@@ -639,7 +650,7 @@ def test_load_refuses_consistent_but_invalid_content(tmp_path):
     """A document whose digest was recomputed after breaking its data is still refused."""
     doc = evaluate(snapshot([("a", "l", 0, 0)])).to_dict()
     doc["locks"]["l"]["acquisitions"] = -3
-    doc["manifest_digest"] = _manifest.compute_digest(doc)
+    doc["manifest_digest"] = compute_digest(doc)
     with pytest.raises(
         ManifestError,
         match=r"^manifest .*m\.json is invalid: locks\['l'\]\.acquisitions must be an int >= 0, "
@@ -696,7 +707,7 @@ def test_recommended_workers_does_not_trust_an_edited_manifest(tmp_path, caplog)
     """An edited (or corrupt) manifest neither crashes the successor nor is trusted: a warning
     and the default."""
     path = edited(tmp_path, lambda d: d.update(recommended_pool_size=64))
-    with caplog.at_level(logging.WARNING, logger="otel_lockwatch.manifest._manifest"):
+    with caplog.at_level(logging.WARNING, logger="otel_lockwatch"):
         assert recommended_workers(path, 4) == 4
     [record] = caplog.records
     assert record.getMessage().startswith("not trusting the last manifest, using 4 workers: ")

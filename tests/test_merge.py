@@ -1,6 +1,7 @@
-"""Tests of ``merge_manifests``: exact merging of the data parts, the merge properties
-(associative, commutative, self-merge doubles counts and keeps percentiles), cross-process
-lock-order cycles, the parent's pool size."""
+"""Tests of merging: ``merge_manifests`` (exact merging of the data parts, the merge properties:
+associative, commutative, self-merge doubles counts and keeps percentiles; cross-process
+lock-order cycles, the parent's pool size) and the recorder's snapshot, which is a merge by the
+same routine."""
 
 from __future__ import annotations
 
@@ -11,14 +12,16 @@ from _snapshots import locks_and_workers
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from otel_lockwatch import _settings
 from otel_lockwatch.exceptions import ManifestError
-from otel_lockwatch.manifest import _manifest
-from otel_lockwatch.manifest._manifest import (
-    Verdict,
-    dump_manifest,
-    evaluate,
-    merge_manifests,
-)
+from otel_lockwatch.manifest._evaluate import evaluate
+from otel_lockwatch.manifest._io import dump_manifest
+from otel_lockwatch.manifest._merge import merge_manifests
+from otel_lockwatch.manifest._model import Verdict
+from otel_lockwatch.record._data import expand_lock_workers, merge_data
+from otel_lockwatch.record._histogram import LogHistogram, bucket_of
+from otel_lockwatch.record._lock_class import lock_class
+from otel_lockwatch.record._recorder import Recorder, Stats
 
 MS = 1_000_000
 
@@ -60,12 +63,8 @@ def snapshot(events, *, pid, pool=None, edges=(), sections=None, blocking=None, 
 
 @pytest.fixture(autouse=True)
 def _clean_env(monkeypatch):
-    for name in (
-        _manifest.ENV_HOT_LOCK_THRESHOLD_PCT,
-        _manifest.ENV_STARVATION_RATIO,
-        _manifest.ENV_POOL_SIZE,
-    ):
-        monkeypatch.delenv(name, raising=False)
+    for setting in _settings.SETTINGS.values():
+        monkeypatch.delenv(setting.variable, raising=False)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -300,3 +299,133 @@ def test_hot_lock_spread_over_processes():
     assert merged.hot_lock_register[0]["lock"] == "registry"
     assert merged.hot_lock_register[0]["wait_ms"] == 24.0
     assert merged.verdict is Verdict.HOT_LOCK_DETECTED
+
+
+# ---------------------------------------------------------------------------------------------
+# The recorder's snapshot is a merge of the same kind
+
+# One recorder for these tests (a Recorder registers an at-fork hook: make one, not one per
+# example); each example resets it.
+RECORDER = Recorder()
+
+# What one acquisition attempt leaves in a worker's Stats, as the hot path writes it:
+# (lock class, outcome, wait_ns, hold_ns); a wait of 0 is an uncontended acquisition.
+attempts = st.lists(
+    st.tuples(
+        st.sampled_from([("L0", "threading.Lock"), ("L1", "threading.RLock"), ("S", "section")]),
+        st.sampled_from(["blocking", "try", "skipped", "timeout"]),
+        st.integers(0, 20 * MS),
+        st.integers(0, 3 * MS),
+    ),
+    max_size=20,
+)
+spans_under_lock = st.dictionaries(
+    st.tuples(st.sampled_from(["L0", "L1"]), st.sampled_from(["db.query", "http.get"])),
+    st.integers(1, 5),
+    max_size=3,
+)
+collisions = st.integers(0, 4)
+
+
+def record(state, attempts, spans, collision_waits, observed_ns):
+    """Write ``attempts`` into a worker state's Stats as the lock wrappers do."""
+    for (name, kind), outcome, wait, hold in attempts:
+        s = state.stats.setdefault(lock_class(name, kind), Stats())
+        if outcome == "skipped":
+            s.skip += 1
+            continue
+        if outcome == "try":
+            s.tryok += 1
+        elif wait:
+            s.cont += 1
+            s.wait += wait
+            b = bucket_of(wait)
+            s.whist[b] = s.whist.get(b, 0) + 1
+            s.wmin, s.wmax = min(s.wmin, wait), max(s.wmax, wait)
+            if name == "S":
+                s.coll += collision_waits
+        if outcome == "timeout":
+            s.tmo += 1
+            continue
+        s.acq += 1
+        s.hold += hold
+        b = bucket_of(hold)
+        s.hhist[b] = s.hhist.get(b, 0) + 1
+        s.hmin, s.hmax = min(s.hmin, hold), max(s.hmax, hold)
+    state.spans.update(spans)
+    state.first, state.last = 0, observed_ns
+
+
+class _Track:
+    """A section array's tracking, as the recorder sees it (``capture._wrappers.ArrayTrack``)."""
+
+    def __init__(self, name, count, max_held):
+        self.name, self.count, self.max_held = name, count, max_held
+
+
+def snapshot_of(workers):
+    """The recorder's snapshot of the given workers' work: ``(name, recording)`` pairs, where a
+    recording is ``(attempts, spans, collision_waits, observed_ns)``."""
+    RECORDER.reset()
+    RECORDER.note_array(_Track("S", 16, 3))
+    RECORDER.note_pool(8, "executor")
+    for name, recording in workers:
+        record(RECORDER._register(name), *recording)
+    return RECORDER.snapshot()
+
+
+recordings = st.tuples(attempts, spans_under_lock, collisions, st.integers(0, 10**9))
+
+
+def reference_locks(workers):
+    """The ``locks`` part computed from the attempts themselves: every blocking attempt is a wait
+    sample (0 when uncontended), every acquisition a hold sample."""
+    locks: dict = {}
+    for worker, (attempts, *_) in workers:
+        for (name, kind), outcome, wait, hold in attempts:
+            lock = locks.setdefault(
+                name,
+                {
+                    "kind": kind,
+                    "acquisitions": 0,
+                    "contentions": 0,
+                    "skipped": 0,
+                    "timeouts": 0,
+                    "wait_ns": LogHistogram(),
+                    "hold_ns": LogHistogram(),
+                    "workers": {},
+                },
+            )
+            totals = lock["workers"].setdefault(
+                worker, {"acquisitions": 0, "contentions": 0, "wait_ns": 0, "hold_ns": 0}
+            )
+            if outcome == "skipped":
+                lock["skipped"] += 1
+                continue
+            if outcome in ("blocking", "timeout"):
+                lock["wait_ns"].add(wait)
+                lock["contentions"] += wait > 0
+                totals["contentions"] += wait > 0
+                totals["wait_ns"] += wait
+            if outcome == "timeout":
+                lock["timeouts"] += 1
+                continue
+            lock["acquisitions"] += 1
+            lock["hold_ns"].add(hold)
+            totals["acquisitions"] += 1
+            totals["hold_ns"] += hold
+    return locks
+
+
+@settings(max_examples=100, deadline=None)
+@given(recordings, recordings, st.sampled_from(["A", "B"]))
+def test_snapshot_of_two_threads_is_the_merge_of_their_snapshots(a, b, b_name):
+    """The recorder's snapshot of two threads' work holds exactly their attempts, and equals
+    merge_data of the snapshots of each thread's work alone (the same thread name twice is one
+    worker, whose totals add)."""
+    workers = [("A", a), (b_name, b)]
+    both = snapshot_of(workers)
+    assert both["locks"] == reference_locks(workers)
+    merged = expand_lock_workers(merge_data([snapshot_of([("A", a)]), snapshot_of([(b_name, b)])]))
+    for field in ("locks", "workers", "blocking_under_lock", "sections", "pool", "lock_order"):
+        assert merged[field] == both[field], field

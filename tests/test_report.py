@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from otel_lockwatch.cli import _common, _report_html, _report_model, _report_text
-from otel_lockwatch.manifest._manifest import evaluate
+from otel_lockwatch.manifest._evaluate import evaluate
 from otel_lockwatch.record._witness import Cycle
 
 DATA = Path(__file__).parent / "data"

@@ -24,7 +24,8 @@ from pathlib import Path
 import pytest
 
 from otel_lockwatch.cli._main import main
-from otel_lockwatch.manifest._manifest import dump_manifest, evaluate
+from otel_lockwatch.manifest._evaluate import evaluate
+from otel_lockwatch.manifest._io import dump_manifest
 
 pytestmark = pytest.mark.e2e
 

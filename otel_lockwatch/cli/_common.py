@@ -8,7 +8,7 @@ import os
 from pathlib import Path
 from typing import IO, NoReturn
 
-from otel_lockwatch.manifest._manifest import write_atomically
+from otel_lockwatch.manifest._io import write_atomically
 
 __all__ = [
     "EXIT_OK",

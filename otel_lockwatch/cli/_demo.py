@@ -36,6 +36,8 @@ from pathlib import Path
 from types import ModuleType
 from typing import IO, Any
 
+from otel_lockwatch._settings import SETTINGS
+
 __all__ = ["DESCRIPTION", "HELP", "configure", "load_workload", "run"]
 
 HELP = "run a built-in worker pool under lockwatch and print its contention report"
@@ -51,7 +53,10 @@ DESCRIPTION = (
 
 DEFAULT_WORKERS = 16
 DEFAULT_SECONDS = 3.0
-DEFAULT_MANIFEST = "lockwatch-manifest.json"
+DEFAULT_MANIFEST = SETTINGS["manifest_path"].default
+#: The thresholds the demo runs under whatever the environment says (a fixed showcase).
+DEFAULT_HOT_LOCK_THRESHOLD_PCT = SETTINGS["hot_lock_threshold_pct"].default
+DEFAULT_STARVATION_RATIO = SETTINGS["starvation_ratio"].default
 DEFAULT_SERVICE_NAME = "otel-lockwatch-demo"
 #: The name the workload module is loaded under (not ``otel_lockwatch.*``: see the workload).
 WORKLOAD_MODULE = "lockwatch_demo"
@@ -336,11 +341,7 @@ def run(args: argparse.Namespace, out: IO[str], err: IO[str]) -> int:
     from otel_lockwatch._instrumentor import LockwatchInstrumentor
     from otel_lockwatch.cli import _common as _cli
     from otel_lockwatch.cli import _report_text
-    from otel_lockwatch.manifest._manifest import (
-        DEFAULT_HOT_LOCK_THRESHOLD_PCT,
-        DEFAULT_STARVATION_RATIO,
-        load_manifest,
-    )
+    from otel_lockwatch.manifest._io import load_manifest
     from otel_lockwatch.record._recorder import RECORDER
     from otel_lockwatch.telemetry import _exit
 

@@ -39,12 +39,9 @@ from otel_lockwatch.cli._common import (
     write_text_atomic,
 )
 from otel_lockwatch.exceptions import ManifestError
-from otel_lockwatch.manifest._manifest import (
-    dump_manifest,
-    load_manifest,
-    may_spawn_pool_size,
-    merge_manifests,
-)
+from otel_lockwatch.manifest._admission import may_spawn_pool_size
+from otel_lockwatch.manifest._io import dump_manifest, load_manifest
+from otel_lockwatch.manifest._merge import merge_manifests
 
 __all__ = ["PROG", "SUBCOMMANDS", "CommandError", "Subcommand", "build_parser", "main"]
 

@@ -252,7 +252,7 @@ def run(args: argparse.Namespace, out: IO[str], err: IO[str]) -> int:
     """
     from otel_lockwatch.cli import _common as _cli
     from otel_lockwatch.cli import _report_text
-    from otel_lockwatch.manifest._manifest import load_manifest
+    from otel_lockwatch.manifest._io import load_manifest
 
     program = list(args.program)
     if program[:1] == ["--"]:

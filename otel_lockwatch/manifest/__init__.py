@@ -1,6 +1,12 @@
-"""The contention manifest: the recorder's mergeable data, its evaluation (verdict, hot locks,
-starvation, pool size), its file format (canonical JSON with a digest), admission checks for a
-successor pool, and merging across processes.
+"""The contention manifest: what a pool ran under, for its successor to read.
 
-It reads ``record``'s snapshot and histograms; it never touches locks or OpenTelemetry.
+It reads ``record``'s data (the recorder's snapshot, or manifests' data parts) and never touches
+locks or OpenTelemetry. One module per idea:
+
+- ``_data``: checking a data part and copying it into the form the others work on;
+- ``_evaluate``: the derived fields (verdict, hot locks, starvation, pool and section sizes);
+- ``_model``: the ``Manifest`` object, its verdict, canonical JSON and digest;
+- ``_io``: the file (atomic write, load that refuses an edited manifest);
+- ``_admission``: the successor's check of its pool size against a manifest;
+- ``_merge``: the manifests of several processes merged into one.
 """

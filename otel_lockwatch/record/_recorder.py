@@ -18,9 +18,12 @@ import os
 import threading
 import time
 import weakref
+from collections.abc import Iterator
 from datetime import datetime, timezone
+from itertools import chain
 from typing import Any
 
+from ._data import WorkerTotals, expand_lock_workers, merge_data
 from ._histogram import LogHistogram
 from ._lock_class import LockClass
 
@@ -150,24 +153,25 @@ def _iso(ns: int) -> str:
     )
 
 
-def hist_json(
+def _histogram(
     counts: dict[int, int], total: int, lo: int, hi: int, zeros: int = 0
-) -> dict[str, Any]:
-    """A bucket dict as ``LogHistogram`` JSON, with ``zeros`` extra samples of 0."""
-    buckets = dict(counts)
+) -> LogHistogram:
+    """A worker's bucket dict as a ``LogHistogram``, with ``zeros`` extra samples of 0.
+
+    Set field by field (the histogram's documented attributes), without ``from_json``'s
+    consistency checks: a snapshot reads counters that other threads may be writing, and a total
+    one sample ahead of its buckets is still a usable histogram.
+    """
+    h = LogHistogram()
+    buckets = dict(counts)  # one C-level copy: the owner thread may be adding to it
     n = sum(buckets.values())
     if zeros > 0:
         buckets[0] = buckets.get(0, 0) + zeros
         n += zeros
         lo = 0
-    return {
-        "sub_bits": 4,
-        "buckets": sorted([k, v] for k, v in buckets.items() if v),
-        "count": n,
-        "sum": total,
-        "min": max(lo, 0) if n else 0,
-        "max": hi if n else 0,
-    }
+    if n:
+        h.counts, h.count, h.sum, h.min, h.max = buckets, n, total, max(lo, 0), hi
+    return h
 
 
 class _ForeignThread:
@@ -356,91 +360,84 @@ class Recorder:
         return out
 
     def snapshot(self) -> dict[str, Any]:
-        """The mergeable data of a manifest (see docs/ARCHITECTURE.md, "Recorder snapshot")."""
+        """The mergeable data of a manifest (see docs/ARCHITECTURE.md, "Recorder snapshot").
+
+        One data part per worker state and per (worker, lock class) statistics, merged by
+        ``_data.merge_data`` (the routine that merges manifests too); then what belongs to the
+        process: its section arrays, lock-order graph, pool size and identity.
+        """
         now = time.perf_counter_ns()
-        locks: dict[str, dict[str, Any]] = {}
-        workers: dict[str, dict[str, int]] = {}
-        collisions: dict[str, int] = {}
-        spans: dict[str, dict[str, int]] = {}
-        for state in list(self._states):
-            if not state.stats:
-                continue  # touched no lock: not a worker of the pool
-            w = workers.setdefault(state.worker, {"observed_ns": 0, "wait_ns": 0})
-            end = now if state.held else state.last
-            w["observed_ns"] += max(0, end - state.first) + state.retired
-            for (lock_name, span_name), n in list(state.spans.items()):
-                per = spans.setdefault(lock_name, {})
-                per[span_name] = per.get(span_name, 0) + n
-            for cls, s in list(state.stats.items()):
-                entry = locks.get(cls.name)
-                if entry is None:
-                    entry = locks[cls.name] = {
-                        "kind": cls.kind,
-                        "acquisitions": 0,
-                        "contentions": 0,
-                        "skipped": 0,
-                        "timeouts": 0,
-                        "wait_ns": LogHistogram(),
-                        "hold_ns": LogHistogram(),
-                        "workers": {},
-                    }
-                blocking = s.acq - s.tryok + s.tmo
-                entry["acquisitions"] += s.acq
-                entry["contentions"] += s.cont
-                entry["skipped"] += s.skip
-                entry["timeouts"] += s.tmo
-                entry["wait_ns"].merge(
-                    LogHistogram.from_json(
-                        hist_json(
-                            s.whist,
-                            s.wait,
-                            s.wmin if s.whist else 0,
-                            s.wmax,
-                            zeros=blocking - s.cont,
-                        )
-                    )
-                )
-                entry["hold_ns"].merge(
-                    LogHistogram.from_json(
-                        hist_json(s.hhist, s.hold, s.hmin if s.hhist else 0, s.hmax)
-                    )
-                )
-                pw = entry["workers"].setdefault(
-                    state.worker, {"acquisitions": 0, "contentions": 0, "wait_ns": 0, "hold_ns": 0}
-                )
-                pw["acquisitions"] += s.acq
-                pw["contentions"] += s.cont
-                pw["wait_ns"] += s.wait
-                pw["hold_ns"] += s.hold
-                w["wait_ns"] += s.wait
-                if s.coll:
-                    collisions[cls.name] = collisions.get(cls.name, 0) + s.coll
-        sections: dict[str, dict[str, int]] = {}
-        for track in list(self._arrays):
-            info = sections.setdefault(
-                track.name,
-                {
-                    "count": track.count,
-                    "max_held": 0,
-                    "collision_waits": collisions.get(track.name, 0),
-                },
+        states = [state for state in list(self._states) if state.stats]  # else: not a worker
+        tracks = list(self._arrays)
+        data = merge_data(
+            chain(
+                chain.from_iterable(_state_parts(state, now) for state in states),
+                ({"sections": {t.name: _track_section(t)}} for t in tracks),
             )
-            info["count"] = max(info["count"], track.count)
-            info["max_held"] = max(info["max_held"], track.max_held)
-        graph = self.graph.to_json() if self.graph is not None else {"edges": [], "cycles": []}
-        return {
-            "locks": locks,
-            "workers": workers,
-            "lock_order": graph,
-            "blocking_under_lock": spans,
-            "sections": sections,
-            "pool": {"nominal": self.pool_size, "source": self.pool_source},
-            "process": {
-                "pid": os.getpid(),
-                "start": _iso(self.start_ns),
-                "end": _iso(time.time_ns()),
-            },
+        )
+        expand_lock_workers(data)
+        sections = data["sections"]
+        for state in states:  # contended waits on a colliding key, joined to the arrays
+            for cls, s in list(state.stats.items()):
+                if s.coll and cls.name in sections:
+                    sections[cls.name]["collision_waits"] += s.coll
+        data["lock_order"] = (
+            self.graph.to_json() if self.graph is not None else {"edges": [], "cycles": []}
+        )
+        data["pool"] = {"nominal": self.pool_size, "source": self.pool_source}
+        data["process"] = {
+            "pid": os.getpid(),
+            "start": _iso(self.start_ns),
+            "end": _iso(time.time_ns()),
         }
+        return data
+
+
+def _state_parts(state: WorkerState, now: int) -> Iterator[dict[str, Any]]:
+    """One worker state's data parts: one per lock class it touched, then the worker's own."""
+    wait = 0
+    for cls, s in list(state.stats.items()):
+        wait += s.wait
+        yield {"locks": {cls.name: _stats_data(cls.kind, state.worker, s)}}
+    end = now if state.held else state.last
+    spans: dict[str, dict[str, int]] = {}
+    for (lock_name, span_name), n in list(state.spans.items()):
+        spans.setdefault(lock_name, {})[span_name] = n
+    yield {
+        "workers": {
+            state.worker: {
+                "observed_ns": max(0, end - state.first) + state.retired,
+                "wait_ns": wait,
+            }
+        },
+        "blocking_under_lock": spans,
+    }
+
+
+def _stats_data(kind: str, worker: str, s: Stats) -> dict[str, Any]:
+    """One worker's statistics for one lock class, as a lock's entry of the data part.
+
+    Every blocking attempt is a wait sample; the uncontended ones (``acq - tryok + tmo``
+    attempts minus ``cont`` contended ones) are samples of 0, which the hot path never wrote.
+    """
+    blocking = s.acq - s.tryok + s.tmo
+    return {
+        "kind": kind,
+        "acquisitions": s.acq,
+        "contentions": s.cont,
+        "skipped": s.skip,
+        "timeouts": s.tmo,
+        "wait_ns": _histogram(
+            s.whist, s.wait, s.wmin if s.whist else 0, s.wmax, zeros=blocking - s.cont
+        ),
+        "hold_ns": _histogram(s.hhist, s.hold, s.hmin if s.hhist else 0, s.hmax),
+        "workers": WorkerTotals({worker: (s.acq, s.cont, s.wait, s.hold)}),
+    }
+
+
+def _track_section(track: Any) -> dict[str, int]:
+    """A section array's count and the most sections held at once (its ``ArrayTrack``)."""
+    return {"count": track.count, "max_held": track.max_held, "collision_waits": 0}
 
 
 RECORDER = Recorder()

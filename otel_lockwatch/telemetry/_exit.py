@@ -13,7 +13,8 @@ When the manifest is written:
 - SIGTERM: a handler writes it, then chains to the handler that was installed before (the
   default one ends the process with SIGTERM, as it would have);
 - the tracer provider's shutdown;
-- every ``checkpoint_interval_s`` (default 30 s), so a SIGKILL loses at most one interval.
+- every ``checkpoint_interval_s`` seconds (an option; 0 for never), so a SIGKILL loses at most
+  one interval.
 
 Every write is atomic (a temporary file, then a rename): an interrupted write never leaves a
 truncated manifest, and the previous one survives.
@@ -34,8 +35,11 @@ from opentelemetry import trace
 from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
+from .._settings import SETTINGS
 from ..capture import _multiprocess
-from ..manifest import _manifest
+from ..manifest import _evaluate, _io
+from ..manifest._model import Manifest
+from ..record._outbox import OUTBOX
 from ..record._recorder import RECORDER
 from ._emitter import TELEMETRY
 
@@ -58,6 +62,14 @@ def _options() -> Any:
     return ACTIVE.options
 
 
+def _manifest_path() -> str:
+    """The ``manifest_path`` option: ``instrument()``'s while instrumented, else the
+    environment's or the default; a child process's own file (``_multiprocess``)."""
+    opts = _options()
+    path = opts.manifest_path if opts is not None else SETTINGS["manifest_path"].resolve()
+    return _multiprocess.manifest_path(path)
+
+
 def _service_name(provider: Any = None) -> str | None:
     provider = provider if provider is not None else trace.get_tracer_provider()
     resource = getattr(provider, "resource", None)
@@ -65,7 +77,7 @@ def _service_name(provider: Any = None) -> str | None:
     return name or os.environ.get("OTEL_SERVICE_NAME") or None
 
 
-def evaluate(data: Any = None, **kwargs: Any) -> _manifest.Manifest:
+def evaluate(data: Any = None, **kwargs: Any) -> Manifest:
     """The manifest so far, as a :class:`Manifest` object.
 
     Args:
@@ -75,7 +87,7 @@ def evaluate(data: Any = None, **kwargs: Any) -> _manifest.Manifest:
             ``service_name``; defaults from ``instrument()`` options, then the environment.
 
     Raises:
-        ValueError: a threshold out of range (see :func:`..manifest._manifest.evaluate`).
+        ValueError: a threshold out of range (see :func:`..manifest._evaluate.evaluate`).
     """
     if data is None:
         data = RECORDER.snapshot()
@@ -88,28 +100,20 @@ def evaluate(data: Any = None, **kwargs: Any) -> _manifest.Manifest:
         name = _service_name()
         if name:
             kwargs.setdefault("service_name", name)
-    return _manifest.evaluate(data, **kwargs)
+    return _evaluate.evaluate(data, **kwargs)
 
 
 def write_manifest(path: str | os.PathLike[str] | None = None) -> Path:
     """Evaluate the manifest so far and write it atomically.
 
     Args:
-        path: where (``{pid}`` is replaced by the process id); default the
-            ``OTEL_PYTHON_LOCKWATCH_MANIFEST_PATH`` option, else ``lockwatch-manifest.json``.
+        path: where (``{pid}`` is replaced by the process id); default the ``manifest_path``
+            option.
 
     Returns:
         The path written.
     """
-    if path is None:
-        opts = _options()
-        path = (
-            opts.manifest_path
-            if opts is not None
-            else os.environ.get("OTEL_PYTHON_LOCKWATCH_MANIFEST_PATH", "lockwatch-manifest.json")
-        )
-        path = _multiprocess.manifest_path(path)  # a child process writes its own file
-    return _manifest.dump_manifest(evaluate(), path)
+    return _io.dump_manifest(evaluate(), _manifest_path() if path is None else path)
 
 
 class ManifestExporter(SpanExporter):
@@ -207,20 +211,23 @@ class ManifestExporter(SpanExporter):
             with self._lock:
                 name = _service_name(self._provider)
                 manifest = evaluate(service_name=name) if name else evaluate()
-                path = self._path
-                if path is None:
-                    opts = _options()
-                    path = opts.manifest_path if opts is not None else "lockwatch-manifest.json"
-                path = _multiprocess.manifest_path(path)  # a child process writes its own file
-                self.last_path = _manifest.dump_manifest(manifest, path)
+                path = (
+                    _manifest_path()
+                    if self._path is None
+                    else _multiprocess.manifest_path(self._path)  # a child's own file
+                )
+                self.last_path = _io.dump_manifest(manifest, path)
                 self.writes += 1
                 if final and not self._span_sent:
                     self._span_sent = True
                     TELEMETRY.flush()
                     _send_manifest_span(manifest, self.last_path, self._provider)
                 return self.last_path
-        except Exception as exc:  # never into the host
+        except OSError as exc:  # the path's fault, not lockwatch's: say so at every failed write
             logger.warning("otel-lockwatch: could not write the manifest: %s", exc)
+            return None
+        except Exception as exc:  # never into the host: the one error path
+            OUTBOX.failed(exc)
             return None
         finally:
             st.busy = was_busy
@@ -235,7 +242,7 @@ def _raw_lock() -> Any:
     return _thread.allocate_lock()
 
 
-def _send_manifest_span(manifest: _manifest.Manifest, path: Path, provider: Any) -> None:
+def _send_manifest_span(manifest: Manifest, path: Path, provider: Any) -> None:
     from .._version import __version__
 
     tracer = trace.get_tracer("otel_lockwatch", __version__, provider)

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from _e2e_harness import Jaeger, parent_id, run_workload, tags, unique_service
 
-from otel_lockwatch.manifest._manifest import Verdict
+from otel_lockwatch.manifest._model import Verdict
 
 TASKS = 3
 

@@ -1,0 +1,214 @@
+"""The manifest object: its fields, its verdict, its canonical JSON and its digest.
+
+A manifest is a document of two layers. The **data** (``record._data``) is what the recorder
+measured, and merges exactly; the **derived** fields are what ``evaluate()`` computes from the
+data (verdict, hot locks, starvation, ordering witnesses, throughput, pool and section sizes,
+the thresholds in force). Since the derived layer is a pure function of the data, a manifest
+read back from disk can be evaluated again, and the manifests of many processes merge by
+merging their data.
+
+The digest is SHA-256 over the canonical JSON (sorted keys, no whitespace, UTF-8) of every
+field but the digest: ``load_manifest`` refuses a manifest whose digest does not match, so a
+successor never sizes its pool from numbers the run did not produce.
+"""
+
+from __future__ import annotations
+
+import enum
+import hashlib
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from ..record._data import DATA_FIELDS, WorkerTotals, expand_lock_workers
+from ..record._histogram import LogHistogram
+from ._data import normalize
+
+__all__ = [
+    "DATA_FIELDS",
+    "DERIVED_FIELDS",
+    "REQUIRED_FIELDS",
+    "SCHEMA",
+    "Manifest",
+    "Verdict",
+    "canonical_json",
+    "compute_digest",
+]
+
+SCHEMA = "otel-lockwatch/manifest/1"
+
+#: Every field evaluate() derives from the data part (``DATA_FIELDS``).
+DERIVED_FIELDS = (
+    "effective_throughput_pct",
+    "hold_time_distribution",
+    "hot_lock_register",
+    "manifest_digest",
+    "nominal_pool_size",
+    "pool_size_source",
+    "pre_deadlock_ordering_witness",
+    "recommended_pool_size",
+    "schema",
+    "starvation_signatures",
+    "thresholds",
+    "verdict",
+)
+#: The fields a manifest document must have.
+REQUIRED_FIELDS = tuple(sorted(DATA_FIELDS + DERIVED_FIELDS))
+
+
+class Verdict(str, enum.Enum):
+    """The manifest's verdict, in increasing precedence."""
+
+    LOW_CONTENTION = "LOW_CONTENTION"
+    HOT_LOCK_DETECTED = "HOT_LOCK_DETECTED"
+    STARVATION_OBSERVED = "STARVATION_OBSERVED"
+    CYCLIC_ORDERING_DETECTED = "CYCLIC_ORDERING_DETECTED"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+def _to_jsonable(obj: Any) -> Any:
+    """A fresh JSON-ready copy of a document part (histograms in their JSON form)."""
+    if isinstance(obj, dict):
+        return {k: _to_jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_to_jsonable(v) for v in obj]
+    if isinstance(obj, (LogHistogram, WorkerTotals)):
+        return obj.to_json()
+    return obj
+
+
+def _json_default(obj: Any) -> Any:
+    if isinstance(obj, (LogHistogram, WorkerTotals)):
+        return obj.to_json()
+    raise TypeError(f"{type(obj).__name__} is not JSON serializable")
+
+
+def canonical_json(obj: Any) -> bytes:
+    """The canonical encoding the digest is computed over: sorted keys, no whitespace, UTF-8."""
+    return json.dumps(
+        obj,
+        sort_keys=True,
+        separators=(",", ":"),
+        ensure_ascii=False,
+        allow_nan=False,
+        default=_json_default,
+    ).encode("utf-8")
+
+
+def compute_digest(doc: Mapping[str, Any]) -> str:
+    """SHA-256 hex digest of the canonical JSON of ``doc`` without its ``manifest_digest``."""
+    body = {k: v for k, v in doc.items() if k != "manifest_digest"}
+    return hashlib.sha256(canonical_json(body)).hexdigest()
+
+
+class _Field:
+    """A read-only attribute that returns a copy of one field of the manifest document."""
+
+    def __init__(self, doc: str) -> None:
+        self.__doc__ = doc
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    def __get__(self, obj: Manifest | None, owner: type) -> Any:
+        if obj is None:
+            return self
+        return _to_jsonable(obj._doc[self.name])
+
+
+class Manifest:
+    """A contention manifest: read-only attributes for every field, ``to_dict`` / ``to_json``.
+
+    Build one with :func:`evaluate`, :func:`load_manifest` or :func:`merge_manifests`.
+    Container attributes return copies, so the manifest cannot be changed through them.
+    """
+
+    __slots__ = ("_doc", "_digest")
+    _doc: dict[str, Any]
+    _digest: str | None
+
+    schema = _Field("``otel-lockwatch/manifest/1``.")
+    nominal_pool_size = _Field("The pool size the run had (int >= 1).")
+    pool_size_source = _Field("Where nominal_pool_size came from: executor, env, argument...")
+    recommended_pool_size = _Field("The pool size a successor should use (int >= 1).")
+    hot_lock_register = _Field("``[{lock, wait_ms, wait_share_pct}]``, most waited-on first.")
+    hold_time_distribution = _Field("``{lock: {count, p50_ms, p95_ms, max_ms}}`` of hot locks.")
+    starvation_signatures = _Field("``[{worker, lock, wait_ms, median_wait_ms}]``.")
+    pre_deadlock_ordering_witness = _Field("The lock-order cycles, ``[{cycle, edges}]``.")
+    effective_throughput_pct = _Field("Share of observed worker time not spent waiting (0..100).")
+    thresholds = _Field("Every threshold and floor in force.")
+    locks = _Field("Per-lock counters, totals, percentiles, histograms and per-worker totals.")
+    workers = _Field("``{worker: {observed_ns, wait_ns}}``.")
+    sections = _Field("``{array: {count, collision_waits, max_held, recommended_count, ...}}``.")
+    lock_order = _Field("The lock-order graph: ``{edges, cycles}``.")
+    blocking_under_lock = _Field("``{lock: {span name: count}}``.")
+    pool = _Field("``{nominal, source}`` as the data knew it.")
+    process = _Field("The process (pid, service.name, start, end), or the merged processes.")
+
+    def __init__(self) -> None:
+        raise TypeError("build a Manifest with evaluate(), load_manifest() or merge_manifests()")
+
+    @classmethod
+    def _from_doc(cls, doc: dict[str, Any], digest: str | None) -> Manifest:
+        self = object.__new__(cls)
+        object.__setattr__(self, "_doc", doc)
+        object.__setattr__(self, "_digest", digest)
+        return self
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError(f"Manifest is read-only; cannot set {name!r}")
+
+    @property
+    def verdict(self) -> Verdict:
+        """The :class:`Verdict` (a str enum)."""
+        return Verdict(self._doc["verdict"])
+
+    @property
+    def manifest_digest(self) -> str:
+        """SHA-256 hex over the canonical JSON of every other field."""
+        if self._digest is None:
+            object.__setattr__(self, "_digest", compute_digest(self._doc))
+        return self._digest  # type: ignore[return-value]
+
+    @property
+    def data(self) -> dict[str, Any]:
+        """The mergeable part as a fresh snapshot (histograms as :class:`LogHistogram`), in the
+        recorder's form (``docs/ARCHITECTURE.md``)."""
+        return expand_lock_workers(normalize(self._doc))
+
+    def to_dict(self) -> dict[str, Any]:
+        """Return the whole manifest, digest included, as a fresh JSON-ready dict."""
+        doc = _to_jsonable(self._doc)
+        doc["manifest_digest"] = self.manifest_digest
+        return doc
+
+    def to_json(self) -> str:
+        """Return the manifest as JSON: sorted keys, indent 2, a trailing newline."""
+        doc = dict(self._doc)
+        doc["manifest_digest"] = self.manifest_digest
+        text = json.dumps(
+            doc,
+            sort_keys=True,
+            indent=2,
+            ensure_ascii=False,
+            allow_nan=False,
+            default=_json_default,
+        )
+        return text + "\n"
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Manifest):
+            return NotImplemented
+        return self.manifest_digest == other.manifest_digest
+
+    def __hash__(self) -> int:
+        return hash(self.manifest_digest)
+
+    def __repr__(self) -> str:
+        return (
+            f"<Manifest {self._doc['verdict']} recommended_pool_size="
+            f"{self._doc['recommended_pool_size']} of {self._doc['nominal_pool_size']}, "
+            f"{len(self._doc['locks'])} locks>"
+        )
