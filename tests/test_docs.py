@@ -174,3 +174,17 @@ def test_links_in_code_are_not_links(tmp_path: Path) -> None:
         encoding="utf-8",
     )
     assert [target for _, target in relative_links(page)] == ["a.md#x", "c.md"]
+
+
+def test_the_options_table_is_the_declarations():
+    """docs/configuration.md's options table is exactly what ``_settings`` declares: one row per
+    option, in declaration order, with the declared default and meaning (a new option, a changed
+    default or a reworded meaning that is not in the docs fails here)."""
+    from otel_lockwatch._settings import docs_table_rows
+
+    text = (ROOT / "docs" / "configuration.md").read_text()
+    begin, end = "<!-- options-table:begin -->", "<!-- options-table:end -->"
+    assert begin in text and end in text
+    block = text.split(begin, 1)[1].split(end, 1)[0]
+    rows = [line for line in block.splitlines() if line.startswith("| `")]
+    assert rows == docs_table_rows()

@@ -198,7 +198,6 @@ def test_the_manifest_reads_its_thresholds_through_the_same_settings(monkeypatch
 # (this set only shrinks): (module, option).
 _NOT_YET = {
     ("otel_lockwatch.capture._wrappers", "on_cycle"),  # ON_CYCLE = "warn" before configure()
-    ("otel_lockwatch.cli._run", "manifest_path"),  # the file name of run's temporary manifest
 }
 
 

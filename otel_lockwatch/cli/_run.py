@@ -39,6 +39,8 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any
 
+from otel_lockwatch._settings import SETTINGS
+
 __all__ = [
     "DESCRIPTION",
     "HELP",
@@ -280,7 +282,7 @@ def run(args: argparse.Namespace, out: IO[str], err: IO[str]) -> int:
             )
     else:
         tmpdir = tempfile.mkdtemp(prefix="otel-lockwatch-run-")
-        path = os.path.join(tmpdir, "lockwatch-manifest.json")
+        path = os.path.join(tmpdir, os.path.basename(SETTINGS["manifest_path"].default))
     try:
         before = None if "{pid}" in path else _signature(path)
         status, pid = _run_child(command, child_environment(os.environ, path, program))
