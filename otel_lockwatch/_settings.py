@@ -165,6 +165,12 @@ class Options:
         valid="a number >= 0",
         doc="rewrite the manifest this often (0: never), so a SIGKILL loses at most one interval",
     )
+    exit_timeout_s: float = _option(
+        parse=_number(0),
+        default=5.0,
+        valid="a number >= 0",
+        doc="at exit, after the manifest is written, how long spans may take to go out",
+    )
     pool_size: int | None = _option(
         parse=_integer_at_least_one,
         default=None,

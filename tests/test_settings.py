@@ -53,6 +53,8 @@ def test_docs_table_rows():
         "replaced) |",
         "| `CHECKPOINT_INTERVAL_S` | `checkpoint_interval_s` | 30 | rewrite the manifest this "
         "often (0: never), so a SIGKILL loses at most one interval |",
+        "| `EXIT_TIMEOUT_S` | `exit_timeout_s` | 5 | at exit, after the manifest is written, how "
+        "long spans may take to go out |",
         "| `POOL_SIZE` | `pool_size` | (none) | the nominal pool size when no instrumented "
         "executor tells it |",
         "| `HOT_LOCK_THRESHOLD_PCT` | `hot_lock_threshold_pct` | 20 | a lock with at least this "

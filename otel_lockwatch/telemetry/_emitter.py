@@ -34,6 +34,7 @@ import logging
 import os
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 from opentelemetry import trace
@@ -89,6 +90,7 @@ class Telemetry:
         self._emitter: threading.Thread | None = None
         self._emitter_pid = 0
         self._stop = threading.Event()
+        self._abandoned = False
         OUTBOX.on_first_record = self._ensure_emitter
 
     # -- the emitter -----------------------------------------------------------------------
@@ -114,21 +116,72 @@ class Telemetry:
         while not stop.wait(self.INTERVAL_S):
             self._drain()
 
-    def flush(self) -> None:
-        """Emit every queued record now, from the calling thread."""
+    def flush(
+        self,
+        timeout_s: float | None = None,
+        then: Callable[[], None] | None = None,
+        *,
+        abandon: bool = True,
+    ) -> bool:
+        """Emit every queued record now (and then call ``then``, if given).
+
+        Without a timeout this runs on the calling thread. With one it runs on a helper thread
+        the caller waits for at most ``timeout_s``: the SDK's export can block for as long as its
+        exporter retries (a collector that is down, behind a ``SimpleSpanProcessor``), and the
+        caller may be a process trying to exit. When the time is up the emitter is abandoned:
+        what is still queued is dropped (counted in ``OUTBOX.dropped``) and nothing more is
+        accepted (unless ``abandon`` is False: a ``force_flush`` that ran out of time leaves
+        the rest to the emitter thread).
+
+        Returns:
+            True when everything was emitted in time.
+        """
+        if timeout_s is None:
+            self._drain_as_lockwatch(then)
+            return True
+        done = threading.Event()
+
+        def run() -> None:
+            try:
+                self._drain_as_lockwatch(then)
+            finally:
+                done.set()
+
+        threading.Thread(target=run, name="otel-lockwatch-flush", daemon=True).start()
+        if done.wait(timeout_s):
+            return True
+        if abandon:
+            self.abandon()
+        return False
+
+    def abandon(self) -> None:
+        """Stop emitting for good: drop what is queued and accept nothing more (the process is
+        leaving and its exporter does not answer)."""
+        self._abandoned = True
+        OUTBOX.accepting = False
+        self._stop.set()
+        queue = OUTBOX.queue
+        OUTBOX.dropped += len(queue)
+        queue.clear()
+
+    def _drain_as_lockwatch(self, then: Callable[[], None] | None) -> None:
         from ..record._recorder import RECORDER
 
         st = RECORDER.thread_state()
         was_busy = st.busy
-        st.busy = True
+        st.busy = True  # the SDK's locks taken here are not the host's: not recorded
         try:
             self._drain()
+            if then is not None and not self._abandoned:
+                then()
+        except Exception as exc:  # never into the host
+            OUTBOX.failed(exc)
         finally:
             st.busy = was_busy
 
     def _drain(self) -> None:
         queue = OUTBOX.queue
-        while True:
+        while not self._abandoned:
             try:
                 record = queue.popleft()
             except IndexError:
@@ -140,6 +193,7 @@ class Telemetry:
 
     def configure(self, tracer_provider: Any, meter_provider: Any, recorder: Any) -> None:
         """Create the tracer and instruments (None providers: the global ones)."""
+        self._abandoned = False
         from opentelemetry import metrics
         from opentelemetry.metrics import CallbackOptions, Observation
 

@@ -23,11 +23,13 @@ truncated manifest, and the previous one survives.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import logging
 import os
 import signal
 import threading
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -192,10 +194,19 @@ class ManifestExporter(SpanExporter):
         _HOOKS.uninstall_if_idle()
 
     def close(self) -> None:
-        """The final write (idempotent for the span; the file is rewritten with the latest data)."""
+        """The final write (idempotent for the span; the file is rewritten with the latest data).
+
+        When the process is exiting, the tracer provider's span processors are then shut down
+        within what is left of ``exit_timeout_s``: a batch processor whose collector is down
+        would otherwise hold the exit for as long as its exporter retries (the SDK's own exit
+        hook waits up to 30 s per processor). Their later shutdown by the SDK finds them done.
+        """
+        started = time.monotonic()
         self.write(final=True)
         self._stop.set()
         _HOOKS.unregister(self)
+        if _HOOKS.exiting:
+            _shutdown_processors(self._provider, _exit_timeout_s() - (time.monotonic() - started))
 
     def write(self, final: bool) -> Path | None:
         """Evaluate and write the manifest now; ``final`` also sends the manifest span once."""
@@ -216,12 +227,25 @@ class ManifestExporter(SpanExporter):
                     if self._path is None
                     else _multiprocess.manifest_path(self._path)  # a child's own file
                 )
-                self.last_path = _io.dump_manifest(manifest, path)
+                self.last_path = written = _io.dump_manifest(manifest, path)
                 self.writes += 1
+                if final and _HOOKS.exiting:
+                    _HOOKS.arm_second_signal()  # the manifest is on disk: a 2nd signal may end it
                 if final and not self._span_sent:
                     self._span_sent = True
-                    TELEMETRY.flush()
-                    _send_manifest_span(manifest, self.last_path, self._provider)
+                    # The manifest first, the telemetry after, within a deadline: the SDK's
+                    # export may block as long as its exporter retries a collector that is down.
+                    sent = TELEMETRY.flush(
+                        _exit_timeout_s(),
+                        lambda: _send_manifest_span(manifest, written, self._provider),
+                    )
+                    if not sent:
+                        logger.warning(
+                            "otel-lockwatch: spans still unsent after %g s were dropped "
+                            "(the manifest is written to %s)",
+                            _exit_timeout_s(),
+                            written,
+                        )
                 return self.last_path
         except OSError as exc:  # the path's fault, not lockwatch's: say so at every failed write
             logger.warning("otel-lockwatch: could not write the manifest: %s", exc)
@@ -300,13 +324,13 @@ class FrontProcessor(SpanProcessor):
         pass
 
     def shutdown(self) -> None:
-        TELEMETRY.flush()
         if self.exporter is not None:
-            self.exporter.shutdown()
+            self.exporter.shutdown()  # the manifest, then the spans, within the deadline
+        else:
+            TELEMETRY.flush(_exit_timeout_s())
 
     def force_flush(self, timeout_millis: int = 30000) -> bool:
-        TELEMETRY.flush()
-        return True
+        return TELEMETRY.flush(timeout_millis / 1000, abandon=False)
 
 
 def install_first(provider: Any, exporter: ManifestExporter | None) -> SpanProcessor | None:
@@ -325,6 +349,59 @@ def install_first(provider: Any, exporter: ManifestExporter | None) -> SpanProce
     return processor
 
 
+def _exit_timeout_s() -> float:
+    options = ACTIVE.options
+    if options is not None:
+        return float(options.exit_timeout_s)
+    return float(SETTINGS["exit_timeout_s"].resolve())
+
+
+def _shutdown_processors(provider: Any, budget_s: float) -> None:
+    """Shut down the provider's span processors (not lockwatch's own) within ``budget_s``.
+
+    Each processor's ``shutdown()`` runs on a helper thread; one still running when the budget
+    is spent has its exporter shut down, which ends the exporter's retries at once (the OTLP
+    exporters wait on a shutdown event between attempts), and is given a short grace to return.
+    """
+    multi = getattr(provider, "_active_span_processor", None)
+    processors = getattr(multi, "_span_processors", ())
+    deadline = time.monotonic() + max(0.0, budget_s)
+    for processor in tuple(processors):
+        if type(processor).__module__.startswith("otel_lockwatch."):
+            continue  # ours: the front processor has written already
+        if not callable(getattr(processor, "shutdown", None)):
+            continue
+        done = _run_bounded(processor.shutdown, deadline - time.monotonic())
+        if not done:
+            exporter = getattr(processor, "span_exporter", None) or getattr(
+                getattr(processor, "_batch_processor", None), "_exporter", None
+            )
+            if exporter is not None and callable(getattr(exporter, "shutdown", None)):
+                _run_bounded(exporter.shutdown, _EXPORTER_GRACE_S)
+
+
+_EXPORTER_GRACE_S = 1.0
+
+
+def _run_bounded(fn: Callable[[], Any], timeout_s: float) -> bool:
+    """Run ``fn`` on a daemon thread; wait at most ``timeout_s``. True when it returned."""
+
+    def run() -> None:
+        try:
+            fn()
+        except Exception as exc:  # the SDK's trouble, not the host's: counted, never raised
+            OUTBOX.failed(exc)
+
+    thread = threading.Thread(target=run, name="otel-lockwatch-exit", daemon=True)
+    thread.start()
+    thread.join(max(0.0, timeout_s))
+    return not thread.is_alive()
+
+
+def _exit_now(signum: int, frame: Any) -> None:
+    os._exit(128 + signum)
+
+
 class _Hooks:
     """atexit and SIGTERM: one registration for the process, serving the live exporters."""
 
@@ -332,6 +409,7 @@ class _Hooks:
         self._exporters: list[ManifestExporter] = []
         self._installed = False
         self._previous: Any = None
+        self._armed = False
 
     def register(self, exporter: ManifestExporter) -> None:
         if exporter not in self._exporters:
@@ -345,9 +423,24 @@ class _Hooks:
         if exporter in self._exporters:
             self._exporters.remove(exporter)
 
+    #: Set when the process has begun to exit (atexit, or a SIGTERM we handle).
+    exiting = False
+
     def _at_exit(self) -> None:
+        self.exiting = True
         for exporter in list(self._exporters):
             exporter.close()
+
+    def arm_second_signal(self) -> None:
+        """Once the final manifest is on disk, a second SIGINT or SIGTERM ends the process at
+        once (exit status 128 + the signal), whatever is still flushing: ours, or the SDK's own
+        exit hooks retrying a collector that is down."""
+        if self._armed or threading.current_thread() is not threading.main_thread():
+            return
+        self._armed = True
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            with contextlib.suppress(ValueError, OSError):
+                signal.signal(signum, _exit_now)
 
     def _install_sigterm(self) -> None:
         if threading.current_thread() is not threading.main_thread():

@@ -1,0 +1,93 @@
+"""Exit is bounded: a collector that is down never holds a finished program.
+
+Real subprocesses with the real OTLP/HTTP exporter pointed at a loopback port where nothing
+listens (connection refused, which the exporter retries with backoff), behind a
+``SimpleSpanProcessor`` (one synchronous export per span) or a ``BatchSpanProcessor`` (whose own
+exit hook waits up to 30 s). The manifest is written first; the spans get ``exit_timeout_s``
+(default 5 s) after it; a second SIGINT ends the process at once.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+APP = Path(__file__).parent / "data" / "unreachable_collector_app.py"
+
+
+def _refusing_port() -> int:
+    """A loopback port with nothing listening (bound, then closed)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
+    env.update(extra)
+    return env
+
+
+@pytest.mark.parametrize("processor", ["simple", "batch"])
+def test_exit_within_ten_seconds_of_the_work_with_the_manifest_written(processor, tmp_path):
+    manifest = tmp_path / "manifest.json"
+    proc = subprocess.Popen(
+        [sys.executable, str(APP), processor, str(_refusing_port()), str(manifest)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=_env(),
+    )
+    try:
+        out, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    ended = time.time()
+    assert proc.returncode == 0, err[-2000:]
+    worked = float(out.split("work done", 1)[1].split()[0])
+    assert ended - worked < 10.0, f"exit took {ended - worked:.1f} s after the work"
+    doc = json.loads(manifest.read_text())
+    assert doc["locks"], "the manifest recorded the lock"
+
+
+def test_a_second_sigint_exits_at_once_with_the_manifest_on_disk(tmp_path):
+    """Ctrl-C ends the program; its exit then hangs on the collector (a 60 s budget here); a
+    second Ctrl-C ends the process at once, with status 130, the manifest already written."""
+    manifest = tmp_path / "manifest.json"
+    proc = subprocess.Popen(
+        [sys.executable, str(APP), "simple", str(_refusing_port()), str(manifest)]
+        + ["wait-for-sigint"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        env=_env(OTEL_PYTHON_LOCKWATCH_EXIT_TIMEOUT_S="60"),
+    )
+    try:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            if line.startswith("ready"):
+                break
+        proc.send_signal(signal.SIGINT)
+        deadline = time.monotonic() + 30
+        while not manifest.exists():
+            assert proc.poll() is None, "the process ended before a second signal was needed"
+            assert time.monotonic() < deadline, "no manifest 30 s after the first SIGINT"
+            time.sleep(0.05)  # ok: polling for the manifest file, with a deadline
+        assert proc.poll() is None, "nothing was left to flush: the test proves nothing"
+        sent = time.monotonic()
+        proc.send_signal(signal.SIGINT)
+        status = proc.wait(timeout=10)
+        assert time.monotonic() - sent < 2.0
+        assert status == 128 + signal.SIGINT
+        assert json.loads(manifest.read_text())["locks"]
+    finally:
+        proc.kill()
+        proc.wait()
