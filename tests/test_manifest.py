@@ -546,6 +546,15 @@ def test_streaming_evaluation_matches_the_batch_reference(events):
 # File format
 
 
+def current_umask() -> int:
+    """The process's umask, read without setting it (``os.umask`` would, for every thread)."""
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    raise AssertionError("no Umask line in /proc/self/status")
+
+
 def test_dump_and_load_round_trip(tmp_path):
     m = evaluate(snapshot(hot_pool_events(), pool=EXECUTOR_8))
     path = dump_manifest(m, tmp_path / "manifest.json")
@@ -556,9 +565,7 @@ def test_dump_and_load_round_trip(tmp_path):
     assert loaded.to_dict() == m.to_dict()
     assert loaded.verdict is Verdict.HOT_LOCK_DETECTED
     assert loaded.recommended_pool_size == 6
-    umask = os.umask(0)
-    os.umask(umask)
-    assert (os.stat(path).st_mode & 0o777) == 0o666 & ~umask  # as any file created here
+    assert (os.stat(path).st_mode & 0o777) == 0o666 & ~current_umask()  # as any new file
     assert os.listdir(tmp_path) == ["manifest.json"]
 
 

@@ -45,12 +45,14 @@ def _count(v: object, where: str) -> int:
     if type(v) is not int or v < 0:  # noqa: E721
         raise ValueError(f"{where} must be an int >= 0, got {_shown(v)}")
     if v >= COUNT_LIMIT:
-        raise ValueError(f"{where} must be < 2**63, got {v}")
+        raise ValueError(f"{where} must be < 2**63, got {_shown(v)}")
     return v
 
 
 def _shown(v: object) -> str:
     """A value in a message: its repr, cut past 80 characters (a name may be a megabyte)."""
+    if type(v) is int and v.bit_length() > 64:  # repr() may refuse a huge int
+        return f"<an int of {v.bit_length()} bits>"
     text = repr(v)
     return text if len(text) <= 80 else f"{text[:80]}...(+{len(text) - 80} chars)"
 

@@ -169,6 +169,8 @@ class _Refused(ValueError):
 
 def _shown(value: Any) -> str:
     """A refused value in a message: its repr, one line, cut past a few dozen characters."""
+    if type(value) is int and value.bit_length() > 64:  # repr() may refuse a huge int
+        return f"<an int of {value.bit_length()} bits>"
     return printable(repr(value), _SHOWN)
 
 
@@ -338,7 +340,7 @@ def check_json(doc: Any, where: str, *, surrogates: bool = True) -> None:
             elif kind is int:
                 if not -INT_LIMIT < value < INT_LIMIT:
                     raise ManifestError(
-                        f"{where} has an integer out of range at {_at(path, key)}: {value}"
+                        f"{where} has an integer out of range at {_at(path, key)}: {_shown(value)}"
                     )
             elif kind is float:
                 if not math.isfinite(value):
