@@ -20,9 +20,10 @@ from typing import Any
 
 from .._settings import SETTINGS
 from ..record._data import WorkerTotals, merge_data
+from ._check import check_doc, check_json
 from ._data import normalize
 from ._evaluate import evaluate_normalized
-from ._io import DEFAULT_MAX_BYTES, PathLike, check_doc, check_json, load_manifest
+from ._io import DEFAULT_MAX_BYTES, PathLike, load_manifest
 from ._model import Manifest
 
 __all__ = ["merge_manifests"]
