@@ -156,6 +156,22 @@ def test_hostile_bytes_are_refused_in_one_line(tmp_path, content, message):
     assert "\n" not in str(info.value)
 
 
+@pytest.mark.parametrize("command", ["report", "check", "merge"])
+@pytest.mark.parametrize("content", [r[1] for r in REFUSED], ids=[r[0] for r in REFUSED])
+def test_every_command_refuses_hostile_bytes_in_one_line(tmp_path, capsys, command, content):
+    """The same inputs through the command line: exit 2, one ``otel-lockwatch: error:`` line,
+    no traceback, no output file."""
+    path = write(tmp_path / "m.json", content)
+    argv = {
+        "report": ["report", str(path), "--dot", str(tmp_path / "g.dot")],
+        "check": ["check", str(path), "-p", "1000000000"],
+        "merge": ["merge", str(path), "-o", str(tmp_path / "out.json")],
+    }[command]
+    rc, out, err = run_main(capsys, *argv)
+    assert assert_one_error(rc, out, err).startswith(f"{ERROR}manifest {path} ")
+    assert sorted(os.listdir(tmp_path)) == ["m.json"]
+
+
 def test_deep_nesting_inside_lock_order_with_a_valid_digest(tmp_path):
     """600 to 900 levels inside ``lock_order.edges``, digest recomputed: refused at the
     nesting, before anything copies it (a deepcopy raised RecursionError)."""

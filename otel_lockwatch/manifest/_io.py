@@ -245,6 +245,7 @@ def _parse(data: bytearray, where: str) -> Any:
         text = data.decode("utf-8")
     except UnicodeDecodeError as e:
         raise ManifestError(f"{where} is not UTF-8 text (byte {e.start})") from None
+    del data  # the bytes are not needed past here: free them before the objects are built
     try:
         doc = json.loads(
             text,
@@ -263,7 +264,7 @@ def _parse(data: bytearray, where: str) -> Any:
         raise ManifestError(f"{where} nests deeper than {MAX_DEPTH} levels") from None
     if _SURROGATE_ESCAPE.search(text):
         check_json(doc, where)
-    else:  # the hooks checked every number; only the nesting is left to check
+    else:  # the hooks and the digit runs answered for every number; the nesting is left
         check_depth(doc, where)
     return doc
 
@@ -292,5 +293,4 @@ def load_manifest(path: PathLike, *, max_bytes: int = DEFAULT_MAX_BYTES) -> Mani
     if max_bytes < 1:
         raise ValueError(f"max_bytes must be >= 1, got {max_bytes}")
     where = f"manifest {printable(os.fspath(path), None)}"
-    data = _read(path, where, max_bytes)
-    return check_document(_parse(data, where), where)
+    return check_document(_parse(_read(path, where, max_bytes), where), where)
