@@ -68,5 +68,11 @@ class PotentialDeadlockError(LockwatchError, RuntimeError):
 
 
 class ManifestError(LockwatchError, ValueError):
-    """Raised when a manifest cannot be read back: a missing file, bad JSON, another schema,
-    or a digest that does not match its content (an edited manifest). The message is one line."""
+    """Raised by ``load_manifest`` (and ``merge_manifests`` for its inputs) when a manifest
+    cannot be trusted: a missing or unreadable file; not a regular file (a FIFO, a device, a
+    directory); larger than ``max_bytes``; not UTF-8 JSON; a duplicate key, nesting past 32
+    levels, a number out of range, a lone surrogate; another schema or a missing field; a digest
+    that does not match its content (an edited manifest); malformed data; or derived fields that
+    its data does not give. Also by ``merge_manifests`` when merged counts would leave the range
+    a manifest may hold. The message is one printable line naming the file and the field or
+    value; the command line reports it with exit status 2."""

@@ -132,7 +132,8 @@ def test_report_writes_html_and_dot(billing, tmp_path, capsys):
     assert html.count('class="edge cycle"') == 2
     text = dot.read_text()
     assert text.startswith("digraph lock_order {\n")
-    assert '"ledger" -> "accounts" [label="worker-5", color="#c62828"' in text
+    assert '  n1 [label="ledger", color="#c62828", penwidth=2];\n' in text
+    assert '  n1 -> n0 [label="worker-5", color="#c62828"' in text
     assert sorted(os.listdir(tmp_path)) == sorted(["manifest_billing.json", "r.html", "g.dot"])
 
 

@@ -126,13 +126,17 @@ def test_json_report_has_sorted_keys_and_is_the_report(full):
 
 
 def test_dot_marks_cycle_edges_red_and_labels_workers(full):
+    """Nodes are n0, n1, ... (cycle members first) labelled with their lock; cycle edges and
+    their nodes are red; each edge is labelled with its worker."""
     dot = _report_text.render_dot(full)
+    assert '  n0 [label="accounts", color="#c62828", penwidth=2];\n' in dot
+    assert '  n1 [label="ledger", color="#c62828", penwidth=2];\n' in dot
+    assert '  n2 [label="config"];\n  n3 [label="metrics"];\n' in dot
     assert (
-        '  "accounts" -> "ledger" [label="worker-3", color="#c62828", fontcolor="#c62828", '
-        "penwidth=2];\n" in dot
+        '  n0 -> n1 [label="worker-3", color="#c62828", fontcolor="#c62828", penwidth=2];\n' in dot
     )
-    assert '  "ledger" -> "accounts" [label="worker-5", color="#c62828"' in dot
-    assert '  "config" -> "metrics" [label="worker-1"];\n' in dot
+    assert '  n1 -> n0 [label="worker-5", color="#c62828"' in dot
+    assert '  n2 -> n3 [label="worker-1"];\n' in dot
     assert dot.rstrip().endswith("}")
 
 
@@ -143,7 +147,8 @@ def test_dot_escapes_quotes_in_lock_names():
             "edges": [{"holding": 'a"b', "acquiring": "c\\d", "worker": "w", "sites": ["x", "y"]}]
         },
     }
-    assert '  "a\\"b" -> "c\\\\d" [label="w"];\n' in _report_text.render_dot(manifest)
+    dot = _report_text.render_dot(manifest)
+    assert '  n0 [label="a\\"b"];\n  n1 [label="c\\\\d"];\n  n0 -> n1 [label="w"];\n' in dot
 
 
 def test_html_is_self_contained(full):

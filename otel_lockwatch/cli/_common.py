@@ -17,6 +17,7 @@ __all__ = [
     "PROG",
     "ArgumentParser",
     "CommandError",
+    "byte_size",
     "positive_int",
     "use_color",
     "write_text_atomic",
@@ -49,6 +50,22 @@ def positive_int(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be a positive integer, got {text!r}")
     return value
+
+
+_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+
+
+def byte_size(text: str) -> int:
+    """A size in bytes: a positive integer, optionally followed by ``K``, ``M`` or ``G``
+    (binary: ``64M`` is 64 MiB)."""
+    number, unit = text.strip(), ""
+    if number[-1:].upper() in ("K", "M", "G"):
+        number, unit = number[:-1], number[-1].upper()
+    if not (number.isascii() and number.isdigit()) or len(number) > 20 or int(number) < 1:
+        raise argparse.ArgumentTypeError(
+            f"must be a positive number of bytes (such as 64M), got {text!r}"
+        )
+    return int(number) * _UNITS[unit]
 
 
 def use_color(stream: IO[str]) -> bool:

@@ -12,8 +12,8 @@ cycles. This command shows it, runs programs under it, and reads manifests:
   merge A B ... -o OUT     one manifest from the manifests of several processes
 
 Exit status: 0 success (or admissible), 1 pool-size violation, 2 a user error (a missing or
-invalid file, an edited manifest, a bad option, a program that left no manifest), reported on
-one line; run exits with the program's status.
+invalid file, an edited manifest or one that does not agree with its data, a bad option, a
+program that left no manifest), reported on one line; run exits with the program's status.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import IO, Any
+from typing import IO
 
 from otel_lockwatch._version import __version__
 from otel_lockwatch.cli import _demo, _report_html, _report_text, _run
@@ -34,14 +34,16 @@ from otel_lockwatch.cli._common import (
     PROG,
     ArgumentParser,
     CommandError,
+    byte_size,
     positive_int,
     use_color,
     write_text_atomic,
 )
 from otel_lockwatch.exceptions import ManifestError
 from otel_lockwatch.manifest._admission import may_spawn_pool_size
-from otel_lockwatch.manifest._io import dump_manifest, load_manifest
+from otel_lockwatch.manifest._io import DEFAULT_MAX_BYTES, dump_manifest, load_manifest
 from otel_lockwatch.manifest._merge import merge_manifests
+from otel_lockwatch.record._witness import printable
 
 __all__ = ["PROG", "SUBCOMMANDS", "CommandError", "Subcommand", "build_parser", "main"]
 
@@ -70,16 +72,23 @@ class Subcommand:
 # Helpers
 
 
-def _load(path: str) -> dict[str, Any]:
-    """The manifest at ``path`` as a dict; ``ManifestError`` (one line) when it cannot be used."""
-    return load_manifest(path).to_dict()
+def _add_max_bytes(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--max-bytes",
+        metavar="SIZE",
+        type=byte_size,
+        default=DEFAULT_MAX_BYTES,
+        help="refuse a manifest larger than SIZE bytes (K, M, G suffixes; default 64M)",
+    )
 
 
 def _write(path: str, text: str, what: str) -> None:
     try:
         write_text_atomic(path, text)
     except OSError as exc:
-        raise CommandError(f"cannot write the {what} to {path}: {exc.strerror or exc}") from None
+        raise CommandError(
+            f"cannot write the {what} to {printable(path, None)}: {exc.strerror or exc}"
+        ) from None
 
 
 # --------------------------------------------------------------------------------------------
@@ -93,10 +102,11 @@ def _configure_report(p: argparse.ArgumentParser) -> None:
         "--html", metavar="OUT", help="also write a self-contained HTML report with charts to OUT"
     )
     p.add_argument("--dot", metavar="OUT", help="also write the lock-order graph as Graphviz DOT")
+    _add_max_bytes(p)
 
 
 def _run_report(args: argparse.Namespace, out: IO[str], err: IO[str]) -> int:
-    manifest = _load(args.manifest)
+    manifest = load_manifest(args.manifest, max_bytes=args.max_bytes).to_dict()
     try:
         # Render everything before writing anything: a failure leaves no file half-done.
         text = (
@@ -107,7 +117,7 @@ def _run_report(args: argparse.Namespace, out: IO[str], err: IO[str]) -> int:
         page = _report_html.render_html(manifest) if args.html else None
         dot = _report_text.render_dot(manifest) if args.dot else None
     except ValueError as exc:
-        raise CommandError(f"{args.manifest}: {exc}") from None
+        raise CommandError(f"{printable(args.manifest, None)}: {exc}") from None
     if page is not None:
         _write(args.html, page, "HTML report")
     if dot is not None:
@@ -115,7 +125,7 @@ def _run_report(args: argparse.Namespace, out: IO[str], err: IO[str]) -> int:
     out.write(text)
     for path, what in ((args.html, "HTML report"), (args.dot, "lock-order graph")):
         if path:
-            print(f"{PROG}: wrote the {what} to {path}", file=err)
+            print(f"{PROG}: wrote the {what} to {printable(path, None)}", file=err)
     return EXIT_OK
 
 
@@ -133,10 +143,11 @@ def _configure_check(p: argparse.ArgumentParser) -> None:
         required=True,
         help="the pool size the successor wants to spawn",
     )
+    _add_max_bytes(p)
 
 
 def _run_check(args: argparse.Namespace, out: IO[str], err: IO[str]) -> int:
-    manifest = load_manifest(args.manifest)
+    manifest = load_manifest(args.manifest, max_bytes=args.max_bytes)
     admissible, reason = may_spawn_pool_size(manifest, args.pool_size)
     print(reason, file=out)
     return EXIT_OK if admissible else EXIT_VIOLATION
@@ -149,10 +160,11 @@ def _run_check(args: argparse.Namespace, out: IO[str], err: IO[str]) -> int:
 def _configure_merge(p: argparse.ArgumentParser) -> None:
     p.add_argument("manifests", metavar="MANIFEST", nargs="+", help="manifests to combine")
     p.add_argument("-o", "--output", metavar="OUT", required=True, help="where to write the result")
+    _add_max_bytes(p)
 
 
 def _run_merge(args: argparse.Namespace, out: IO[str], err: IO[str]) -> int:
-    manifests = [load_manifest(path) for path in args.manifests]
+    manifests = [load_manifest(path, max_bytes=args.max_bytes) for path in args.manifests]
     try:
         merged = merge_manifests(manifests)
     except ValueError as exc:  # ManifestError included: manifests that cannot be combined
@@ -161,16 +173,13 @@ def _run_merge(args: argparse.Namespace, out: IO[str], err: IO[str]) -> int:
         dump_manifest(merged, args.output)
     except OSError as exc:
         raise CommandError(
-            f"cannot write the manifest to {args.output}: {exc.strerror or exc}"
+            f"cannot write the manifest to {printable(args.output, None)}: {exc.strerror or exc}"
         ) from None
-    data = merged.to_dict()
-    process = data.get("process")
-    processes = process.get("merged", len(manifests)) if isinstance(process, dict) else "?"
-    locks = data.get("locks")
+    process = merged.process
     print(
-        f"merged {len(manifests)} manifests into {args.output}: verdict {data.get('verdict')}, "
-        f"{processes} processes, {len(locks) if isinstance(locks, dict) else 0} locks, "
-        f"recommended pool size {data.get('recommended_pool_size')}",
+        f"merged {len(manifests)} manifests into {printable(args.output, None)}: "
+        f"verdict {merged.verdict}, {process.get('merged', len(manifests))} processes, "
+        f"{len(merged.locks)} locks, recommended pool size {merged.recommended_pool_size}",
         file=out,
     )
     return EXIT_OK
@@ -260,7 +269,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = build_parser().parse_args(argv)
         return int(args._run(args, out, err))
     except (CommandError, ManifestError) as exc:
-        print(f"{PROG}: error: {exc}", file=err)
+        # One line whatever the message holds (a path, a name from the manifest).
+        print(f"{PROG}: error: {printable(str(exc), None)}", file=err)
         return EXIT_USAGE
     except KeyboardInterrupt:
         print(f"{PROG}: interrupted", file=err)

@@ -9,6 +9,16 @@ cycles in lockdep's words, the per-lock table and the section arrays, in the ord
 
 The cell formats (durations a reader compares at a glance, percentages, counts, the per-lock
 row, the process line) are shared with the HTML page, so both say the same thing.
+
+Lock, worker, array and service names often come from request data. What goes to a terminal
+or into a DOT file shows each of them through ``printable`` (``record._witness``): a control
+character is written as its escape (ESC as ``\\x1b``, a newline as ``\\n``), so a name can
+neither clear the screen, set the terminal's title nor forge a line of the report, and a name
+longer than ``NAME_LIMIT`` characters is cut with a visible ``...(+N chars)``. The JSON report
+keeps every character, but writes each one a terminal would act on as a JSON ``\\u`` escape.
+The DOT file names each node ``n0``, ``n1``, ... and labels it with the printable name, so that
+it stays valid for Graphviz (strings under its 16,384-character limit, no NUL) and two names
+cut to the same text are still two nodes.
 """
 
 from __future__ import annotations
@@ -18,6 +28,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from otel_lockwatch.cli._report_model import VERDICT_SEVERITY, build_report, finite_number
+from otel_lockwatch.record._witness import printable
 
 __all__ = [
     "MAX_CHART_LOCKS",
@@ -81,21 +92,22 @@ def integer(value: Any) -> str:
 
 
 def process_line(proc: Any) -> str:
-    """``billing, pid 4242, start .. end``; for a merged manifest, the processes it merges."""
+    """``billing, pid 4242, start .. end``; for a merged manifest, the processes it merges.
+    Every value is :func:`printable`."""
     if not isinstance(proc, Mapping) or not proc:
         return ""
     bits = []
     if proc.get("service.name"):
-        bits.append(str(proc["service.name"]))
+        bits.append(printable(proc["service.name"]))
     pids = proc.get("pids")
     if isinstance(pids, list):
-        merged = proc.get("merged", len(pids))
-        shown = ", ".join(str(p) for p in pids[:8]) + (", ..." if len(pids) > 8 else "")
+        merged = printable(proc.get("merged", len(pids)))
+        shown = ", ".join(printable(p) for p in pids[:8]) + (", ..." if len(pids) > 8 else "")
         bits.append(f"merged from {merged} processes (pids {shown})")
     elif proc.get("pid") is not None:
-        bits.append(f"pid {proc['pid']}")
+        bits.append(f"pid {printable(proc['pid'])}")
     if proc.get("start") and proc.get("end"):
-        bits.append(f"{proc['start']} .. {proc['end']}")
+        bits.append(f"{printable(proc['start'])} .. {printable(proc['end'])}")
     return ", ".join(bits)
 
 
@@ -129,7 +141,7 @@ class _Style:
 
 
 def _table(headers: Sequence[str], rows: Iterable[Sequence[str]], right: set[int]) -> list[str]:
-    rows = [list(r) for r in rows]
+    rows = [[printable(c) for c in r] for r in rows]  # names (and kinds) cut, escaped
     widths = [
         max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(headers)
     ]
@@ -159,13 +171,13 @@ def render_text(
     s = _Style(color)
     out: list[str] = []
     title = "otel-lockwatch contention report"
-    out.append(s.bold(title + (f": {source}" if source else "")))
+    out.append(s.bold(title + (f": {printable(source, None)}" if source else "")))
     proc_line = process_line(r["process"])
     if proc_line:
         out.append(s.dim("  " + proc_line))
     out.append("")
     label = 22
-    out.append("verdict".ljust(label) + s.verdict(r["verdict"]))
+    out.append("verdict".ljust(label) + s.verdict(printable(r["verdict"])))
     if r["verdict_meaning"]:
         out.append(" " * label + s.dim(r["verdict_meaning"]))
     nominal, recommended = r["nominal_pool_size"], r["recommended_pool_size"]
@@ -219,8 +231,8 @@ def render_text(
         for item in r["starvation"]:
             ratio = f", {item['ratio']:.1f}x" if item["ratio"] is not None else ""
             out.append(
-                f"  {item['worker']} waited {duration(item['wait_ms'])} on {item['lock']}"
-                f" (median {duration(item['median_wait_ms'])}{ratio})"
+                f"  {printable(item['worker'])} waited {duration(item['wait_ms'])} on "
+                f"{printable(item['lock'])} (median {duration(item['median_wait_ms'])}{ratio})"
             )
     else:
         out.append("  none")
@@ -229,7 +241,9 @@ def render_text(
     out.append(s.bold("lock-order cycles"))
     if r["cycles"]:
         for cycle in r["cycles"]:
-            text_lines = cycle["text"].splitlines()
+            # Cycle.format() writes printable names already; a second pass changes nothing
+            # there and covers a cycle the model had to write itself.
+            text_lines = [printable(line, None) for line in cycle["text"].split("\n")]
             out.append("  " + s.red(text_lines[0]) if text_lines else "")
             out += ["  " + line for line in text_lines[1:]]
     else:
@@ -279,32 +293,57 @@ def render_text(
     return "\n".join(out) + "\n"
 
 
+def _json_escape(char: str) -> str:
+    code = ord(char)
+    if code > 0xFFFF:  # a UTF-16 surrogate pair, as JSON writes a character beyond the BMP
+        code -= 0x10000
+        return f"\\u{0xD800 + (code >> 10):04x}\\u{0xDC00 + (code & 0x3FF):04x}"
+    return f"\\u{code:04x}"
+
+
 def render_json(manifest: Mapping[str, Any]) -> str:
     """The report of :func:`build_report` as JSON with sorted keys (diffable, scriptable).
+
+    Non-ASCII text is kept as it is, but a character that is not printable (``json`` escapes
+    only the C0 controls; this also covers DEL, the C1 controls, bidirectional overrides, line
+    separators, lone surrogates) is written as a ``\\u`` escape: the same JSON value, nothing
+    a terminal would act on.
 
     Raises:
         ValueError: as :func:`build_report`.
     """
-    return json.dumps(build_report(manifest), sort_keys=True, indent=2, ensure_ascii=False) + "\n"
+    text = json.dumps(build_report(manifest), sort_keys=True, indent=2, ensure_ascii=False)
+    lines = text.split("\n")  # a JSON text's only raw newlines are between its tokens
+    for i, line in enumerate(lines):
+        if not line.isprintable():
+            lines[i] = "".join(c if c.isprintable() else _json_escape(c) for c in line)
+    return "\n".join(lines) + "\n"
 
 
 # --------------------------------------------------------------------------------------------
 # DOT
 
 
-def _dot_id(name: str) -> str:
-    return '"' + name.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
+def _dot_string(text: str) -> str:
+    """A DOT quoted string showing ``text``: printable (cut past ``NAME_LIMIT`` characters),
+    with ``\\`` and ``"`` escaped, so Graphviz shows the printable text itself."""
+    return '"' + printable(text).replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
 def render_dot(manifest: Mapping[str, Any]) -> str:
     """The lock-order graph as Graphviz DOT: an edge ``A -> B`` means some worker acquired B
     while holding A; each edge is labelled with that worker, cycle edges are red and bold.
 
+    Nodes are ``n0``, ``n1``, ... (cycle members first), each labelled with its lock's
+    printable name: a DOT string never holds a control character nor approaches Graphviz's
+    16,384-character limit, whatever the names.
+
     Raises:
         ValueError: as :func:`build_report`.
     """
     graph = build_report(manifest)["lock_order"]
     cycle_nodes = {n for e in graph["edges"] if e["cycle"] for n in (e["holding"], e["acquiring"])}
+    ids = {name: f"n{i}" for i, name in enumerate(graph["nodes"])}
     lines = [
         "digraph lock_order {",
         "  rankdir=LR;",
@@ -312,14 +351,16 @@ def render_dot(manifest: Mapping[str, Any]) -> str:
         '  edge [fontname="monospace", fontsize=10];',
     ]
     for name in graph["nodes"]:
-        style = ' [color="#c62828", penwidth=2]' if name in cycle_nodes else ""
-        lines.append(f"  {_dot_id(name)}{style};")
+        style = ', color="#c62828", penwidth=2' if name in cycle_nodes else ""
+        lines.append(f"  {ids[name]} [label={_dot_string(name)}{style}];")
     for e in graph["edges"]:
-        attrs = [f"label={_dot_id(str(e['worker'] or ''))}"]
+        for name in (e["holding"], e["acquiring"]):
+            if name not in ids:  # an edge whose lock the model did not list
+                ids[name] = f"n{len(ids)}"
+                lines.append(f"  {ids[name]} [label={_dot_string(name)}];")
+        attrs = [f"label={_dot_string(str(e['worker'] or ''))}"]
         if e["cycle"]:
             attrs += ['color="#c62828"', 'fontcolor="#c62828"', "penwidth=2"]
-        lines.append(
-            f"  {_dot_id(e['holding'])} -> {_dot_id(e['acquiring'])} [{', '.join(attrs)}];"
-        )
+        lines.append(f"  {ids[e['holding']]} -> {ids[e['acquiring']]} [{', '.join(attrs)}];")
     lines.append("}")
     return "\n".join(lines) + "\n"

@@ -6,7 +6,9 @@ locks or OpenTelemetry. One module per idea:
 - ``_data``: checking a data part and copying it into the form the others work on;
 - ``_evaluate``: the derived fields (verdict, hot locks, starvation, pool and section sizes);
 - ``_model``: the ``Manifest`` object, its verdict, canonical JSON and digest;
-- ``_io``: the file (atomic write, load that refuses an edited manifest);
+- ``_io``: the file (atomic write with the umask's mode; a reader that refuses anything it
+  cannot trust: special files, oversized files, malformed or ambiguous JSON);
+- ``_check``: a document checked (schema, digest, data) and its derived fields evaluated again;
 - ``_admission``: the successor's check of its pool size against a manifest;
 - ``_merge``: the manifests of several processes merged into one.
 """

@@ -11,7 +11,7 @@ import logging
 import os
 
 from ..exceptions import ManifestError
-from ._io import PathLike, load_manifest
+from ._io import DEFAULT_MAX_BYTES, PathLike, load_manifest
 from ._model import Manifest
 
 __all__ = ["may_spawn_pool_size", "recommended_workers"]
@@ -53,17 +53,19 @@ def may_spawn_pool_size(manifest: Manifest, requested: int) -> tuple[bool, str]:
     )
 
 
-def recommended_workers(path: PathLike, default: int) -> int:
+def recommended_workers(path: PathLike, default: int, *, max_bytes: int = DEFAULT_MAX_BYTES) -> int:
     """The pool size a successor should spawn, from the last manifest at ``path``.
 
     Returns the manifest's ``recommended_pool_size``; ``default`` when no file exists. A file
-    that exists but cannot be trusted (corrupt, another schema, edited) is not trusted and
-    does not crash the successor: a warning naming the reason is logged and ``default`` is
-    returned.
+    that exists but cannot be trusted (anything :func:`load_manifest` refuses: corrupt, too
+    large, not a regular file, another schema, edited, derived fields its data does not give)
+    is not trusted and does not crash the successor: a warning naming the reason is logged and
+    ``default`` is returned.
 
     Args:
         path: the manifest file.
         default: the size to use without a (valid) manifest, an int >= 1.
+        max_bytes: the largest manifest file read (as for :func:`load_manifest`).
 
     Raises:
         TypeError: ``default`` is not an int.
@@ -76,7 +78,7 @@ def recommended_workers(path: PathLike, default: int) -> int:
     if not os.path.exists(path):
         return default
     try:
-        return load_manifest(path).recommended_pool_size
+        return load_manifest(path, max_bytes=max_bytes).recommended_pool_size
     except ManifestError as e:
         _log.warning("not trusting the last manifest, using %d workers: %s", default, e)
         return default

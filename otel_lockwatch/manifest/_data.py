@@ -5,11 +5,17 @@ a caller's hands: :func:`normalize` checks every field (a message naming the fie
 and returns an independent copy with histograms as :class:`LogHistogram` and each lock's
 per-worker totals as :class:`~..record._data.WorkerTotals`. Absent top-level keys count as
 empty; the derived fields of a manifest passed as data are ignored.
+
+The checks are strict, because a manifest read back may have been written by anyone: every
+count is an int in ``[0, 2**63)`` (so no sum, product or division in the evaluation overflows a
+float), the lock-order graph is read by its own strict reader (exact keys, types and shapes;
+each cycle's edges are edges of the graph, no edge is listed twice, and there are cycles exactly
+when the edges close one), and the process is a flat object of known keys and scalar values.
+Nothing of arbitrary shape is copied, so no input nests deeper than the data's own shape.
 """
 
 from __future__ import annotations
 
-import copy
 import operator
 from collections.abc import Mapping
 from itertools import chain
@@ -23,17 +29,37 @@ from ..record._data import (
     WorkerTotals,
 )
 from ..record._histogram import LogHistogram
+from ..record._witness import Cycle, EdgeWitness
 
-__all__ = ["normalize"]
+__all__ = ["COUNT_LIMIT", "normalize"]
+
+#: Every count of the data is below this.
+COUNT_LIMIT = 2**63
 
 
 def _is_count(v: object) -> bool:
-    return type(v) is int and v >= 0  # noqa: E721  (bool is not a count)
+    return type(v) is int and 0 <= v < COUNT_LIMIT  # noqa: E721  (bool is not a count)
 
 
 def _count(v: object, where: str) -> int:
     if type(v) is not int or v < 0:  # noqa: E721
-        raise ValueError(f"{where} must be an int >= 0, got {v!r}")
+        raise ValueError(f"{where} must be an int >= 0, got {_shown(v)}")
+    if v >= COUNT_LIMIT:
+        raise ValueError(f"{where} must be < 2**63, got {_shown(v)}")
+    return v
+
+
+def _shown(v: object) -> str:
+    """A value in a message: its repr, cut past 80 characters (a name may be a megabyte)."""
+    if type(v) is int and v.bit_length() > 64:  # repr() may refuse a huge int
+        return f"<an int of {v.bit_length()} bits>"
+    text = repr(v)
+    return text if len(text) <= 80 else f"{text[:80]}...(+{len(text) - 80} chars)"
+
+
+def _str(v: object, where: str) -> str:
+    if not isinstance(v, str):
+        raise ValueError(f"{where} must be a str, got {_shown(v)}")
     return v
 
 
@@ -47,9 +73,12 @@ def _histogram(v: object, where: str) -> LogHistogram:
     if isinstance(v, LogHistogram):
         return v.copy()
     try:
-        return LogHistogram.from_json(v)  # type: ignore[arg-type]
+        h = LogHistogram.from_json(v)  # type: ignore[arg-type]
     except ValueError as e:
         raise ValueError(f"{where}: {e}") from None
+    for key in ("count", "sum", "max"):
+        _count(getattr(h, key), f"{where}.{key}")
+    return h
 
 
 _GET_LOCK_WORKER = operator.itemgetter(*LOCK_WORKER_FIELDS)
@@ -67,10 +96,9 @@ def _lock_workers(per_worker: object, where: str) -> WorkerTotals:
     try:
         rows = list(map(_GET_LOCK_WORKER, per_worker.values()))
         values = list(chain.from_iterable(rows))
-        # A sum of ints is an int: a float among them makes it a float, a str a TypeError.
         fast = (
-            type(sum(values)) is int
-            and (not values or min(values) >= 0)
+            set(map(type, values)) <= {int}  # not a bool, a float or a str among them
+            and (not values or (min(values) >= 0 and max(values) < COUNT_LIMIT))
             and set(map(type, per_worker)) <= {str}
         )
     except (KeyError, TypeError):
@@ -80,12 +108,12 @@ def _lock_workers(per_worker: object, where: str) -> WorkerTotals:
     out: dict[str, tuple[int, int, int, int]] = {}
     for worker, w in per_worker.items():
         if not isinstance(worker, str):
-            raise ValueError(f"{where} keys must be worker names, got {worker!r}")
+            raise ValueError(f"{where} keys must be worker names, got {_shown(worker)}")
         if not isinstance(w, Mapping) or not all(k in w for k in LOCK_WORKER_FIELDS):
             raise ValueError(
-                f"{where}[{worker!r}] must be an object with {', '.join(LOCK_WORKER_FIELDS)}"
+                f"{where}[{_shown(worker)}] must be an object with {', '.join(LOCK_WORKER_FIELDS)}"
             )
-        a, c, wn, hn = (_count(w[k], f"{where}[{worker!r}].{k}") for k in LOCK_WORKER_FIELDS)
+        a, c, wn, hn = (_count(w[k], f"{where}[{_shown(worker)}].{k}") for k in LOCK_WORKER_FIELDS)
         out[worker] = (a, c, wn, hn)
     return WorkerTotals(out)
 
@@ -93,12 +121,9 @@ def _lock_workers(per_worker: object, where: str) -> WorkerTotals:
 def _locks(locks: object) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for name, entry in _mapping(locks, "locks").items():
-        where = f"locks[{name!r}]"
+        where = f"locks[{_shown(name)}]"
         entry = _mapping(entry, where)
-        kind = entry.get("kind")
-        if not isinstance(kind, str):
-            raise ValueError(f"{where}.kind must be a str, got {kind!r}")
-        lock: dict[str, Any] = {"kind": kind}
+        lock: dict[str, Any] = {"kind": _str(entry.get("kind"), f"{where}.kind")}
         for key in LOCK_COUNTERS:
             lock[key] = _count(entry.get(key), f"{where}.{key}")
         lock["wait_ns"] = _histogram(entry.get("wait_ns"), f"{where}.wait_ns")
@@ -111,62 +136,141 @@ def _locks(locks: object) -> dict[str, Any]:
 def _workers(workers: object) -> dict[str, dict[str, int]]:
     out: dict[str, dict[str, int]] = {}
     for worker, w in _mapping(workers, "workers").items():
-        w = _mapping(w, f"workers[{worker!r}]")
-        out[worker] = {k: _count(w.get(k), f"workers[{worker!r}].{k}") for k in WORKER_FIELDS}
+        w = _mapping(w, f"workers[{_shown(worker)}]")
+        out[worker] = {k: _count(w.get(k), f"workers[{_shown(worker)}].{k}") for k in WORKER_FIELDS}
     return out
 
 
 def _blocking(blocking: object) -> dict[str, dict[str, int]]:
     out: dict[str, dict[str, int]] = {}
     for lock_name, spans in _mapping(blocking, "blocking_under_lock").items():
-        where = f"blocking_under_lock[{lock_name!r}]"
+        where = f"blocking_under_lock[{_shown(lock_name)}]"
         out[lock_name] = {
-            span: _count(n, f"{where}[{span!r}]") for span, n in _mapping(spans, where).items()
+            span: _count(n, f"{where}[{_shown(span)}]")
+            for span, n in _mapping(spans, where).items()
         }
     return out
 
 
+def _list(v: object, where: str) -> list[Any]:
+    if not isinstance(v, list):
+        raise ValueError(f"{where} must be a list, got {type(v).__name__}")
+    return v
+
+
+def _closes_a_cycle(edges: Mapping[tuple[str, str], object]) -> bool:
+    """Whether the directed graph of these ``(holding, acquiring)`` edges has a cycle (a
+    self-edge included): Kahn's algorithm leaves a node unremoved exactly when it does."""
+    successors: dict[str, list[str]] = {}
+    indegree: dict[str, int] = {}
+    for a, b in edges:
+        successors.setdefault(a, []).append(b)
+        indegree[b] = indegree.get(b, 0) + 1
+        indegree.setdefault(a, 0)
+    ready = [node for node, n in indegree.items() if n == 0]
+    removed = 0
+    while ready:
+        node = ready.pop()
+        removed += 1
+        for nxt in successors.get(node, ()):
+            indegree[nxt] -= 1
+            if indegree[nxt] == 0:
+                ready.append(nxt)
+    return removed < len(indegree)
+
+
 def _lock_order(order: object) -> dict[str, Any]:
+    """The lock-order graph, read strictly (``record._witness``) and written out afresh."""
     order = _mapping(order, "lock_order")
-    edges, cycles = order.get("edges", []), order.get("cycles", [])
-    if not isinstance(edges, list) or not all(isinstance(e, Mapping) for e in edges):
-        raise ValueError("lock_order.edges must be a list of objects")
-    if not isinstance(cycles, list) or not all(
-        isinstance(c, Mapping) and isinstance(c.get("cycle"), list) for c in cycles
-    ):
-        raise ValueError("lock_order.cycles must be a list of {cycle, edges} objects")
-    return {"edges": copy.deepcopy(edges), "cycles": copy.deepcopy(cycles)}
+    edges: list[EdgeWitness] = []
+    seen: dict[tuple[str, str], EdgeWitness] = {}
+    for i, raw in enumerate(_list(order.get("edges", []), "lock_order.edges")):
+        try:
+            edge = EdgeWitness.from_json(raw)
+        except ValueError as e:
+            raise ValueError(f"lock_order.edges[{i}]: {e}") from None
+        key = (edge.holding, edge.acquiring)
+        if key in seen:
+            raise ValueError(f"lock_order.edges[{i}] repeats the edge {_shown(key)}")
+        seen[key] = edge
+        edges.append(edge)
+    cycles: list[Cycle] = []
+    for i, raw in enumerate(_list(order.get("cycles", []), "lock_order.cycles")):
+        try:
+            cycle = Cycle.from_json(raw)
+        except ValueError as e:
+            raise ValueError(f"lock_order.cycles[{i}]: {e}") from None
+        for edge in cycle.edges:
+            if seen.get((edge.holding, edge.acquiring)) != edge:
+                raise ValueError(
+                    f"lock_order.cycles[{i}] has an edge that is not in lock_order.edges: "
+                    f"{_shown(edge.holding)} -> {_shown(edge.acquiring)}"
+                )
+        cycles.append(cycle)
+    # The graph reports a cycle whenever an edge closes one, so it has cycles exactly when its
+    # edges do. One is enough to know.
+    if bool(cycles) != _closes_a_cycle(seen):
+        raise ValueError(
+            "lock_order.cycles is empty but its edges close a cycle"
+            if not cycles
+            else "lock_order.cycles lists cycles but its edges close none"
+        )
+    return {"edges": [e.to_json() for e in edges], "cycles": [c.to_json() for c in cycles]}
 
 
 def _sections(sections: object) -> dict[str, dict[str, int]]:
     out: dict[str, dict[str, int]] = {}
     for name, s in _mapping(sections, "sections").items():
-        s = _mapping(s, f"sections[{name!r}]")
-        out[name] = {k: _count(s.get(k), f"sections[{name!r}].{k}") for k in SECTION_FIELDS}
+        s = _mapping(s, f"sections[{_shown(name)}]")
+        where = f"sections[{_shown(name)}]"
+        out[name] = {k: _count(s.get(k), f"{where}.{k}") for k in SECTION_FIELDS}
         if out[name]["count"] < 1:
-            raise ValueError(f"sections[{name!r}].count must be >= 1, got {s.get('count')!r}")
+            raise ValueError(f"{where}.count must be >= 1, got {s.get('count')!r}")
     return out
 
 
 def _pool(pool: object) -> dict[str, Any]:
     pool = _mapping(pool, "pool")
     nominal, source = pool.get("nominal"), pool.get("source")
-    if nominal is not None and (type(nominal) is not int or nominal < 1):  # noqa: E721
-        raise ValueError(f"pool.nominal must be an int >= 1 or null, got {nominal!r}")
+    if nominal is not None and (not _is_count(nominal) or nominal < 1):
+        raise ValueError(f"pool.nominal must be an int >= 1 or null, got {_shown(nominal)}")
     if source is not None and not isinstance(source, str):
-        raise ValueError(f"pool.source must be a str or null, got {source!r}")
+        raise ValueError(f"pool.source must be a str or null, got {_shown(source)}")
     return {"nominal": nominal, "source": source if nominal is not None else None}
 
 
+_SCALARS = (str, int, float, bool, type(None))
+
+
 def _process(process: object) -> dict[str, Any]:
+    """The process: ``pid`` or ``pids`` (ints), ``service.name`` (str), ``service.names`` (a
+    list of str), ``start`` / ``end`` (str or null), ``merged`` (int >= 1); any other key only
+    with a scalar value."""
     out = dict(_mapping(process, "process"))
-    if "pids" in out:
-        pids = out["pids"]
-        if not isinstance(pids, list) or not all(_is_count(p) for p in pids):
-            raise ValueError(f"process.pids must be a list of ints, got {pids!r}")
-    elif "pid" in out:
-        _count(out["pid"], "process.pid")
-    return copy.deepcopy(out)
+    for key, value in out.items():
+        named = isinstance(key, str) and key.isidentifier()
+        where = f"process.{key}" if named else f"process[{_shown(key)}]"
+        if key == "pids":
+            if not isinstance(value, list) or not all(_is_count(p) for p in value):
+                raise ValueError(f"{where} must be a list of ints >= 0, got {_shown(value)}")
+            out[key] = list(value)
+        elif key == "service.names":
+            if not isinstance(value, list) or not all(isinstance(n, str) for n in value):
+                raise ValueError(f"{where} must be a list of str, got {_shown(value)}")
+            out[key] = list(value)
+        elif key == "pid":
+            _count(value, where)
+        elif key == "merged":
+            if not _is_count(value) or value < 1:
+                raise ValueError(f"{where} must be an int >= 1, got {_shown(value)}")
+        elif key == "service.name":
+            _str(value, where)
+        elif key in ("start", "end"):
+            if value is not None:
+                _str(value, where)
+        elif type(value) not in _SCALARS:
+            raise ValueError(f"{where} must be a str, number, bool or null, got {_shown(value)}")
+    return out
 
 
 def normalize(data: object) -> dict[str, Any]:

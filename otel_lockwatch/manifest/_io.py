@@ -1,44 +1,102 @@
-"""The manifest's file: written atomically, read back only as written.
+"""The manifest's file: written atomically with the umask's mode, read back only as written.
 
-:func:`dump_manifest` writes the JSON to a temporary file in the same directory, flushes and
-fsyncs it, then renames it over the target (``os.replace``): a reader sees the previous manifest
-or the new one, never a truncated file, and a write interrupted at any point leaves the previous
-one intact. :func:`load_manifest` refuses, in one line naming the file, anything this library did
-not write as-is: not JSON, another schema, a missing field, a digest that does not match the
-content (an edited file), or data that does not check out.
+Writing. :func:`dump_manifest` writes the JSON to a temporary file in the same directory,
+flushes and fsyncs it, then renames it over the target (``os.replace``): a reader sees the
+previous manifest or the new one, never a truncated file, and a write interrupted at any point
+leaves the previous one intact. The temporary file is created with ``O_CREAT | O_EXCL`` (a
+symlink planted at its name is refused, never followed) and mode ``0o666``, so the kernel
+applies the process's umask (and a directory's default ACL) as for any file the program
+creates: under umask 077 the manifest is ``0600``, and it is never more open while it is
+written than when it is done.
+
+Reading. A manifest is read back by orchestrators (``recommended_workers``, ``otel-lockwatch
+check``) that size pools from it, and by people (``otel-lockwatch report``); lock and thread
+names in it often come from request data, and whoever can write the file can recompute its
+digest, which has no key. So :func:`load_manifest` treats the file as hostile and refuses, with
+one :class:`ManifestError` line naming the file and the value or field, anything it cannot
+trust:
+
+- a file that is not a regular file (a FIFO, ``/dev/zero``, a directory: refused from its
+  ``stat``, before it is opened for reading), or larger than ``max_bytes`` (at most
+  ``max_bytes + 1`` bytes are ever read);
+- bytes that are not UTF-8 JSON; an object with a duplicate key (other parsers keep the first
+  value where Python keeps the last); nesting deeper than :data:`MAX_DEPTH`; an integer outside
+  ``(-2**63, 2**63)``; a float that is not finite (``1e999``, ``NaN``); a lone surrogate;
+- then, as ``_check.check_doc``: another schema, a missing field, a digest that does not match
+  the content (an edit by hand), data of the wrong type or shape anywhere, and derived fields
+  that evaluating the data again (under the manifest's own thresholds and pool-size source)
+  does not give, floats included.
+
+What the reader cannot know is whether the data itself is what a run measured: a writer who
+can write the file can write any self-consistent manifest. The file's mode is what keeps other
+users from writing it.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
-import tempfile
+import re
+import secrets
+import stat
 from pathlib import Path
-from typing import Union
+from typing import Any, Union
 
 from ..exceptions import ManifestError
-from ._data import normalize
-from ._model import REQUIRED_FIELDS, SCHEMA, Manifest, Verdict, compute_digest
+from ..record._witness import printable
+from ._check import INT_LIMIT, MAX_DEPTH, check_depth, check_document, check_json, shown
+from ._model import Manifest
 
-__all__ = ["PathLike", "check_doc", "dump_manifest", "load_manifest", "write_atomically"]
+__all__ = [
+    "DEFAULT_MAX_BYTES",
+    "PathLike",
+    "dump_manifest",
+    "load_manifest",
+    "write_atomically",
+]
 
 PathLike = Union[str, "os.PathLike[str]"]
+
+#: The largest manifest file :func:`load_manifest` reads by default (64 MiB).
+DEFAULT_MAX_BYTES = 64 * 1024 * 1024
+_READ_CHUNK = 1 << 20
+# A JSON escape of a UTF-16 surrogate: only these can put a lone surrogate into a parsed str.
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
+# Without a run of 19 digits anywhere, every integer of the text is below 10**18 < 2**63: the
+# parser's own int() is safe and in range, and its hook (a Python call per integer) is skipped.
+_DIGITS_AS_NINES = bytes.maketrans(b"0123456789", b"9999999999")
+
+
+# --------------------------------------------------------------------------------------------
+# Writing
+
+
+def _create_temp(target: Path) -> tuple[int, Path]:
+    """A new, empty temporary file beside ``target``, created ``0o666 & ~umask``."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
+    for _ in range(100):
+        tmp = target.parent / f".{target.name}.{secrets.token_hex(4)}.tmp"
+        try:
+            return os.open(tmp, flags, 0o666), tmp
+        except FileExistsError:
+            continue
+    raise FileExistsError(f"no free temporary file name beside {target}")  # pragma: no cover
 
 
 def write_atomically(target: Path, payload: bytes) -> None:
     """Write ``payload`` to ``target`` through a temporary file in the same directory, fsynced,
     then ``os.replace``: a reader sees the old file or the whole new one. On any error the
-    temporary file is removed and the old file survives.
+    temporary file is removed and the old file survives. The file's mode is ``0o666`` less the
+    umask, as for any file the program creates.
 
     Raises:
         OSError: the file could not be written (its directory must exist).
     """
     directory = target.parent
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{target.name}.", suffix=".tmp")
+    fd, tmp = _create_temp(target)
     try:
-        with contextlib.suppress(AttributeError, OSError):  # not every platform has fchmod
-            os.fchmod(fd, 0o644)
         with os.fdopen(fd, "wb") as f:
             f.write(payload)
             f.flush()
@@ -66,7 +124,8 @@ def dump_manifest(manifest: Manifest, path: PathLike) -> Path:
     The JSON goes to a temporary file in the same directory, is flushed and fsynced, then
     renamed over ``path`` (``os.replace``): a reader sees the previous manifest or the new one,
     never a truncated file. On any error the temporary file is removed and the previous
-    manifest survives. ``{pid}`` in ``path`` is replaced by the process id.
+    manifest survives. The file is created ``0o666 & ~umask``. ``{pid}`` in ``path`` is replaced
+    by the process id.
 
     Args:
         manifest: the manifest to write.
@@ -83,59 +142,155 @@ def dump_manifest(manifest: Manifest, path: PathLike) -> Path:
     return target
 
 
-def check_doc(doc: object, where: str) -> Manifest:
-    """Validate a manifest document (schema, fields, digest, data) and wrap it."""
-    if not isinstance(doc, dict):
-        raise ManifestError(f"{where} is not a JSON object")
-    if doc.get("schema") != SCHEMA:
-        raise ManifestError(f"{where} has schema {doc.get('schema')!r}, expected {SCHEMA!r}")
-    missing = [k for k in REQUIRED_FIELDS if k not in doc]
-    if missing:
-        raise ManifestError(f"{where} lacks field(s): {', '.join(missing)}")
-    digest = doc["manifest_digest"]
-    try:
-        actual = compute_digest(doc)
-    except ValueError:  # NaN / Infinity in the document
-        actual = None
-    if digest != actual:
-        raise ManifestError(f"{where} was edited: its manifest_digest does not match its content")
-    try:
-        normalize(doc)
-        Verdict(doc["verdict"])
-        rec = doc["recommended_pool_size"]
-        if type(rec) is not int or rec < 1:  # noqa: E721
-            raise ValueError(f"recommended_pool_size must be an int >= 1, got {rec!r}")
-    except ValueError as e:
-        raise ManifestError(f"{where} is invalid: {e}") from None
-    body = {k: v for k, v in doc.items() if k != "manifest_digest"}
-    return Manifest._from_doc(body, digest)
+# --------------------------------------------------------------------------------------------
+# Reading: the bytes
 
 
-def load_manifest(path: PathLike) -> Manifest:
-    """Read a manifest back, refusing anything this library did not write as-is.
+class _Refused(ValueError):
+    """A value the JSON parser's hooks refuse (caught by :func:`_parse`)."""
 
-    Args:
-        path: the manifest file.
 
-    Raises:
-        ManifestError: (one line naming the path) the file is missing or unreadable, is not
-            JSON, not an object, of another schema, lacks fields, or its digest does not match
-            its content (it was edited).
+def _file_kind(mode: int) -> str:
+    for test, kind in (
+        (stat.S_ISDIR, "a directory"),
+        (stat.S_ISFIFO, "a FIFO"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+        (stat.S_ISSOCK, "a socket"),
+    ):
+        if test(mode):
+            return kind
+    return "not a regular file"  # pragma: no cover
+
+
+def _read(path: PathLike, where: str, max_bytes: int) -> bytearray:
+    """The file's bytes, refusing what is not a regular file or is larger than ``max_bytes``.
+
+    The kind and size are checked on ``stat`` before the file is opened (opening a FIFO would
+    block, reading ``/dev/zero`` would never end), then again on the open descriptor (the path
+    may have been replaced in between); at most ``max_bytes + 1`` bytes are read, so a file
+    that lies about its size (or grows) is refused too.
     """
-    where = f"manifest {os.fspath(path)}"
     try:
-        with open(path, "rb") as f:
-            raw = f.read()
+        st = os.stat(path)
     except FileNotFoundError:
         raise ManifestError(f"{where} does not exist") from None
     except OSError as e:
         raise ManifestError(f"{where} cannot be read: {e.strerror or e}") from None
+    _check_stat(st, where, max_bytes)
+    flags = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0) | getattr(os, "O_CLOEXEC", 0)
     try:
-        doc = json.loads(raw.decode("utf-8"))
-    except UnicodeDecodeError:
-        raise ManifestError(f"{where} is not UTF-8 text") from None
+        fd = os.open(path, flags)
+    except OSError as e:
+        raise ManifestError(f"{where} cannot be read: {e.strerror or e}") from None
+    try:
+        _check_stat(os.fstat(fd), where, max_bytes)
+        data = bytearray()
+        while len(data) <= max_bytes:
+            chunk = os.read(fd, min(_READ_CHUNK, max_bytes + 1 - len(data)))
+            if not chunk:
+                break
+            data += chunk
+    except OSError as e:
+        raise ManifestError(f"{where} cannot be read: {e.strerror or e}") from None
+    finally:
+        os.close(fd)
+    if len(data) > max_bytes:
+        raise ManifestError(f"{where} is larger than {max_bytes} bytes (max_bytes)")
+    return data
+
+
+def _check_stat(st: os.stat_result, where: str, max_bytes: int) -> None:
+    if not stat.S_ISREG(st.st_mode):
+        raise ManifestError(f"{where} is not a regular file: it is {_file_kind(st.st_mode)}")
+    if st.st_size > max_bytes:
+        raise ManifestError(f"{where} is {st.st_size} bytes, more than max_bytes={max_bytes}")
+
+
+def _object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    obj = dict(pairs)
+    if len(obj) != len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise _Refused(f"has a duplicate key {shown(key)} in one object")
+            seen.add(key)
+    return obj
+
+
+def _int(text: str) -> int:
+    # Length first: int() of a few thousand digits is refused (or slow) before any range check.
+    if len(text) > 20:
+        raise _Refused(f"has an integer of {len(text)} digits, out of range: {printable(text, 20)}")
+    value = int(text)
+    if not -INT_LIMIT < value < INT_LIMIT:
+        raise _Refused(f"has an integer out of range (-2**63, 2**63): {value}")
+    return value
+
+
+def _float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise _Refused(f"has a number out of range: {shown(text)}")
+    return value
+
+
+def _constant(text: str) -> Any:
+    raise _Refused(f"has {text}, which is not a JSON number")
+
+
+def _parse(data: bytearray, where: str) -> Any:
+    long_digits = b"9" * 19 in data.translate(_DIGITS_AS_NINES)  # faster than a regex
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise ManifestError(f"{where} is not UTF-8 text (byte {e.start})") from None
+    del data  # the bytes are not needed past here: free them before the objects are built
+    try:
+        doc = json.loads(
+            text,
+            object_pairs_hook=_object,
+            parse_int=_int if long_digits else None,
+            parse_float=_float,
+            parse_constant=_constant,
+        )
+    except _Refused as e:
+        raise ManifestError(f"{where} {e}") from None
     except json.JSONDecodeError as e:
         raise ManifestError(
             f"{where} is not valid JSON: {e.msg} at line {e.lineno} column {e.colno}"
         ) from None
-    return check_doc(doc, where)
+    except RecursionError:  # the parser's own stack: far deeper than MAX_DEPTH
+        raise ManifestError(f"{where} nests deeper than {MAX_DEPTH} levels") from None
+    if _SURROGATE_ESCAPE.search(text):
+        check_json(doc, where)
+    else:  # the hooks and the digit runs answered for every number; the nesting is left
+        check_depth(doc, where)
+    return doc
+
+
+def load_manifest(path: PathLike, *, max_bytes: int = DEFAULT_MAX_BYTES) -> Manifest:
+    """Read a manifest back, refusing anything this library did not write as it is.
+
+    See the module docstring for what is refused and why.
+
+    Args:
+        path: the manifest file.
+        max_bytes: the largest file accepted (default :data:`DEFAULT_MAX_BYTES`, 64 MiB); at
+            most ``max_bytes + 1`` bytes are read.
+
+    Raises:
+        ManifestError: (one line naming the path and the value or field) the file is missing,
+            unreadable, not a regular file, larger than ``max_bytes``, not UTF-8 JSON, has a
+            duplicate key, nests too deep, has a number out of range, is of another schema,
+            lacks fields, was edited (its digest does not match its content), has malformed
+            data, or derived fields that its data does not give.
+        TypeError: ``max_bytes`` is not an int.
+        ValueError: ``max_bytes`` < 1.
+    """
+    if type(max_bytes) is not int:  # noqa: E721
+        raise TypeError(f"max_bytes must be an int, got {max_bytes!r}")
+    if max_bytes < 1:
+        raise ValueError(f"max_bytes must be >= 1, got {max_bytes}")
+    where = f"manifest {printable(os.fspath(path), None)}"
+    return check_document(_parse(_read(path, where, max_bytes), where), where)

@@ -20,21 +20,22 @@ from typing import Any
 
 from .._settings import SETTINGS
 from ..record._data import WorkerTotals, merge_data
+from ._check import check_doc, check_json
 from ._data import normalize
 from ._evaluate import evaluate_normalized
-from ._io import PathLike, check_doc, load_manifest
+from ._io import DEFAULT_MAX_BYTES, PathLike, load_manifest
 from ._model import Manifest
 
 __all__ = ["merge_manifests"]
 
 
-def _as_manifest(item: object) -> Manifest:
+def _as_manifest(item: object, max_bytes: int) -> Manifest:
     if isinstance(item, Manifest):
         return item
     if isinstance(item, Mapping):
         return check_doc(dict(item), "manifest")
     if isinstance(item, (str, os.PathLike)):
-        return load_manifest(item)
+        return load_manifest(item, max_bytes=max_bytes)
     raise TypeError(f"cannot merge a {type(item).__name__}: expected a Manifest, dict or path")
 
 
@@ -93,6 +94,7 @@ def merge_manifests(
     *,
     hot_lock_threshold_pct: float | None = None,
     starvation_ratio: float | None = None,
+    max_bytes: int = DEFAULT_MAX_BYTES,
 ) -> Manifest:
     """Merge the manifests of several processes (or runs) exactly, then evaluate again.
 
@@ -110,13 +112,15 @@ def merge_manifests(
         hot_lock_threshold_pct: as for :func:`evaluate`; by default the threshold all inputs
             share, else the environment's or the default.
         starvation_ratio: likewise.
+        max_bytes: the largest manifest file read (as for :func:`load_manifest`).
 
     Raises:
         ValueError: no manifests, or a threshold out of range.
-        ManifestError: a path or dict is not a valid, unedited manifest.
+        ManifestError: a path or dict is not a valid manifest (as :func:`load_manifest` checks
+            it), or the merged counts leave the range a manifest may hold (``2**63``).
         TypeError: an item is neither a Manifest, a dict nor a path.
     """
-    items = [_as_manifest(m) for m in manifests]
+    items = [_as_manifest(m, max_bytes) for m in manifests]
     if not items:
         raise ValueError("merge_manifests needs at least one manifest")
     datas = [_qualify_workers(normalize(m._doc)) for m in items]
@@ -134,4 +138,7 @@ def merge_manifests(
             ("starvation_ratio", starvation_ratio),
         )
     )
-    return evaluate_normalized(merged, hot_pct, ratio, SETTINGS["pool_size"].resolve(), "env")
+    result = evaluate_normalized(merged, hot_pct, ratio, SETTINGS["pool_size"].resolve(), "env")
+    # Sums of counts below 2**63 may reach it: such a manifest could not be read back.
+    check_json(result.to_dict(), "the merged manifest", surrogates=False)
+    return result

@@ -8,8 +8,10 @@ read back from disk can be evaluated again, and the manifests of many processes 
 merging their data.
 
 The digest is SHA-256 over the canonical JSON (sorted keys, no whitespace, UTF-8) of every
-field but the digest: ``load_manifest`` refuses a manifest whose digest does not match, so a
-successor never sizes its pool from numbers the run did not produce.
+field but the digest: ``load_manifest`` refuses a manifest whose digest does not match (a hand
+edit, a damaged file). The digest has no key, so anyone who can write the file can recompute
+it: ``load_manifest`` also evaluates the data again and refuses derived fields that differ, so a
+successor never sizes its pool from a recommendation the manifest's own data does not give.
 """
 
 from __future__ import annotations

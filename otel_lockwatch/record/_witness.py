@@ -11,6 +11,14 @@ module docstring holds the design notes; the offline cycle search and merge are 
 The JSON checks are strict (exact keys, types and shapes), because a manifest is data that
 crossed a process boundary and is read back by another version of this code.
 
+Lock and thread names often come from request data, and the text of a cycle goes to a terminal
+(the warning on stderr, the report) and into CI logs. So every name, site and time in that text
+goes through :func:`printable`: a character that ``str.isprintable()`` refuses (ESC, a newline,
+a bidirectional override, a lone surrogate) is written as its Python escape (``\\x1b``), and a
+name past :data:`NAME_LIMIT` characters is cut with a visible marker. The text can neither
+move the cursor, clear the screen, set a title, nor forge a line; the values themselves (and
+their JSON) keep every character.
+
 Public surface::
 
     EdgeWitness(holding, acquiring, worker, sites, at, trace_id, span_id)
@@ -21,6 +29,7 @@ Public surface::
         .format() -> str              # lockdep-style report (also str(cycle))
     read_order_data(d) -> (witnesses, cycles)              # the "lock_order" part, checked
     utc_timestamp(ns=None) -> str     # "2026-11-30T02:40:00.123Z"
+    printable(text, limit=NAME_LIMIT) -> str                # safe for a terminal, a log, DOT
 """
 
 from __future__ import annotations
@@ -30,7 +39,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["Cycle", "EdgeWitness", "read_order_data", "utc_timestamp"]
+__all__ = ["NAME_LIMIT", "Cycle", "EdgeWitness", "printable", "read_order_data", "utc_timestamp"]
 
 _WITNESS_KEYS = frozenset({"holding", "acquiring", "worker", "sites", "at", "trace_id", "span_id"})
 _CYCLE_KEYS = frozenset({"cycle", "edges"})
@@ -39,6 +48,40 @@ _RECURSIVE_NOTE = (
     "(two locks of one class held at once; a second worker taking them in the other order "
     "deadlocks)"
 )
+
+
+#: The most characters of one name that :func:`printable` shows; the rest is cut, visibly.
+NAME_LIMIT = 200
+
+
+def _escape(char: str) -> str:
+    """A character that is not printable, as its Python escape: ``\\x1b``, ``\\n``,
+    ``\\u202e``, ``\\ud800``."""
+    return repr(char)[1:-1]
+
+
+def printable(text: str, limit: int | None = NAME_LIMIT) -> str:
+    """``text`` made safe for a terminal, a log line or a Graphviz string.
+
+    Every character that ``str.isprintable()`` refuses (control characters such as ESC, CR, LF
+    and NUL; C1 controls; format characters such as bidirectional overrides; line and paragraph
+    separators; lone surrogates) is replaced by its Python escape, ``\\x1b`` for ESC. A
+    backslash is kept as it is, so text that went through once is unchanged by a second pass.
+    Past ``limit`` characters the text is cut and ``...(+N chars)`` says how many were left out.
+
+    Args:
+        text: any string (another object is shown as its ``str``).
+        limit: the most characters of ``text`` kept, or None for no cut.
+    """
+    if not isinstance(text, str):
+        text = str(text)
+    cut = 0
+    if limit is not None and len(text) > limit:
+        cut = len(text) - limit
+        text = text[:limit]
+    if not text.isprintable():
+        text = "".join(c if c.isprintable() else _escape(c) for c in text)
+    return f"{text}...(+{cut} chars)" if cut else text
 
 
 def utc_timestamp(ns: int | None = None) -> str:
@@ -138,11 +181,15 @@ class EdgeWitness:
 
     def describe(self) -> str:
         """One line for a report: ``A -> B: worker 'w1' held A (acquired at m:f:10) and
-        acquired B (at m:f:12), 2026-11-30T02:40:00.123Z``, plus the trace when known."""
+        acquired B (at m:f:12), 2026-11-30T02:40:00.123Z``, plus the trace when known.
+
+        Names, sites and time go through :func:`printable`: the line is one line, whatever
+        they hold."""
+        holding, acquiring = printable(self.holding), printable(self.acquiring)
         line = (
-            f"{self.holding} -> {self.acquiring}: worker {self.worker!r} held {self.holding} "
-            f"(acquired at {self.sites[0]}) and acquired {self.acquiring} "
-            f"(at {self.sites[1]}), {self.at}"
+            f"{holding} -> {acquiring}: worker '{printable(self.worker)}' held {holding} "
+            f"(acquired at {printable(self.sites[0])}) and acquired {acquiring} "
+            f"(at {printable(self.sites[1])}), {printable(self.at)}"
         )
         if self.trace_id is not None:
             line += f", trace {self.trace_id}"
@@ -226,7 +273,8 @@ class Cycle:
 
     def format(self) -> str:
         """Return the lockdep-style report: a header naming the cycle, then one line per edge
-        saying which worker held what where, and when.
+        saying which worker held what where, and when. Every name is :func:`printable` (safe
+        for a terminal and a log, cut past :data:`NAME_LIMIT` characters).
 
         ::
 
@@ -235,9 +283,9 @@ class Cycle:
               B -> A: worker 'w2' held B (acquired at m:g:20) and acquired A (at m:g:21), ...
         """
         if len(self.locks) == 1:
-            header = f"possible recursive locking: {self.locks[0]} {_RECURSIVE_NOTE}"
+            header = f"possible recursive locking: {printable(self.locks[0])} {_RECURSIVE_NOTE}"
         else:
-            path = " -> ".join(self.locks + self.locks[:1])
+            path = " -> ".join(printable(name) for name in self.locks + self.locks[:1])
             header = f"possible circular locking dependency: {path}"
         return "\n".join([header] + ["  " + edge.describe() for edge in self.edges])
 
