@@ -157,6 +157,16 @@ def test_an_exhausted_pool_is_reported_with_what_its_capacity_supports():
     assert 12.5 <= expected < 14
 
 
+@pytest.mark.parametrize("kind", ["semaphore", "lifo_queue"])
+def test_a_hot_pool_is_held_from_checkout_to_checkin(kind):
+    """The hold of a pool that is a hot lock is its checkout -> checkin (10 ms), not the
+    moment its mutex is held."""
+    m = evaluate(exhausted(kind))
+    assert m.hold_time_distribution == {
+        POOL: {"count": 160, "p50_ms": 10.0, "p95_ms": 10.0, "max_ms": 10.0}
+    }
+
+
 def test_a_pool_with_enough_capacity_is_low_contention():
     """16 workers half of their time in the pool, 16 slots: nobody waits; u = 1/2, so the
     capacity supports 32 workers and the 16 need 8 slots on average."""

@@ -271,6 +271,9 @@ def evaluate_normalized(
     hold_time_distribution = {}
     for _, name in hot:
         h = locks[name]["hold_ns"]
+        pool = locks[name].get("pool")
+        if pool is not None and pool["hold_ns"].count and name in splits and splits[name].is_pool:
+            h = pool["hold_ns"]  # a pool is held from checkout to checkin, not by its mutex
         p50, p95 = h.percentiles((0.5, 0.95))
         hold_time_distribution[name] = {
             "count": h.count,
