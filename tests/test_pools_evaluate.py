@@ -396,6 +396,16 @@ def test_a_manifest_written_before_the_pool_fields_still_loads(tmp_path):
             r"an int >= 0, got -1$",
         ),
         (
+            lambda e: e["signal_waits"]["workers"]["w2"].update(waits=True),
+            r"^locks\['app\.db:make_pool:12'\]\.signal_waits\.workers\['w2'\]\.waits must be "
+            r"an int >= 0, got True$",
+        ),
+        (
+            lambda e: e["signal_waits"]["workers"]["w2"].pop("wait_ns"),
+            r"^locks\['app\.db:make_pool:12'\]\.signal_waits\.workers\['w2'\]\.wait_ns must "
+            r"be an int >= 0, got None$",
+        ),
+        (
             lambda e: e["signal_waits"].update(timeouts=500),
             r"^locks\['app\.db:make_pool:12'\]\.signal_waits\.timeouts must be at most its "
             r"count 158, got 500$",

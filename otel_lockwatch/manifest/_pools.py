@@ -45,8 +45,10 @@ and builds the derived ``resource_pools`` and ``idle_waits`` (:func:`pool_report
 from __future__ import annotations
 
 import math
+import operator
 from collections.abc import Mapping
 from fractions import Fraction
+from itertools import chain
 from typing import Any
 
 from ..record._data import SIGNAL_WORKER_FIELDS
@@ -105,15 +107,43 @@ def _signal_waits(v: object, where: str) -> dict[str, Any]:
             f"{where}.timeouts must be at most its count {out['count']}, got {out['timeouts']}"
         )
     out["wait_ns"] = _histogram(v.get("wait_ns"), f"{where}.wait_ns")
-    workers: dict[str, dict[str, int]] = {}
-    for worker, w in _mapping(v.get("workers", {}), f"{where}.workers").items():
-        if not isinstance(worker, str):
-            raise ValueError(f"{where}.workers keys must be worker names, got {worker!r}")
-        w = _mapping(w, f"{where}.workers[{worker!r}]")
-        workers[worker] = {
-            k: _count(w.get(k), f"{where}.workers[{worker!r}].{k}") for k in SIGNAL_WORKER_FIELDS
+    out["workers"] = _signal_workers(v.get("workers", {}), f"{where}.workers")
+    return out
+
+
+_GET_SIGNAL_WORKER = operator.itemgetter(*SIGNAL_WORKER_FIELDS)
+
+
+def _signal_workers(per_worker: object, where: str) -> dict[str, dict[str, int]]:
+    """Check and copy ``{worker: {waits, wait_ns, signals}}``; extra keys are dropped.
+
+    The common case is checked with C-level loops (itemgetter, set of types, min); only a
+    failure walks the entries one by one to name the culprit.
+    """
+    per_worker = _mapping(per_worker, where)
+    try:
+        rows = list(map(_GET_SIGNAL_WORKER, per_worker.values()))
+        values = list(chain.from_iterable(rows))
+        fast = (
+            set(map(type, values)) <= {int}
+            and (not values or min(values) >= 0)
+            and set(map(type, per_worker)) <= {str}
+        )
+    except (KeyError, TypeError):
+        fast = False
+    if fast:
+        return {
+            worker: {"waits": r[0], "wait_ns": r[1], "signals": r[2]}
+            for worker, r in zip(per_worker, rows, strict=True)
         }
-    out["workers"] = workers
+    out: dict[str, dict[str, int]] = {}
+    for worker, w in per_worker.items():
+        if not isinstance(worker, str):
+            raise ValueError(f"{where} keys must be worker names, got {worker!r}")
+        w = _mapping(w, f"{where}[{worker!r}]")
+        out[worker] = {
+            k: _count(w.get(k), f"{where}[{worker!r}].{k}") for k in SIGNAL_WORKER_FIELDS
+        }
     return out
 
 
