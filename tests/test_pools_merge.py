@@ -242,3 +242,12 @@ def test_merged_processes_qualify_their_signal_workers():
     merged = merge_manifests([evaluate(a), evaluate(b)])
     signal_workers = merged.data["locks"]["app.db:make_pool:12"]["signal_waits"]["workers"]
     assert set(signal_workers) == set(merged.workers)
+
+
+def test_merged_processes_add_their_peak_workers_into_the_nominal_size():
+    """Processes run side by side: peaks of 4 and 3 workers make a pool of 7."""
+    a, b = pool_data(PoolRun(4, 2), "semaphore"), pool_data(PoolRun(3, 2), "semaphore")
+    a["process"], b["process"] = {"pid": 1}, {"pid": 2}
+    merged = merge_manifests([evaluate(a), evaluate(b)])
+    assert merged.pool["peak_workers"] == 7
+    assert (merged.nominal_pool_size, merged.pool_size_source) == (7, "peak_workers")
