@@ -33,7 +33,7 @@ def build_snapshot(n_locks: int, n_workers: int, seed: int = 1) -> dict:
         for j, w in enumerate(workers):
             wait = rng.randrange(0, 10_000) if i % 1000 else 200_000 * (j + 1)
             if i % 2500 == 7 and j == 0:
-                wait = 50_000_000  # a starved worker
+                wait = 5_000_000_000  # a starved worker: 8 % of its 60 s
             per_worker[w] = {"acquisitions": 5, "contentions": 2, "wait_ns": wait, "hold_ns": 9_000}
             worker_wait[w] += wait
         locks[f"app/module_{i // 100}.py:{i}"] = {

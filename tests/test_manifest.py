@@ -354,6 +354,7 @@ def test_thresholds_list_every_floor():
         "starvation_ratio": 5.0,
         "starvation_median_floor_ms": 0.2,
         "starvation_min_wait_ms": 1.0,
+        "starvation_min_wait_pct_of_observed": 5.0,
         "section_collision_target": 0.05,
         "histogram_relative_error": 0.03125,
     }
@@ -501,7 +502,8 @@ raw_events = st.lists(
 
 
 def reference(events, hot_pct=20.0, ratio=5.0):
-    """The definitions of a hot lock and of starvation, computed directly from the raw events."""
+    """The definitions of a hot lock and of starvation, computed directly from the raw events
+    (a starved worker's wait is also at least 5 % of its observed time)."""
     lock_wait: dict = {}
     pair_wait: dict = {}
     for worker, lock, wait, _ in events:
@@ -517,12 +519,20 @@ def reference(events, hot_pct=20.0, ratio=5.0):
         ),
         key=lambda lock: (-lock_wait[lock], lock),
     )
+    observed_by_worker: dict = {}
+    for worker, _, wait, hold in events:
+        observed_by_worker[worker] = observed_by_worker.get(worker, 0) + wait + hold
     starving = set()
     for lock in lock_wait:
         waits = [w for (_, lk), w in pair_wait.items() if lk == lock]
         median = statistics.median_low(waits)
         for (worker, lk), w in pair_wait.items():
-            if lk == lock and w > ratio * max(median, 0.2 * MS) and w >= MS:
+            if (
+                lk == lock
+                and w > ratio * max(median, 0.2 * MS)
+                and w >= MS
+                and w * 100 >= 5 * observed_by_worker[worker]
+            ):
                 starving.add((worker, lock))
     return hot, starving
 

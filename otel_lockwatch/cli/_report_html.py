@@ -5,9 +5,10 @@ the file can be mailed, attached to a CI run, or opened offline. It shows the mo
 ``_report_model`` in the same order as the terminal summary, with three charts: the share of the
 aggregate wait per lock, the hold-time distribution of each hot lock (from its histogram when
 the manifest carries one, else its p50/p95/max), and the lock-order graph on a circle, cycle
-edges in red. Its elements carry stable ids and classes (``#wait-share-chart``,
-``.hold-chart``, ``#lock-order-graph``, ``.edge.cycle``) for tests and for anyone who wants to
-restyle it.
+edges in red; a table of the resource pools, with the way out of a pool that is the
+bottleneck. Its elements carry stable ids and classes (``#wait-share-chart``, ``.hold-chart``,
+``#lock-order-graph``, ``.edge.cycle``, ``#resource-pools``, ``.bottleneck``,
+``#idle-waits``) for tests and for anyone who wants to restyle it.
 """
 
 from __future__ import annotations
@@ -20,10 +21,13 @@ from typing import Any
 from otel_lockwatch.cli._report_model import VERDICT_SEVERITY, build_report, finite_number
 from otel_lockwatch.cli._report_text import (
     MAX_CHART_LOCKS,
+    POOL_HEADERS,
     duration,
+    idle_line,
     integer,
     lock_row,
     percent,
+    pool_row,
     process_line,
 )
 
@@ -76,6 +80,7 @@ th, td { padding: 4px 8px; border-bottom: 1px solid var(--rule); text-align: rig
          white-space: nowrap; }
 th.text, td.text { text-align: left; }
 th { color: var(--muted); font-weight: 600; }
+p.bottleneck { color: var(--warn); font-weight: 600; }
 pre { background: var(--panel); border: 1px solid var(--rule); border-radius: 8px; padding: 12px;
       overflow-x: auto; font-size: 12.5px; white-space: pre-wrap; }
 footer { margin-top: 40px; font-size: 12px; color: var(--muted); }
@@ -305,12 +310,33 @@ def _html_table(headers: Sequence[str], rows: Iterable[Sequence[str]], text_cols
     return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
 
+def _pools_html(r: Mapping[str, Any]) -> list[str]:
+    """The resource pools table, the way out of each bottleneck, the idle waits; nothing for a
+    manifest that has neither pools nor idle waits."""
+    if not r["resource_pools"] and not r["idle_waits"]:
+        return []
+    out = ["<h2>Resource pools</h2>"]
+    if r["resource_pools"]:
+        table = _html_table(POOL_HEADERS, (pool_row(p) for p in r["resource_pools"]), 2)
+        out.append(table.replace("<table>", '<table id="resource-pools">', 1))
+        advice = [p["advice"] for p in r["resource_pools"] if p["advice"]]
+        out += [f'<p class="bottleneck">{_e(line)}</p>' for line in advice]
+    else:
+        out.append('<p class="muted">No resource pool: no checkout waited for a peer.</p>')
+    if r["idle_waits"]:
+        idle = _e(idle_line(r))
+        out.append(f'<p id="idle-waits" class="muted">Idle waits (not contention): {idle}</p>')
+    return out
+
+
 def render_html(manifest: Mapping[str, Any], *, title: str | None = None) -> str:
     """One self-contained HTML page: summary cards, the wait share per lock
     (``svg#wait-share-chart``), a hold-time chart per hot lock (``svg.hold-chart``, from the
     hold histogram when the manifest has one, else its p50/p95/max), the lock-order graph
     (``svg#lock-order-graph``, cycle edges ``path.edge.cycle``), the lockdep text of each cycle,
-    the starvation signatures and the per-lock table. No script, no network.
+    the starvation signatures, the resource pools (``table#resource-pools``, a bottleneck's way
+    out in ``p.bottleneck``, the idle waits in ``p#idle-waits``) and the per-lock table. No
+    script, no network.
 
     Args:
         manifest: the manifest as a dict.
@@ -396,6 +422,7 @@ def render_html(manifest: Mapping[str, Any], *, title: str | None = None) -> str
         )
     else:
         body.append('<p class="muted">No worker starved.</p>')
+    body += _pools_html(r)
 
     if r["locks"]:
         body.append("<h2>Locks</h2>")

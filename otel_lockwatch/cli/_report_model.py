@@ -10,9 +10,13 @@ after it, in the order a reader checks it:
 2. the hot locks: their share of the aggregate wait, and how long they are held (p50/p95/max),
    since a hot lock is either held too long or taken too often;
 3. the starved workers: who waited how many times the median on which lock;
-4. the lock-order cycles, written lockdep-style: the cycle, then each edge with the worker that
+4. the resource pools (connection pools, semaphores, queues of resources): their capacity, the
+   checkout waits, the holds, and -- for a pool that is a hot lock, the bottleneck -- the two
+   ways out: fewer workers for its capacity, or the capacity the workers need; and the idle
+   waits (consumers waiting for work), which are not contention;
+5. the lock-order cycles, written lockdep-style: the cycle, then each edge with the worker that
    took it and the two acquisition sites, then the interleaving that would deadlock;
-5. a per-lock table and the section arrays.
+6. a per-lock table and the section arrays.
 
 :func:`build_report` computes that model once from the manifest as a plain dict
 (``Manifest.to_dict()`` or the JSON as loaded); ``_report_text`` draws it for a terminal, as
@@ -29,7 +33,7 @@ from typing import Any
 from otel_lockwatch.record._histogram import LogHistogram, bucket_bounds
 from otel_lockwatch.record._witness import Cycle
 
-__all__ = ["VERDICT_SEVERITY", "build_report", "finite_number", "format_cycle"]
+__all__ = ["VERDICT_SEVERITY", "build_report", "finite_number", "format_cycle", "pool_advice"]
 
 #: How a verdict is shown: ``ok`` (green), ``warn`` (orange), ``bad`` (red).
 VERDICT_SEVERITY = {
@@ -94,7 +98,9 @@ def build_report(manifest: Mapping[str, Any]) -> dict[str, Any]:
         A dict with ``verdict``, ``verdict_meaning``, ``nominal_pool_size``,
         ``recommended_pool_size``, ``effective_throughput_pct``, ``process``, ``thresholds``,
         ``hot_locks`` (each with its ``hold`` distribution), ``starvation`` (each with its
-        ``ratio`` to the median), ``cycles`` (each with its lockdep-style ``text``), ``locks``
+        ``ratio`` to the median), ``resource_pools`` (each with its ``advice`` when it is the
+        bottleneck), ``idle_waits`` and their ``idle_wait_ms`` in all, ``cycles`` (each with
+        its lockdep-style ``text``), ``locks``
         (one row per lock, most waited-on first, with its ``wait_share_pct``), ``lock_order``
         (node and edge lists of the lock-order graph, cycle edges flagged), ``sections`` and
         ``manifest_digest``.
@@ -136,6 +142,7 @@ def build_report(manifest: Mapping[str, Any]) -> dict[str, Any]:
     rows.sort(key=lambda r: (-r["wait_ms_total"], r["lock"]))
 
     distribution = _mapping(manifest.get("hold_time_distribution"))
+    pool_names = {_mapping(raw).get("name") for raw in _list(manifest.get("resource_pools"))}
     hot_locks = []
     for raw in _list(manifest.get("hot_lock_register")):
         item = _mapping(raw)
@@ -148,7 +155,7 @@ def build_report(manifest: Mapping[str, Any]) -> dict[str, Any]:
             "p50_ms": finite_number(dist.get("p50_ms", hold_fallback.get("p50_ms"))),
             "p95_ms": finite_number(dist.get("p95_ms", hold_fallback.get("p95_ms"))),
             "max_ms": finite_number(dist.get("max_ms", hold_fallback.get("max_ms"))),
-            "buckets": _hold_buckets(lock_entry),
+            "buckets": _hold_buckets(lock_entry, name in pool_names),
         }
         hot_locks.append(
             {
@@ -200,6 +207,9 @@ def build_report(manifest: Mapping[str, Any]) -> dict[str, Any]:
             }
         )
 
+    resource_pools = [_pool_from(_mapping(raw)) for raw in _list(manifest.get("resource_pools"))]
+    idle_waits = [_idle_from(_mapping(raw)) for raw in _list(manifest.get("idle_waits"))]
+
     process = manifest.get("process")
     return {
         "verdict": verdict,
@@ -211,6 +221,9 @@ def build_report(manifest: Mapping[str, Any]) -> dict[str, Any]:
         "thresholds": dict(_mapping(manifest.get("thresholds"))),
         "hot_locks": hot_locks,
         "starvation": starvation,
+        "resource_pools": resource_pools,
+        "idle_waits": idle_waits,
+        "idle_wait_ms": sum(i["total_ms"] or 0.0 for i in idle_waits),
         "cycles": cycles,
         "locks": rows,
         "total_wait_ms": total_wait,
@@ -220,14 +233,91 @@ def build_report(manifest: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-def _hold_buckets(lock_entry: Mapping[str, Any]) -> list[dict[str, float]] | None:
+def _count(value: Any) -> int | None:
+    """A count or size from a manifest field, or None for a missing or malformed one."""
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _pool_from(raw: Mapping[str, Any]) -> dict[str, Any]:
+    waits, hold = _mapping(raw.get("waits")), _mapping(raw.get("hold"))
+    workers = _list(raw.get("workers"))
+    pool = {
+        "name": str(raw.get("name", "?")),
+        "kind": raw.get("kind"),
+        "role": raw.get("role"),
+        "capacity": _count(raw.get("capacity")),
+        "in_use_peak": _count(raw.get("in_use_peak")),
+        "waits": _count(waits.get("count")),
+        "wait_ms": finite_number(waits.get("total_ms")),
+        "wait_p95_ms": finite_number(waits.get("p95_ms")),
+        "wait_max_ms": finite_number(waits.get("max_ms")),
+        "hold_p50_ms": finite_number(hold.get("p50_ms")),
+        "hold_p95_ms": finite_number(hold.get("p95_ms")),
+        "timeouts": _count(raw.get("timeouts")),
+        "waiting_workers": len(workers),
+        "wait_share_pct": finite_number(raw.get("wait_share_pct")),
+        "hot": raw.get("hot") is True,
+        "workers_supported": _count(raw.get("workers_supported")),
+        "capacity_needed": _count(raw.get("capacity_needed")),
+        "nominal_pool_size": _count(raw.get("nominal_pool_size")),
+    }
+    pool["advice"] = pool_advice(pool)
+    return pool
+
+
+def _idle_from(raw: Mapping[str, Any]) -> dict[str, Any]:
+    return {
+        "name": str(raw.get("name", "?")),
+        "kind": raw.get("kind"),
+        "role": raw.get("role"),
+        "count": _count(raw.get("count")),
+        "total_ms": finite_number(raw.get("total_ms")),
+        "workers": len(_list(raw.get("workers"))),
+    }
+
+
+def pool_advice(pool: Mapping[str, Any]) -> str | None:
+    """What to do about a resource pool that is the bottleneck (a hot lock), or None.
+
+    Both ways out when the manifest knows them: ``N workers for its capacity of C, or
+    capacity K for the W workers``; else what is known.
+
+    Args:
+        pool: a resource pool as :func:`build_report` lists it.
+    """
+    if not pool["hot"]:
+        return None
+    head = f"{pool['name']} is the bottleneck"
+    share = pool["wait_share_pct"]
+    if share is not None:
+        head += f" ({share:.1f} % of the wait)"
+    capacity, supported = pool["capacity"], pool["workers_supported"]
+    needed, workers = pool["capacity_needed"], pool["nominal_pool_size"]
+    ways = []
+    if supported is not None and capacity is not None:
+        noun = "worker" if supported == 1 else "workers"
+        ways.append(f"{supported} {noun} for its capacity of {capacity}")
+    if needed is not None and workers is not None:
+        ways.append(f"capacity {needed} for the {workers} workers")
+    if ways:
+        return f"{head}: {', or '.join(ways)}"
+    return f"{head}: its capacity and hold times are unknown, so no size can be computed"
+
+
+def _hold_buckets(
+    lock_entry: Mapping[str, Any], is_pool: bool = False
+) -> list[dict[str, float]] | None:
     """The hold-time histogram of a lock as ``[{lo_ms, hi_ms, count}]`` (ascending buckets), or
     None when the manifest carries none (or a malformed one).
 
     The recorder's data part keeps ``hold_ns`` as ``LogHistogram.to_json()``; a manifest that
-    also puts it under ``hold.histogram`` is read from there.
+    also puts it under ``hold.histogram`` is read from there. A resource pool is held from
+    checkout to checkin: its ``pool.hold_ns`` when it has samples.
     """
     raw = lock_entry.get("hold_ns")
+    pool_hold = _mapping(_mapping(lock_entry.get("pool")).get("hold_ns"))
+    if is_pool and pool_hold.get("count"):
+        raw = pool_hold
     if not isinstance(raw, Mapping):
         raw = _mapping(lock_entry.get("hold")).get("histogram")
     if not isinstance(raw, Mapping):

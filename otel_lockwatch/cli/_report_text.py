@@ -236,6 +236,7 @@ def render_text(
             )
     else:
         out.append("  none")
+    out += pools_section(r, s)
 
     out.append("")
     out.append(s.bold("lock-order cycles"))
@@ -299,6 +300,68 @@ def _json_escape(char: str) -> str:
         code -= 0x10000
         return f"\\u{0xD800 + (code >> 10):04x}\\u{0xDC00 + (code & 0x3FF):04x}"
     return f"\\u{code:04x}"
+
+
+#: The columns of the resource pools table (terminal and HTML alike).
+POOL_HEADERS = (
+    "pool",
+    "kind",
+    "capacity",
+    "peak in use",
+    "waits",
+    "wait p95",
+    "hold p50",
+    "hold p95",
+    "timeouts",
+    "supports / needs",
+)
+
+
+def pool_row(pool: Mapping[str, Any]) -> list[str]:
+    """One resource pool's cells: the last is the workers its capacity supports and the
+    capacity the nominal workers need (terminal and HTML alike)."""
+    return [
+        printable(pool["name"]),
+        printable(str(pool["kind"] or "-")),
+        integer(pool["capacity"]),
+        integer(pool["in_use_peak"]),
+        integer(pool["waits"]),
+        duration(pool["wait_p95_ms"]),
+        duration(pool["hold_p50_ms"]),
+        duration(pool["hold_p95_ms"]),
+        integer(pool["timeouts"]),
+        f"{integer(pool['workers_supported'])} / {integer(pool['capacity_needed'])}",
+    ]
+
+
+def idle_line(report: Mapping[str, Any]) -> str:
+    """``3.84 s in 100 waits on app.jobs (queue.Queue, 4 workers)``: the idle waits in one line."""
+    idle = report["idle_waits"]
+    parts = [
+        f"{printable(i['name'])} ({printable(i['kind'] or '-')}, "
+        f"{integer(i['count'])} waits by {i['workers']} workers)"
+        for i in idle[:3]
+    ]
+    more = f" and {len(idle) - 3} more" if len(idle) > 3 else ""
+    return f"{duration(report['idle_wait_ms'])} on {', '.join(parts)}{more}"
+
+
+def pools_section(report: Mapping[str, Any], s: _Style) -> list[str]:
+    """The resource pools and the idle waits of a report, for the terminal; nothing for a
+    manifest that has neither (one written before they were recorded)."""
+    if not report["resource_pools"] and not report["idle_waits"]:
+        return []
+    out = ["", s.bold("resource pools")]
+    pools = report["resource_pools"]
+    if pools:
+        rows = [pool_row(p) for p in pools]
+        out += ["  " + line for line in _table(POOL_HEADERS, rows, right=set(range(2, 10)))]
+        out += ["  " + s.red(p["advice"]) for p in pools if p["advice"]]
+    else:
+        out.append("  none")
+    if report["idle_waits"]:
+        out.append("  " + s.dim("idle waits (not contention): " + idle_line(report)))
+    return out
 
 
 def render_json(manifest: Mapping[str, Any]) -> str:

@@ -30,6 +30,7 @@ from ..record._data import (
 )
 from ..record._histogram import LogHistogram
 from ..record._witness import Cycle, EdgeWitness
+from ._pools import with_pool_fields
 
 __all__ = ["COUNT_LIMIT", "normalize"]
 
@@ -281,7 +282,7 @@ def normalize(data: object) -> dict[str, Any]:
             must be an int >= 0, got -1``).
     """
     data = _mapping(data, "data")
-    return {  # checked in this order: the first malformed field is the one named
+    norm = {  # checked in this order: the first malformed field is the one named
         "locks": _locks(data.get("locks", {})),
         "workers": _workers(data.get("workers", {})),
         "lock_order": _lock_order(data.get("lock_order", {})),
@@ -290,3 +291,4 @@ def normalize(data: object) -> dict[str, Any]:
         "pool": _pool(data.get("pool", {})),
         "process": _process(data.get("process", {})),
     }
+    return with_pool_fields(data, norm)  # signal waits, pools, peak workers: checked last

@@ -9,7 +9,13 @@ the data and says what to do about it:
   (``hot_lock_threshold_pct``), provided its wait is not negligible (the two floors below);
 - **starvation**: a worker whose wait on a lock exceeds ``starvation_ratio`` times the lower
   median of that lock's per-worker waits (the lower median, so that one starved worker beside
-  one idle one is still seen), with a floor under the median and a minimum wait;
+  one idle one is still seen), with a floor under the median and a minimum wait, and that is a
+  material share of the worker's observed time (one outlier wait in a long run is bad luck,
+  not starvation);
+- **resource pools**: a lock's waits are its mutex waits plus its *contention* signal waits
+  (``_pools``: a checkout that waited for a connection a peer will give back); *idle* signal
+  waits (a consumer waiting for work) count nowhere but in ``idle_waits``. A pool is reported
+  with what its capacity supports and what the nominal pool size needs;
 - **ordering witnesses**: the cycles of the lock-order graph, deadlocks that have not happened;
 - the **verdict**, by precedence ``CYCLIC_ORDERING_DETECTED`` > ``STARVATION_OBSERVED`` >
   ``HOT_LOCK_DETECTED`` > ``LOW_CONTENTION``, and the **recommended pool size** it implies (half
@@ -26,7 +32,7 @@ from __future__ import annotations
 import copy
 import math
 import operator
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from fractions import Fraction
 from typing import Any
 
@@ -34,6 +40,7 @@ from .._settings import SETTINGS
 from ..record._histogram import RELATIVE_ERROR, LogHistogram
 from ._data import normalize
 from ._model import SCHEMA, Manifest, Verdict
+from ._pools import SignalSplit, pool_reports, split_signal_waits
 
 __all__ = [
     "HOT_LOCK_MIN_WAIT_MS",
@@ -41,6 +48,7 @@ __all__ = [
     "SECTION_COLLISION_TARGET",
     "STARVATION_MEDIAN_FLOOR_MS",
     "STARVATION_MIN_WAIT_MS",
+    "STARVATION_MIN_WAIT_PCT_OF_OBSERVED",
     "evaluate",
     "evaluate_normalized",
     "recommended_section_count",
@@ -55,8 +63,10 @@ HOT_LOCK_MIN_WAIT_MS = 1.0
 HOT_LOCK_MIN_WAIT_PCT_OF_OBSERVED = 1.0
 #: A lock's median wait below this (ms) counts as this when looking for starvation...
 STARVATION_MEDIAN_FLOOR_MS = 0.2
-#: ...and a starved worker's wait is at least this (ms).
+#: ...and a starved worker's wait is at least this (ms)...
 STARVATION_MIN_WAIT_MS = 1.0
+#: ...and at least this share of the worker's observed time (percent).
+STARVATION_MIN_WAIT_PCT_OF_OBSERVED = 5.0
 #: Section sizing: the expected number of colliding pairs among the most concurrent holders.
 SECTION_COLLISION_TARGET = 0.05
 
@@ -150,6 +160,69 @@ def evaluate(
     )
 
 
+def _starving(
+    locks: dict[str, Any],
+    workers: dict[str, Any],
+    splits: dict[str, SignalSplit],
+    worker_wait: dict[str, int],
+    ratio: float,
+) -> list[tuple[int, str, str, int]]:
+    """``(wait_ns, worker, lock, median_ns)`` of every starved worker (see the module docstring).
+
+    A worker's wait on a lock is its mutex wait plus its contention signal wait; a worker that
+    only ever waited idle on a class takes no part in that class's median.
+    """
+    floor_ns = STARVATION_MEDIAN_FLOOR_MS * _NS_PER_MS
+    min_wait_ns = STARVATION_MIN_WAIT_MS * _NS_PER_MS
+    starving: list[tuple[int, str, str, int]] = []
+    for name, lock in locks.items():
+        rows = lock["workers"].rows
+        split = splits.get(name)
+        if split is None:
+            names: Iterable[str] = rows.keys()
+            waits = list(map(_GET_WAIT, rows.values()))
+        else:
+            per_worker = {worker: row[2] for worker, row in rows.items()}
+            for worker, (_, wn) in split.contention.items():
+                per_worker[worker] = per_worker.get(worker, 0) + wn
+            names, waits = per_worker.keys(), list(per_worker.values())
+        if len(waits) < 2:
+            continue
+        top = max(waits)
+        if top < min_wait_ns or top <= ratio * floor_ns:
+            continue
+        ordered = sorted(waits)
+        median = ordered[(len(ordered) - 1) // 2]
+        limit = ratio * max(median, floor_ns)
+        if top <= limit:
+            continue
+        for worker, wn in zip(names, waits, strict=True):
+            if wn <= limit or wn < min_wait_ns:
+                continue
+            # A material share of the worker's time: its observed time, or (when the data
+            # lacks it) at least its own wait.
+            w = workers.get(worker)
+            observed = max(w["observed_ns"] if w else 0, worker_wait.get(worker, 0), wn)
+            if wn * 100 >= STARVATION_MIN_WAIT_PCT_OF_OBSERVED * observed:
+                starving.append((wn, worker, name, median))
+    return starving
+
+
+def _nominal(
+    pool: dict[str, Any], workers: dict[str, Any], pool_size: int | None, pool_source: str
+) -> tuple[int, str]:
+    """The nominal pool size and where it came from: the executor's (or the recorder's own
+    source), else the argument or the environment, else the most workers alive at once, else
+    the workers observed."""
+    if pool["nominal"] is not None:
+        return pool["nominal"], pool["source"] or "executor"
+    if pool_size is not None:
+        return pool_size, pool_source
+    if pool.get("peak_workers"):
+        return pool["peak_workers"], "peak_workers"
+    return max(1, len(workers)), "observed"
+
+
 def evaluate_normalized(
     norm: dict[str, Any], hot_pct: float, ratio: float, pool_size: int | None, pool_source: str
 ) -> Manifest:
@@ -160,23 +233,30 @@ def evaluate_normalized(
             document.
         hot_pct: the hot-lock threshold (percent).
         ratio: the starvation ratio.
-        pool_size: the nominal pool size when ``norm["pool"]`` has none; None for the number
-            of workers observed.
+        pool_size: the nominal pool size when ``norm["pool"]`` has none; None for the peak
+            number of workers alive at once (else of workers observed).
         pool_source: where ``pool_size`` came from (``argument``, ``env``).
     """
     locks: dict[str, Any] = norm["locks"]
     workers: dict[str, Any] = norm["workers"]
 
-    total_wait = sum(lock["wait_ns"].sum for lock in locks.values())
+    # A lock's wait is its mutex wait plus its contention signal wait; so is a worker's.
+    splits = split_signal_waits(locks)
+    lock_wait = {name: lock["wait_ns"].sum for name, lock in locks.items()}
+    worker_wait = {worker: w["wait_ns"] for worker, w in workers.items()}
+    for name, split in splits.items():
+        lock_wait[name] += split.contention_ns
+        for worker, (_, wn) in split.contention.items():
+            worker_wait[worker] = worker_wait.get(worker, 0) + wn
+    total_wait = sum(lock_wait.values())
     total_observed = sum(w["observed_ns"] for w in workers.values())
-    total_worker_wait = sum(w["wait_ns"] for w in workers.values())
+    total_worker_wait = sum(worker_wait.values())
 
     # Hot locks: compare in exact integer/rational arithmetic, round only for display.
     hot_min_ns = HOT_LOCK_MIN_WAIT_MS * _NS_PER_MS
     hot: list[tuple[int, str]] = []
     if total_wait > 0:
-        for name, lock in locks.items():
-            w = lock["wait_ns"].sum
+        for name, w in lock_wait.items():
             if (
                 w >= hot_min_ns
                 and w * 100 >= hot_pct * total_wait
@@ -191,6 +271,9 @@ def evaluate_normalized(
     hold_time_distribution = {}
     for _, name in hot:
         h = locks[name]["hold_ns"]
+        pool = locks[name].get("pool")
+        if pool is not None and pool["hold_ns"].count and name in splits and splits[name].is_pool:
+            h = pool["hold_ns"]  # a pool is held from checkout to checkin, not by its mutex
         p50, p95 = h.percentiles((0.5, 0.95))
         hold_time_distribution[name] = {
             "count": h.count,
@@ -199,28 +282,7 @@ def evaluate_normalized(
             "max_ms": _ms(h.max),
         }
 
-    # Starvation: a worker's wait on a lock against the lower median of that lock's per-worker
-    # waits (the lower median, so that one starved worker beside one idle one is still seen).
-    floor_ns = STARVATION_MEDIAN_FLOOR_MS * _NS_PER_MS
-    min_wait_ns = STARVATION_MIN_WAIT_MS * _NS_PER_MS
-    starving: list[tuple[int, str, str, int]] = []
-    for name, lock in locks.items():
-        per_worker = lock["workers"].rows
-        if len(per_worker) < 2:
-            continue
-        waits = list(map(_GET_WAIT, per_worker.values()))
-        top = max(waits)
-        if top < min_wait_ns or top <= ratio * floor_ns:
-            continue
-        waits.sort()
-        median = waits[(len(waits) - 1) // 2]
-        limit = ratio * max(median, floor_ns)
-        if top <= limit:
-            continue
-        for worker, row in per_worker.items():
-            wn = row[2]
-            if wn > limit and wn >= min_wait_ns:
-                starving.append((wn, worker, name, median))
+    starving = _starving(locks, workers, splits, worker_wait, ratio)
     starving.sort(key=lambda t: (-t[0], t[1], t[2]))
     signatures = [
         {"worker": worker, "lock": name, "wait_ms": _ms(wn), "median_wait_ms": _ms(median)}
@@ -237,13 +299,7 @@ def evaluate_normalized(
     else:
         verdict = Verdict.LOW_CONTENTION
 
-    pool = norm["pool"]
-    if pool["nominal"] is not None:
-        nominal, source = pool["nominal"], pool["source"] or "executor"
-    elif pool_size is not None:
-        nominal, source = pool_size, pool_source
-    else:
-        nominal, source = max(1, len(workers)), "observed"
+    nominal, source = _nominal(norm["pool"], workers, pool_size, pool_source)
     if verdict in (Verdict.CYCLIC_ORDERING_DETECTED, Verdict.STARVATION_OBSERVED):
         recommended = max(1, nominal // 2)
     elif verdict is Verdict.HOT_LOCK_DETECTED:
@@ -257,14 +313,23 @@ def evaluate_normalized(
     else:
         throughput = 100.0
 
+    resource_pools, idle_waits = pool_reports(
+        norm, splits, total_wait, {name for _, name in hot}, nominal
+    )
+
     # The document takes over the normalized data (a private copy); its histograms stay
     # LogHistogram objects until the document is serialized.
     doc = norm
-    for lock in locks.values():
-        lock["wait_ms_total"] = _ms(lock["wait_ns"].sum)
+    for name, lock in locks.items():
+        lock["wait_ms_total"] = _ms(lock_wait[name])
         lock["hold_ms_total"] = _ms(lock["hold_ns"].sum)
         lock["wait"] = _distribution(lock["wait_ns"])
         lock["hold"] = _distribution(lock["hold_ns"])
+    for name, split in splits.items():
+        locks[name]["signal_wait_ms"] = {
+            "contention": _ms(split.contention_ns),
+            "idle": _ms(split.idle_ns),
+        }
     for s in doc["sections"].values():
         pairs = s["max_held"] * (s["max_held"] - 1) // 2
         s["expected_colliding_pairs"] = round(pairs / s["count"], 6)
@@ -282,6 +347,8 @@ def evaluate_normalized(
             "starvation_signatures": signatures,
             "pre_deadlock_ordering_witness": copy.deepcopy(cycles),
             "effective_throughput_pct": throughput,
+            "resource_pools": resource_pools,
+            "idle_waits": idle_waits,
             "thresholds": {
                 "hot_lock_threshold_pct": hot_pct,
                 "hot_lock_min_wait_ms": HOT_LOCK_MIN_WAIT_MS,
@@ -289,6 +356,7 @@ def evaluate_normalized(
                 "starvation_ratio": ratio,
                 "starvation_median_floor_ms": STARVATION_MEDIAN_FLOOR_MS,
                 "starvation_min_wait_ms": STARVATION_MIN_WAIT_MS,
+                "starvation_min_wait_pct_of_observed": STARVATION_MIN_WAIT_PCT_OF_OBSERVED,
                 "section_collision_target": SECTION_COLLISION_TARGET,
                 "histogram_relative_error": RELATIVE_ERROR,
             },

@@ -52,6 +52,10 @@ def _qualify_workers(data: dict[str, Any]) -> dict[str, Any]:
     prefix = f"{process.get('pid', '?')}/"
     for lock in data["locks"].values():
         lock["workers"] = WorkerTotals({prefix + w: r for w, r in lock["workers"].rows.items()})
+        if "signal_waits" in lock:
+            lock["signal_waits"]["workers"] = {
+                prefix + w: t for w, t in lock["signal_waits"]["workers"].items()
+            }
     data["workers"] = {prefix + w: totals for w, totals in data["workers"].items()}
     for edge in data["lock_order"]["edges"]:
         if isinstance(edge.get("worker"), str):

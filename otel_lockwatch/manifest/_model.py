@@ -25,6 +25,7 @@ from typing import Any
 from ..record._data import DATA_FIELDS, WorkerTotals, expand_lock_workers
 from ..record._histogram import LogHistogram
 from ._data import normalize
+from ._pools import POOL_DERIVED_FIELDS
 
 __all__ = [
     "DATA_FIELDS",
@@ -44,18 +45,23 @@ DERIVED_FIELDS = (
     "effective_throughput_pct",
     "hold_time_distribution",
     "hot_lock_register",
+    "idle_waits",
     "manifest_digest",
     "nominal_pool_size",
     "pool_size_source",
     "pre_deadlock_ordering_witness",
     "recommended_pool_size",
+    "resource_pools",
     "schema",
     "starvation_signatures",
     "thresholds",
     "verdict",
 )
-#: The fields a manifest document must have.
-REQUIRED_FIELDS = tuple(sorted(DATA_FIELDS + DERIVED_FIELDS))
+#: The fields a manifest document must have (the resource-pool fields are newer: a manifest
+#: written before them has neither, and reads as having none).
+REQUIRED_FIELDS = tuple(
+    sorted(DATA_FIELDS + tuple(f for f in DERIVED_FIELDS if f not in POOL_DERIVED_FIELDS))
+)
 
 
 class Verdict(str, enum.Enum):
@@ -117,7 +123,7 @@ class _Field:
     def __get__(self, obj: Manifest | None, owner: type) -> Any:
         if obj is None:
             return self
-        return _to_jsonable(obj._doc[self.name])
+        return _to_jsonable(obj._doc.get(self.name, []))
 
 
 class Manifest:
@@ -138,6 +144,10 @@ class Manifest:
     hot_lock_register = _Field("``[{lock, wait_ms, wait_share_pct}]``, most waited-on first.")
     hold_time_distribution = _Field("``{lock: {count, p50_ms, p95_ms, max_ms}}`` of hot locks.")
     starvation_signatures = _Field("``[{worker, lock, wait_ms, median_wait_ms}]``.")
+    resource_pools = _Field(
+        "``[{name, kind, capacity, waits, hold, workers_supported, capacity_needed, ...}]``."
+    )
+    idle_waits = _Field("``[{name, kind, role, count, total_ms, workers}]``: waits for work.")
     pre_deadlock_ordering_witness = _Field("The lock-order cycles, ``[{cycle, edges}]``.")
     effective_throughput_pct = _Field("Share of observed worker time not spent waiting (0..100).")
     thresholds = _Field("Every threshold and floor in force.")

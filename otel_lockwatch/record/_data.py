@@ -10,7 +10,12 @@ edges: nothing in it grows with the number of acquisitions, and every field merg
 =======================  ==========================================================================
 ``locks``                counters add, histograms merge (bucket counts add), per-worker totals
                          add; the kind is the least of the kinds seen (two lock classes may share
-                         a name; the least is a choice that does not depend on the order)
+                         a name; the least is a choice that does not depend on the order).
+                         Signal waits (``signal_waits``): counts, the histogram and every
+                         per-worker number add; the pool a class guards (``pool``): ``capacity``
+                         and ``in_use_peak`` the largest known, ``checkouts`` add, ``hold_ns``
+                         merges; ``role``: the least one given. Each is present in the merge when
+                         a part has it
 ``workers``              observed and waiting time add
 ``lock_order``           the union of the edges, each keeping its earliest witness, and the cycles
                          found again in the union (:func:`~._cycles.merge_order_data`), so that
@@ -18,7 +23,8 @@ edges: nothing in it grows with the number of acquisitions, and every field merg
 ``blocking_under_lock``  counts add
 ``sections``             ``count`` and ``max_held``: the largest; ``collision_waits`` add
 ``pool``                 the best-informed source: an executor's size before the environment's
-                         before any other, then the largest size
+                         before any other, then the largest size; ``peak_workers`` (the most
+                         workers alive at once) add, since processes run side by side
 =======================  ==========================================================================
 
 Each rule is commutative and associative, so a merge depends neither on the order of its parts
@@ -46,6 +52,7 @@ __all__ = [
     "LOCK_COUNTERS",
     "LOCK_WORKER_FIELDS",
     "SECTION_FIELDS",
+    "SIGNAL_WORKER_FIELDS",
     "WORKER_FIELDS",
     "WorkerTotals",
     "expand_lock_workers",
@@ -68,6 +75,8 @@ LOCK_COUNTERS = ("acquisitions", "contentions", "skipped", "timeouts")
 LOCK_WORKER_FIELDS = ("acquisitions", "contentions", "wait_ns", "hold_ns")
 #: A worker's totals over every lock.
 WORKER_FIELDS = ("observed_ns", "wait_ns")
+#: A lock class's signal waits per worker: blocked signal waits, their total, signals given.
+SIGNAL_WORKER_FIELDS = ("waits", "wait_ns", "signals")
 #: A section array's statistics.
 SECTION_FIELDS = ("count", "collision_waits", "max_held")
 #: The pool size sources, best informed first; any other source ranks after these.
@@ -139,6 +148,42 @@ def _merge_lock(into: dict[str, dict[str, Any]], name: str, lock: Mapping[str, A
         rows[worker] = (
             r if mine is None else (mine[0] + r[0], mine[1] + r[1], mine[2] + r[2], mine[3] + r[3])
         )
+    if "role" in lock or "signal_waits" in lock or "pool" in lock:
+        _merge_pool_fields(acc, lock)
+
+
+def _larger(a: int | None, b: int | None) -> int | None:
+    """The larger of two optional values (None is unknown, not zero)."""
+    return b if a is None else a if b is None else max(a, b)
+
+
+def _merge_pool_fields(acc: dict[str, Any], lock: Mapping[str, Any]) -> None:
+    """Add a lock's role, signal waits and pool (those it has) to the accumulator ``acc``."""
+    role = lock.get("role")
+    if role is not None and (acc.get("role") is None or role < acc["role"]):
+        acc["role"] = role
+    signal = lock.get("signal_waits")
+    if signal is not None:
+        into = acc.setdefault(
+            "signal_waits", {"count": 0, "timeouts": 0, "wait_ns": LogHistogram(), "workers": {}}
+        )
+        into["count"] += signal["count"]
+        into["timeouts"] += signal["timeouts"]
+        into["wait_ns"].merge(signal["wait_ns"])
+        for worker, w in signal["workers"].items():
+            mine = into["workers"].setdefault(worker, dict.fromkeys(SIGNAL_WORKER_FIELDS, 0))
+            for key in SIGNAL_WORKER_FIELDS:
+                mine[key] += w[key]
+    pool = lock.get("pool")
+    if pool is not None:
+        into = acc.setdefault(
+            "pool",
+            {"capacity": None, "in_use_peak": None, "checkouts": 0, "hold_ns": LogHistogram()},
+        )
+        into["capacity"] = _larger(into["capacity"], pool["capacity"])
+        into["in_use_peak"] = _larger(into["in_use_peak"], pool["in_use_peak"])
+        into["checkouts"] += pool["checkouts"]
+        into["hold_ns"].merge(pool["hold_ns"])
 
 
 def _add_counts(into: dict[str, int], counts: Mapping[str, int]) -> None:
@@ -181,6 +226,7 @@ def merge_data(parts: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
     sections: dict[str, dict[str, int]] = {}
     orders: list[Mapping[str, Any]] = []
     pools: list[Mapping[str, Any]] = []
+    peaks: list[int] = []
     for part in parts:
         for name, lock in part.get("locks", {}).items():
             _merge_lock(locks, name, lock)
@@ -193,18 +239,24 @@ def merge_data(parts: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
         if "lock_order" in part:
             orders.append(part["lock_order"])
         pool = part.get("pool")
-        if pool is not None and pool.get("nominal") is not None:
-            pools.append(pool)
+        if pool is not None:
+            if pool.get("nominal") is not None:
+                pools.append(pool)
+            if "peak_workers" in pool:
+                peaks.append(pool["peak_workers"])
     for lock in locks.values():
         lock["workers"] = WorkerTotals(lock["workers"])
     best = min(pools, key=_pool_key) if pools else {"nominal": None, "source": None}
+    merged_pool = {"nominal": best["nominal"], "source": best["source"]}
+    if peaks:
+        merged_pool["peak_workers"] = sum(peaks)
     return {
         "locks": locks,
         "workers": workers,
         "lock_order": merge_order_data(orders),
         "blocking_under_lock": blocking,
         "sections": sections,
-        "pool": {"nominal": best["nominal"], "source": best["source"]},
+        "pool": merged_pool,
     }
 
 
