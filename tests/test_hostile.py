@@ -292,6 +292,18 @@ def test_forged_recommendation_is_not_trusted_by_recommended_workers(tmp_path, c
     assert "does not agree with its data: recommended_pool_size" in record.getMessage()
 
 
+def test_a_legacy_schema_cannot_smuggle_a_forged_recommendation(tmp_path, capsys):
+    """Schema 1 manifests are read with their derived fields evaluated again, so claiming the
+    old schema gains a forger nothing: the recommendation is the data's, and check refuses."""
+    doc = forged()
+    doc["schema"] = "otel-lockwatch/manifest/1"
+    path = write(tmp_path / "m.json", resealed(doc))
+    assert load_manifest(path).recommended_pool_size == 8
+    assert recommended_workers(path, 4) == 8
+    rc, out, err = run_main(capsys, "check", str(path), "-p", "1000000000")
+    assert rc == 1 and err == ""
+
+
 def test_forged_recommendation_is_refused_by_check(tmp_path, capsys):
     """``check -p 1000000000`` admitted it; now the gate exits 2 without a verdict."""
     path = write(tmp_path / "m.json", forged())

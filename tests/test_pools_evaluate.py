@@ -20,7 +20,8 @@ from _snapshots import producer_consumer as make_producer_consumer
 from otel_lockwatch import _settings
 from otel_lockwatch.exceptions import ManifestError
 from otel_lockwatch.manifest._evaluate import evaluate
-from otel_lockwatch.manifest._io import check_doc, dump_manifest, load_manifest
+from otel_lockwatch.manifest._check import check_doc
+from otel_lockwatch.manifest._io import dump_manifest, load_manifest
 from otel_lockwatch.manifest._model import Verdict, compute_digest
 from otel_lockwatch.manifest._pools import POOL_DERIVED_FIELDS, SignalSplit
 from otel_lockwatch.record._histogram import LogHistogram
@@ -377,10 +378,12 @@ def test_a_manifest_written_before_the_pool_fields_still_loads(tmp_path):
     for field in POOL_DERIVED_FIELDS:
         del doc[field]
     del doc["thresholds"]["starvation_min_wait_pct_of_observed"]
+    doc["schema"] = "otel-lockwatch/manifest/1"
     doc["manifest_digest"] = compute_digest(doc)
     path = tmp_path / "old.json"
     path.write_text(json.dumps(doc), encoding="utf-8")
     old = load_manifest(path)
+    assert old.schema == "otel-lockwatch/manifest/2"  # evaluated again under today's rules
     again = evaluate(old.data).to_dict()
     for field in ("verdict", "hot_lock_register", "starvation_signatures", "nominal_pool_size"):
         assert again[field] == doc[field], field

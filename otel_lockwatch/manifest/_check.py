@@ -35,7 +35,7 @@ from ..exceptions import ManifestError
 from ..record._witness import printable
 from ._data import normalize
 from ._evaluate import evaluate_normalized
-from ._model import REQUIRED_FIELDS, SCHEMA, Manifest, compute_digest
+from ._model import LEGACY_SCHEMAS, REQUIRED_FIELDS, SCHEMA, Manifest, compute_digest
 
 __all__ = [
     "INT_LIMIT",
@@ -236,7 +236,8 @@ def check_document(doc: Any, where: str) -> Manifest:
     or by the parser's hooks and :func:`check_depth`)."""
     if not isinstance(doc, dict):
         raise ManifestError(f"{where} is not a JSON object")
-    if doc.get("schema") != SCHEMA:
+    legacy = doc.get("schema") in LEGACY_SCHEMAS
+    if doc.get("schema") != SCHEMA and not legacy:
         raise ManifestError(f"{where} has schema {shown(doc.get('schema'))}, expected {SCHEMA!r}")
     missing = [k for k in REQUIRED_FIELDS if k not in doc]
     if missing:
@@ -248,6 +249,8 @@ def check_document(doc: Any, where: str) -> Manifest:
         manifest = _evaluate_again(doc)
     except (ValueError, TypeError) as e:
         raise ManifestError(printable(f"{where} is invalid: {e}", _MESSAGE_LIMIT)) from None
+    if legacy:
+        return manifest  # derived again under today's rules: nothing stored is trusted
     if manifest.manifest_digest != digest:
         expected = manifest.to_dict()
         del expected["manifest_digest"]

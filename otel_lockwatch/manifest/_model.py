@@ -31,6 +31,7 @@ __all__ = [
     "DATA_FIELDS",
     "DERIVED_FIELDS",
     "REQUIRED_FIELDS",
+    "LEGACY_SCHEMAS",
     "SCHEMA",
     "Manifest",
     "Verdict",
@@ -38,7 +39,11 @@ __all__ = [
     "compute_digest",
 ]
 
-SCHEMA = "otel-lockwatch/manifest/1"
+SCHEMA = "otel-lockwatch/manifest/2"
+#: Schemas this version still reads. A manifest of schema 1 was written before resource pools
+#: and the starvation share existed: its data is checked as strictly, and its derived fields
+#: are evaluated again under today's rules rather than compared (they were derived by others).
+LEGACY_SCHEMAS = ("otel-lockwatch/manifest/1",)
 
 #: Every field evaluate() derives from the data part (``DATA_FIELDS``).
 DERIVED_FIELDS = (
@@ -137,7 +142,7 @@ class Manifest:
     _doc: dict[str, Any]
     _digest: str | None
 
-    schema = _Field("``otel-lockwatch/manifest/1``.")
+    schema = _Field("``otel-lockwatch/manifest/2``.")
     nominal_pool_size = _Field("The pool size the run had (int >= 1).")
     pool_size_source = _Field("Where nominal_pool_size came from: executor, env, argument...")
     recommended_pool_size = _Field("The pool size a successor should use (int >= 1).")
