@@ -19,8 +19,8 @@ from _snapshots import producer_consumer as make_producer_consumer
 
 from otel_lockwatch import _settings
 from otel_lockwatch.exceptions import ManifestError
-from otel_lockwatch.manifest._evaluate import evaluate
 from otel_lockwatch.manifest._check import check_doc
+from otel_lockwatch.manifest._evaluate import evaluate
 from otel_lockwatch.manifest._io import dump_manifest, load_manifest
 from otel_lockwatch.manifest._model import Verdict, compute_digest
 from otel_lockwatch.manifest._pools import POOL_DERIVED_FIELDS, SignalSplit
