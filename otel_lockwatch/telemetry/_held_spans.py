@@ -14,6 +14,7 @@ they are started while the recorder marks the thread busy.
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from opentelemetry.context import Context
@@ -40,36 +41,46 @@ class HeldLockSpanProcessor(SpanProcessor):
         """The process's lock-order graph (``otel_lockwatch.record._order.LockOrderGraph``)."""
         return self._recorder.graph
 
-    def held_locks(self) -> list[str]:
-        """The lock classes the calling thread (or asyncio task) holds, outermost first."""
-        import asyncio
+    def _states(self) -> tuple[Any, Any]:
+        """The calling thread's state and, inside an asyncio task, the task's (or None).
 
+        A task is a worker of its own: the asyncio locks it holds are on its state's stack, the
+        ``threading`` locks its thread holds on the thread's.
+        """
+        thread_state = getattr(self._recorder.tls, "st", None)
         try:
             task = asyncio.current_task()
-        except RuntimeError:
-            task = None
-        state = getattr(task, "_lockwatch_state", None) if task is not None else None
-        if state is None:
-            state = getattr(self._recorder.tls, "st", None)
-        return [entry[0].name for entry in state.held] if state is not None else []
+        except RuntimeError:  # no running event loop on this thread
+            return thread_state, None
+        return thread_state, getattr(task, "_lockwatch_state", None) if task is not None else None
+
+    def held_locks(self) -> list[str]:
+        """The lock classes the caller holds, outermost first: its thread's, then its asyncio
+        task's."""
+        return [entry[0].name for st in self._states() if st is not None for entry in st.held]
 
     def on_start(self, span: Span, parent_context: Context | None = None) -> None:
-        st = getattr(self._recorder.tls, "st", None)
-        if st is None or st.busy or not st.held:
+        thread_state, task_state = self._states()
+        if thread_state is not None and thread_state.busy:
+            return  # lockwatch's own spans
+        held = [st for st in (thread_state, task_state) if st is not None and st.held]
+        if not held:
             return
+        worker = task_state if task_state is not None else thread_state
         name = span.name
-        spans = st.spans
+        spans = worker.spans
         seen = set()
-        for entry in st.held:
-            lock_name = entry[0].name
-            if lock_name in seen:
-                continue
-            seen.add(lock_name)
-            key = (lock_name, name)
-            if key in spans:
-                spans[key] += 1
-            elif len(spans) < MAX_SPAN_NAMES:
-                spans[key] = 1
+        for st in held:
+            for entry in st.held:
+                lock_name = entry[0].name
+                if lock_name in seen:
+                    continue
+                seen.add(lock_name)
+                key = (lock_name, name)
+                if key in spans:
+                    spans[key] += 1
+                elif len(spans) < MAX_SPAN_NAMES:
+                    spans[key] = 1
 
     def on_end(self, span: ReadableSpan) -> None:
         pass
