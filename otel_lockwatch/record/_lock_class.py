@@ -30,7 +30,9 @@ class LockClass:
 
 
 _classes: dict[tuple[str, str], LockClass] = {}
-_classes_lock = _thread.allocate_lock()
+# Re-entrant: a signal handler or a finalizer that creates a lock may run while this thread is
+# inside the critical section below (inserting another class is safe there).
+_classes_lock = _thread.RLock()
 
 
 def lock_class(name: str, kind: str, site: str = "") -> LockClass:

@@ -128,11 +128,16 @@ so the on-cycle policy warns or raises, but it is not kept for the manifest.
 
 Thread safety and self-observation
 ----------------------------------
-Mutations and reads hold one lock made by ``_thread.allocate_lock()``, never ``threading.Lock``:
-the instrumentation patches that factory, and the graph must not observe itself. Nothing that can
+Mutations and reads hold one lock made by ``_thread.RLock()``, never ``threading.RLock``: the
+instrumentation patches that factory, and the graph must not observe itself. Nothing that can
 take an instrumented lock runs while it is held: the cap warning is logged after it is released
-(logging handlers hold ``threading.RLock`` locks). The lock is not re-entrant; the graph never
-calls out while holding it.
+(logging handlers hold ``threading.RLock`` locks). The lock is re-entrant because a signal
+handler or a finalizer runs on a thread between any two bytecodes, inside this lock too: the
+SIGTERM handler that writes the final manifest reads the graph, and with a plain lock it would
+wait forever for the read it interrupted. A re-entrant *mutation* cannot happen: edges are added
+only while the thread is marked as running lockwatch's own code, where the lock paths record
+nothing; a re-entrant read sees the graph as it is (a read interrupted mid-mutation may see an
+edge without its cycle, never a crash).
 
 Open questions
 --------------
@@ -199,7 +204,7 @@ class LockOrderGraph:
         self._max_edges = max_edges
         self._max_cycles = max_cycles
         # Never threading.Lock: the instrumentation patches it and would watch the graph.
-        self._lock = _thread.allocate_lock()
+        self._lock = _thread.RLock()
         # holding -> {acquiring: witness}; a class appears as a key once it is on any edge.
         self._succ: dict[str, dict[str, EdgeWitness]] = {}
         self._witnesses: list[EdgeWitness] = []  # insertion order

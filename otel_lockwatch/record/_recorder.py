@@ -206,7 +206,9 @@ class Recorder:
 
     def __init__(self) -> None:
         self.tls = threading.local()
-        self._lock = _thread.allocate_lock()
+        # Re-entrant, as the order graph's lock: a signal handler or a finalizer may re-enter
+        # the recorder (a new thread's registration, a snapshot) from inside it on this thread.
+        self._lock = _thread.RLock()
         self._states: list[WorkerState] = []
         self._names: set[str] = set()  # names given out: MAX_WORKERS at most, then "(other)"
         self._compact_at = 256  # fold ended workers away when this many states exist
@@ -316,14 +318,14 @@ class Recorder:
     def _after_fork_in_child(self) -> None:
         # The child has one thread: the one that forked. Locks it holds stay held; every other
         # thread's state is gone, and the child's manifest must hold only the child's work.
-        self._lock = _thread.allocate_lock()
+        self._lock = _thread.RLock()
         current = getattr(self.tls, "st", None)
         self._states = []
         self._names = set()
         self._compact_at = 256
         self.start_ns = time.time_ns()
         if self.graph is not None:
-            self.graph._lock = _thread.allocate_lock()
+            self.graph._lock = _thread.RLock()
         if current is not None:
             fresh = WorkerState(current.worker, thread=threading.current_thread())
             fresh.held = current.held

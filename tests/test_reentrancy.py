@@ -1,0 +1,96 @@
+"""Signal handlers and finalizers that re-enter lockwatch never hang the host program.
+
+Python runs a signal handler, a ``__del__`` or a weakref callback on a thread between any two
+bytecodes, inside lockwatch's own bookkeeping too. Each test runs a real subprocess
+(``data/reentrancy_stress.py``) that provokes that for seconds and must end by itself; a hang is
+a failure (the subprocess is killed at the deadline).
+
+``handler-evaluates`` is the regression test of a deadlock: a handler evaluating the manifest
+(as the SIGTERM handler does) that landed inside the main thread's own read of the lock-order
+graph waited forever for the graph's lock, which that thread held (SIGTERM then could not end the
+process either).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+STRESS = Path(__file__).parent / "data" / "reentrancy_stress.py"
+pytestmark = pytest.mark.skipif(not hasattr(signal, "setitimer"), reason="needs setitimer")
+
+
+def _env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
+    env.update(OTEL_TRACES_EXPORTER="none", OTEL_METRICS_EXPORTER="none")
+    return env
+
+
+@pytest.mark.parametrize("mode", ["handler-evaluates", "signals", "finalizers"])
+def test_reentry_never_hangs(mode, tmp_path):
+    manifest = tmp_path / "m.json"
+    done = subprocess.run(
+        [sys.executable, str(STRESS), mode, "3", str(manifest)],
+        capture_output=True,
+        text=True,
+        timeout=90,  # a hang ends here, as a failure
+        env=_env(),
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    last = done.stdout.strip().splitlines()[-1].split()
+    assert last[0] == "done"
+    rounds, handled, finalized = map(int, last[1:])
+    assert rounds > 0
+    if mode != "finalizers":
+        assert handled > 0, "no signal handler ran: the test proves nothing"
+    else:
+        assert finalized > 0, "no finalizer ran: the test proves nothing"
+    assert json.loads(manifest.read_text())["locks"]
+
+
+def _sigterm_trial(i: int, workdir: Path) -> str | None:
+    """Start the loop, SIGTERM it at a random moment; None when it ended with its manifest."""
+    manifest = workdir / f"m{i}.json"
+    proc = subprocess.Popen(
+        [sys.executable, str(STRESS), "sigterm", "60", str(manifest)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=_env(),
+    )
+    try:
+        assert proc.stdout is not None
+        proc.stdout.readline()  # "ready": the loop runs
+        random_delay = random.Random(i).uniform(0.0, 0.3)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=random_delay)  # ok: a random moment in the loop to interrupt
+        proc.send_signal(signal.SIGTERM)
+        try:
+            status = proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            return f"trial {i}: still running 20 s after SIGTERM"
+        if status != -signal.SIGTERM:
+            return f"trial {i}: ended with status {status}: {proc.stderr.read()[-1000:]}"
+        if not manifest.exists():
+            return f"trial {i}: no manifest"
+        return None
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_sigterm_during_evaluation_ends_the_process_in_100_trials(tmp_path):
+    """SIGTERM at a random moment while the main thread evaluates and writes the manifest and
+    another thread nests 50 instrumented locks: every trial ends, by SIGTERM, manifest written."""
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        failures = [f for f in pool.map(lambda i: _sigterm_trial(i, tmp_path), range(100)) if f]
+    assert failures == []
