@@ -21,7 +21,6 @@ A ``LockOrderSpanProcessor`` (and the manifest exporter) are added to an SDK tra
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Collection
 from typing import Any
 
@@ -36,8 +35,6 @@ from .telemetry import _exit
 from .telemetry._emitter import TELEMETRY
 
 __all__ = ["LockwatchInstrumentor"]
-
-logger = logging.getLogger("otel_lockwatch")
 
 
 class LockwatchInstrumentor(BaseInstrumentor):

@@ -39,7 +39,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import logging
 import multiprocessing
 import multiprocessing.util as _mp_util
 import os
@@ -63,8 +62,6 @@ __all__ = [
     "uninstrument",
     "write_at_process_end",
 ]
-
-logger = logging.getLogger("otel_lockwatch")
 
 #: The options a bootstrapped child instruments itself with (JSON: ``instrument()`` kwargs).
 CHILD_OPTIONS_ENV = "OTEL_PYTHON_LOCKWATCH_CHILD_OPTIONS"
@@ -149,16 +146,12 @@ def pool_init_factory(original: Any, attribute: str) -> Any:
 
 
 # -- processes ------------------------------------------------------------------------------------
-def _exporter() -> Any:
-    return _STATE.exporter
-
-
 def _after_fork_in_child() -> None:
     # os.register_at_fork: every fork child, multiprocessing's or a plain os.fork().
     _STATE.child = True
     if not _STATE.active:
         return
-    exporter = _exporter()
+    exporter = _STATE.exporter
     if exporter is not None:
         try:
             exporter._after_fork_in_child()
@@ -175,7 +168,7 @@ def _on_process_start(anchor: Any) -> None:
 
 def write_at_process_end() -> None:
     """The child's final write, run by multiprocessing before ``os._exit``."""
-    exporter = _exporter()
+    exporter = _STATE.exporter
     if exporter is not None and _STATE.active:
         exporter.close()
 

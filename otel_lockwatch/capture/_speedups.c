@@ -1513,7 +1513,13 @@ bind_hold_members(void)
         PyObject *descr = PyDescr_NewMember(type, &hold_members[i]);
         if (descr == NULL)
             return -1;
-        int r = PyDict_SetItem(type->tp_dict, HOLD[i].name, descr);
+#if PY_VERSION_HEX >= 0x030C0000
+        PyObject *dict = PyType_GetDict(type);
+#else
+        PyObject *dict = Py_NewRef(type->tp_dict);
+#endif
+        int r = dict != NULL ? PyDict_SetItem(dict, HOLD[i].name, descr) : -1;
+        Py_XDECREF(dict);
         Py_DECREF(descr);
         if (r < 0)
             return -1;
