@@ -27,7 +27,7 @@ from opentelemetry.sdk.trace import TracerProvider  # noqa: E402
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult  # noqa: E402
 
 from otel_lockwatch import LockwatchInstrumentor, StripedSections  # noqa: E402
-from otel_lockwatch.capture import _wrappers  # noqa: E402
+from otel_lockwatch.capture import _fast_path  # noqa: E402
 from otel_lockwatch.record._recorder import RECORDER  # noqa: E402
 
 
@@ -92,8 +92,8 @@ def naive_baseline(tracer, wait_hist, hold_hist):
 def slow_path_cost(number: int) -> float:
     """The work a contended acquisition adds beyond its wait: recording the wait, a 2 ms
     lock.wait span through a BatchSpanProcessor, the wait histogram. A synthetic wait."""
+    from otel_lockwatch.capture._bookkeeping import current_context, record_wait
     from otel_lockwatch.capture._naming import lock_class
-    from otel_lockwatch.capture._wrappers import _ctx_get, _record_wait
     from otel_lockwatch.record._recorder import Stats
 
     st = RECORDER.thread_state()
@@ -102,9 +102,9 @@ def slow_path_cost(number: int) -> float:
     frame = sys._getframe()
 
     def run():
-        ctx = _ctx_get()
+        ctx = current_context()
         t0 = time.perf_counter_ns()
-        _record_wait(st, s, cls, t0 - 2_000_000, t0, True, ctx, frame, None)
+        record_wait(st, s, cls, t0 - 2_000_000, t0, True, ctx, frame, None)
 
     from otel_lockwatch.record._outbox import OUTBOX
     from otel_lockwatch.telemetry._emitter import TELEMETRY
@@ -227,7 +227,7 @@ def main() -> None:
 
     raw = rows["raw threading.Lock"]
     width = max(len(k) for k in rows)
-    path = "C (_speedups)" if _wrappers.SPEEDUPS else "pure Python"
+    path = "C (_speedups)" if _fast_path.SPEEDUPS else "pure Python"
     print(f"lock path: {path}; Python {sys.version.split()[0]}")
     print(f"{'uncontended acquire+release (with block)':<{width}}  {'ns':>8}  {'x raw Lock':>10}")
     for name, ns in rows.items():

@@ -13,7 +13,8 @@ import pytest
 from opentelemetry import trace
 
 from otel_lockwatch import LockwatchInstrumentor, name_lock
-from otel_lockwatch.capture._wrappers import LockProxy, RLockProxy
+from otel_lockwatch.capture import _patches
+from otel_lockwatch.capture._threading import LockProxy, RLockProxy
 from otel_lockwatch.record._outbox import OUTBOX
 from otel_lockwatch.record._recorder import RECORDER
 
@@ -60,6 +61,29 @@ def test_instrument_uninstrument():
     assert threading.Semaphore.acquire is ORIGINAL_SEM_ACQUIRE
     assert asyncio.Lock.acquire is ORIGINAL_ASYNC_ACQUIRE
     assert type(threading.Lock()) is _thread.LockType
+
+
+def test_every_patch_of_the_table_is_undone_exactly():
+    """instrument() replaces the attribute of every entry of the patch table; uninstrument() puts
+    back the very object that was there (or removes one that was not)."""
+    absent = object()
+    before = [vars(p.owner).get(p.name, absent) for p in _patches.PATCHES]
+    inst = LockwatchInstrumentor()
+    inst.instrument(manifest=False)
+    try:
+        during = [vars(p.owner).get(p.name, absent) for p in _patches.PATCHES]
+        kept = zip(_patches.PATCHES, before, during, strict=True)
+        assert [p for p, old, new in kept if new is old] == []
+    finally:
+        inst.uninstrument()
+    after = [vars(p.owner).get(p.name, absent) for p in _patches.PATCHES]
+    changed = [
+        f"{p.owner.__name__}.{p.name}"
+        for p, old, new in zip(_patches.PATCHES, before, after, strict=True)
+        if new is not old
+    ]
+    assert changed == []
+    assert not _patches.installed()
 
 
 def test_locks_of_opentelemetry_and_lockwatch_are_left_alone(watched):

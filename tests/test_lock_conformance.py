@@ -17,7 +17,7 @@ lock_tests = pytest.importorskip(
 )
 
 from otel_lockwatch import LockwatchInstrumentor  # noqa: E402
-from otel_lockwatch.capture._wrappers import LockProxy, RLockProxy  # noqa: E402
+from otel_lockwatch.capture._threading import LockProxy, RLockProxy  # noqa: E402
 from otel_lockwatch.record._recorder import RECORDER  # noqa: E402
 
 

@@ -332,26 +332,26 @@ def record(state, attempts, spans, collision_waits, observed_ns):
     for (name, kind), outcome, wait, hold in attempts:
         s = state.stats.setdefault(lock_class(name, kind), Stats())
         if outcome == "skipped":
-            s.skip += 1
+            s.skipped += 1
             continue
         if outcome == "try":
-            s.tryok += 1
+            s.try_acquisitions += 1
         elif wait:
-            s.cont += 1
-            s.wait += wait
+            s.contentions += 1
+            s.wait_total_ns += wait
             b = bucket_of(wait)
-            s.whist[b] = s.whist.get(b, 0) + 1
-            s.wmin, s.wmax = min(s.wmin, wait), max(s.wmax, wait)
+            s.wait_histogram[b] = s.wait_histogram.get(b, 0) + 1
+            s.wait_min_ns, s.wait_max_ns = min(s.wait_min_ns, wait), max(s.wait_max_ns, wait)
             if name == "S":
-                s.coll += collision_waits
+                s.collisions += collision_waits
         if outcome == "timeout":
-            s.tmo += 1
+            s.timeouts += 1
             continue
-        s.acq += 1
-        s.hold += hold
+        s.acquisitions += 1
+        s.hold_total_ns += hold
         b = bucket_of(hold)
-        s.hhist[b] = s.hhist.get(b, 0) + 1
-        s.hmin, s.hmax = min(s.hmin, hold), max(s.hmax, hold)
+        s.hold_histogram[b] = s.hold_histogram.get(b, 0) + 1
+        s.hold_min_ns, s.hold_max_ns = min(s.hold_min_ns, hold), max(s.hold_max_ns, hold)
     state.spans.update(spans)
     state.first, state.last = 0, observed_ns
 

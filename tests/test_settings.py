@@ -196,13 +196,9 @@ def test_the_manifest_reads_its_thresholds_through_the_same_settings(monkeypatch
 # ---------------------------------------------------------------------------------------------
 # A default is written once: in its declaration
 
+
 # Restatements in modules other changes own, to go when their owners derive them from SETTINGS
 # (this set only shrinks): (module, option).
-_NOT_YET = {
-    ("otel_lockwatch.capture._wrappers", "on_cycle"),  # ON_CYCLE = "warn" before configure()
-}
-
-
 def _texts(tree: ast.AST, source: str) -> Iterator[tuple[int, str]]:
     """The prose of a module: ``(id of the constant, text)`` for each docstring (of a module,
     class or function, or an attribute's: a string standing alone after an assignment, with the
@@ -399,13 +395,4 @@ def test_restatements_leaves_other_numbers_alone(tmp_path):
 )
 def test_no_default_is_written_twice(path):
     """Every default lives in its declaration in ``_settings``; other modules derive it."""
-    module = ".".join(path.relative_to(PACKAGE.parent).with_suffix("").parts)
-    found = [f for f in restatements(path) if (module, f.split(":")[0]) not in _NOT_YET]
-    assert found == []
-
-
-@pytest.mark.parametrize(("module", "option"), sorted(_NOT_YET))
-def test_every_known_restatement_is_still_there(module, option):
-    """An entry of ``_NOT_YET`` whose restatement is gone must go too."""
-    path = PACKAGE.parent.joinpath(*module.split(".")).with_suffix(".py")
-    assert option in {f.split(":")[0] for f in restatements(path)}
+    assert restatements(path) == []

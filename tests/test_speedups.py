@@ -7,6 +7,7 @@ through every entry point records the same thing on both paths.
 
 from __future__ import annotations
 
+import _thread
 import gc
 import json
 import os
@@ -22,13 +23,29 @@ from pathlib import Path
 import pytest
 
 from otel_lockwatch import StripedSections
-from otel_lockwatch.capture import _wrappers
+from otel_lockwatch.capture import _fast_path, _threading
+from otel_lockwatch.capture._bookkeeping import HOLD_FIELDS, Hold
+from otel_lockwatch.capture._sections import ARRAY_FIELDS, TRACK_FIELDS, ArrayTrack
 from otel_lockwatch.record._outbox import OUTBOX
-from otel_lockwatch.record._recorder import RECORDER
+from otel_lockwatch.record._recorder import (
+    RECORDER,
+    STATS_FIELDS,
+    WORKER_FIELDS,
+    Stats,
+    WorkerState,
+)
 from otel_lockwatch.sections._threaded import StripedSections as _Sections
 
 ROOT = Path(__file__).resolve().parent.parent
-needs_c = pytest.mark.skipif(not _wrappers.SPEEDUPS, reason="the C extension is not in use")
+needs_c = pytest.mark.skipif(not _fast_path.SPEEDUPS, reason="the C extension is not in use")
+# What the C path reads and writes: each class with its table of field names.
+TABLES = (
+    (WorkerState, WORKER_FIELDS),
+    (Stats, STATS_FIELDS),
+    (Hold, HOLD_FIELDS),
+    (ArrayTrack, TRACK_FIELDS),
+    (_Sections, ARRAY_FIELDS),
+)
 _BUILDABLE = (  # setup.py builds the extension under these conditions (its _wanted())
     platform.python_implementation() == "CPython"
     and sys.version_info >= (3, 11)
@@ -51,18 +68,18 @@ def test_extension_is_in_use_where_it_builds():
     README's figures are those of the C path, and a silent fallback would hide a broken build."""
     if not _BUILDABLE or os.environ.get("LOCKWATCH_DISABLE_EXTENSIONS"):
         pytest.skip("the extension is not built on this interpreter, or is turned off")
-    if not _wrappers.SPEEDUPS and os.environ.get("CI", "").lower() != "true":
+    if not _fast_path.SPEEDUPS and os.environ.get("CI", "").lower() != "true":
         pytest.skip("the extension is not built here (a failure under CI=true)")
-    assert _wrappers.SPEEDUPS, "otel_lockwatch.capture._speedups did not build or does not import"
-    assert _wrappers.LockProxy.__mro__[1] is _wrappers._speedups.LockBase
-    assert _wrappers.RLockProxy.__mro__[1] is _wrappers._speedups.RLockBase
+    assert _fast_path.SPEEDUPS, "otel_lockwatch.capture._speedups did not build or does not import"
+    assert _threading.LockProxy.__mro__[1] is _fast_path.speedups.LockBase
+    assert _threading.RLockProxy.__mro__[1] is _fast_path.speedups.RLockBase
 
 
 def test_disable_variable_selects_the_python_path():
     """``LOCKWATCH_DISABLE_EXTENSIONS=1`` gives the pure-Python path (read at import)."""
     code = (
-        "from otel_lockwatch.capture import _wrappers as w; "
-        "print(w.SPEEDUPS, w.LockProxy.__mro__[1])"
+        "from otel_lockwatch.capture import _fast_path, _threading; "
+        "print(_fast_path.SPEEDUPS, _threading.LockProxy.__mro__[1])"
     )
     out = subprocess.run(
         [sys.executable, "-c", code], env=_env(True), capture_output=True, text=True, check=True
@@ -73,11 +90,39 @@ def test_disable_variable_selects_the_python_path():
 
 @needs_c
 def test_every_slot_is_read_at_its_offset():
-    """The C path reads the recorder's ``__slots__`` directly; a renamed or retyped slot would
-    silently fall back to the (slower, still correct) generic lookup."""
-    slots = _wrappers._speedups.direct_slots()
-    assert len(slots) == 26
+    """The C path reads the fields it is given, a leading part of each class's table, at their
+    slot's offset; a retyped slot would silently fall back to the (slower, still correct) generic
+    lookup."""
+    slots = _fast_path.speedups.direct_slots()
     assert [name for name, direct in slots.items() if not direct] == []
+    for cls, fields in TABLES:
+        read = [key.split(".", 1)[1] for key in slots if key.split(".", 1)[0] == cls.__name__]
+        assert read, f"the C path reads nothing of {cls.__name__}"
+        assert read == list(fields[: len(read)])
+    assert len(slots) == sum(
+        len([k for k in slots if k.startswith(cls.__name__ + ".")]) for cls, _ in TABLES
+    )
+
+
+def test_tables_are_the_slots():
+    """Each table is its class's ``__slots__`` (the names the C path is given are the fields the
+    class has), and a Python lock proxy keeps its hold under the same names as a section's."""
+    for cls, fields in TABLES[:4]:
+        assert [n for n in cls.__slots__ if n != "__weakref__"] == list(fields)
+    assert set(HOLD_FIELDS) <= set(_threading._PyLockBase.__slots__)
+
+
+@needs_c
+def test_c_proxies_keep_the_hold_under_the_table_names():
+    """The C ``LockBase`` names its hold's members from ``HOLD_FIELDS`` (given at setup): the
+    Python code reads and writes a C proxy's hold as a Python one's."""
+    base = _fast_path.speedups.LockBase
+    for name in HOLD_FIELDS:
+        assert type(vars(base)[name]).__name__ == "member_descriptor", name
+    lock = _threading.LockProxy(_thread.allocate_lock(), None)
+    assert lock._lw_holder is None
+    lock._lw_start_ns = 12
+    assert lock._lw_start_ns == 12
 
 
 @needs_c
@@ -85,7 +130,7 @@ def test_c_clock_is_perf_counter_ns():
     """The C path's timestamps mix with the Python slow path's: it must be the same clock."""
     for _ in range(100):
         before = time.perf_counter_ns()
-        c = _wrappers._speedups.now_ns()
+        c = _fast_path.speedups.now_ns()
         after = time.perf_counter_ns()
         assert before <= c <= after
 
@@ -146,12 +191,12 @@ def test_a_bookkeeping_error_is_counted_never_raised(watched, caplog):
     st = RECORDER.thread_state()
     (stats,) = [s for cls, s in st.stats.items() if cls is lock._lockwatch_class]
     before = OUTBOX.errors
-    stats.hhist = None  # the release's histogram update now fails
+    stats.hold_histogram = None  # the release's histogram update now fails
     with lock:
         pass
     assert not lock.locked()
     assert OUTBOX.errors == before + 1
-    stats.hhist = {}
+    stats.hold_histogram = {}
     with lock:
         assert lock.locked()
     assert not lock.locked()
@@ -189,7 +234,7 @@ def test_both_paths_record_the_same():
         assert proc.returncode == 0, proc.stderr
         runs[pure] = json.loads(proc.stdout)
     assert runs[True]["speedups"] is False
-    if not _wrappers.SPEEDUPS:
+    if not _fast_path.SPEEDUPS:
         pytest.skip("the C extension is not in use: nothing to compare")
     assert runs[False]["speedups"] is True
     c, python = dict(runs[False]), dict(runs[True])
@@ -203,7 +248,7 @@ def test_both_paths_record_the_same():
 def test_core_suites_pass_on_the_pure_python_path():
     """The suites that pin down the lock path's behaviour, run again on the reference path
     (the rest of this run tests the C path wherever it is built)."""
-    if os.environ.get("LOCKWATCH_DISABLE_EXTENSIONS") or not _wrappers.SPEEDUPS:
+    if os.environ.get("LOCKWATCH_DISABLE_EXTENSIONS") or not _fast_path.SPEEDUPS:
         pytest.skip("this whole run is on the pure-Python path already")
     suites = [
         "tests/test_instrumentation.py",
@@ -234,10 +279,10 @@ def test_a_subinterpreter_runs_the_python_path():
     try:
         subinterpreters.run_string(
             interp,
-            "from otel_lockwatch.capture import _wrappers\n"
-            "assert not _wrappers.SPEEDUPS\n"
-            "assert _wrappers.LockProxy.__mro__[1] is _wrappers._PyLockBase\n",
+            "from otel_lockwatch.capture import _fast_path, _threading\n"
+            "assert not _fast_path.SPEEDUPS\n"
+            "assert _threading.LockProxy.__mro__[1] is _threading._PyLockBase\n",
         )
     finally:
         subinterpreters.destroy(interp)
-    assert _wrappers.SPEEDUPS
+    assert _fast_path.SPEEDUPS

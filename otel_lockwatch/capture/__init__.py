@@ -2,5 +2,14 @@
 semaphore methods, asyncio and multiprocessing locks, lock naming, and the optional C fast path.
 
 Capture writes into ``record`` (statistics, held stacks, the lock-order graph, the outbox) and
-never calls the OpenTelemetry SDK.
+never calls the OpenTelemetry SDK. Its modules, lowest first:
+
+- ``_naming``: lock classes by creation site, which creators are never watched, ``name_lock``.
+- ``_fast_path``: which lock path runs (the C extension ``_speedups`` or the pure-Python
+  reference), and the contract between the two.
+- ``_bookkeeping``: the one routine per step of a lock's life (the order check, the try, the
+  timed wait, the hold, the release), shared by every wrapper below.
+- ``_threading``, ``_sections``, ``_asyncio``, ``_mp_locks``: the wrappers of each kind of lock.
+- ``_multiprocess``: child processes' manifests, the spawn / forkserver bootstrap, pool sizes.
+- ``_patches``: the one table of patch targets, installed and removed as a whole.
 """

@@ -1,8 +1,9 @@
-"""The hot path under asyncio: ``asyncio.Lock``, ``asyncio.Semaphore`` and ``AsyncStripedSections``.
+"""Watched asyncio locks: ``asyncio.Lock``, ``asyncio.Semaphore`` and ``AsyncStripedSections``.
 
-The same rules as ``_wrappers``, with one difference: the worker is the *task*, so the held-lock
-stack and the statistics belong to ``asyncio.current_task()``. A lock is contended when its
-``acquire`` cannot complete at once (it is locked, or others queue); only then is the clock read.
+The same bookkeeping as every other lock (``_bookkeeping``), with one difference: the worker is
+the *task*, so the held-lock stack and the statistics belong to ``asyncio.current_task()``. A lock
+is contended when its ``acquire`` cannot complete at once (it is locked, or others queue); only
+then is the clock read. A watched ``asyncio.Lock`` keeps its hold in its own ``__dict__``.
 """
 
 from __future__ import annotations
@@ -10,19 +11,23 @@ from __future__ import annotations
 import asyncio
 import asyncio.locks
 import sys
+from collections.abc import Awaitable
 from time import perf_counter_ns as _pc
 from typing import Any
 
 from ..record._recorder import RECORDER, Stats
-from ._wrappers import (
-    _check_order,
-    _ctx_get,
-    _hold_section,
-    _record_wait,
-    _untrack,
-    section_release_factory,
-    track_of,
+from ..sections import _asyncio as _array
+from ._bookkeeping import (
+    check_order,
+    current_context,
+    record_try,
+    record_wait,
+    stats_of,
+    track_hold,
+    untrack,
 )
+from ._naming import LockClass
+from ._sections import hold_section, section_release_factory, track_of
 
 __all__ = [
     "async_section_acquire_factory",
@@ -34,11 +39,13 @@ __all__ = [
 
 _getframe = sys._getframe
 _LOCKS_GLOBALS = vars(asyncio.locks)
+_ARRAY_GLOBALS = vars(_array)
 _current_task = asyncio.current_task
 _tls = RECORDER.tls
 
 
 def _state() -> Any:
+    """The calling task's state (a thread's, when no loop runs)."""
     try:
         task = _current_task()
     except RuntimeError:  # no running loop: a thread calling in
@@ -52,6 +59,8 @@ def _state() -> Any:
 
 
 def _caller(skip_globals: dict) -> Any:
+    """The acquisition site: the first frame above the instrumented method outside
+    ``skip_globals`` (the primitive's own module)."""
     try:
         f: Any = _getframe(2)
     except ValueError:  # called straight from C: no Python caller
@@ -61,97 +70,89 @@ def _caller(skip_globals: dict) -> Any:
     return f if f is not None else _getframe(1)
 
 
-def _stats(st: Any, cls: Any) -> Stats:
-    s = st.stats.get(cls)
-    if s is None:
-        s = st.stats[cls] = Stats()
-    return s
+async def _timed_wait(
+    acquiring: Awaitable[Any],
+    st: Any,
+    s: Stats,
+    cls: LockClass,
+    f: Any,
+    extra: dict[str, Any] | None = None,
+) -> Any:
+    """``_bookkeeping.timed_wait`` for an awaitable: a cancelled wait is recorded as one that
+    did not get the lock."""
+    ctx = current_context()
+    t0 = _pc()
+    try:
+        ok = await acquiring
+    except BaseException:
+        record_wait(st, s, cls, t0, _pc(), False, ctx, f, extra)
+        raise
+    record_wait(st, s, cls, t0, _pc(), ok, ctx, f, extra)
+    return ok
 
 
 def lock_acquire_factory(original: Any) -> Any:
-    """The instrumented ``asyncio.Lock.acquire``."""
+    """The patched ``asyncio.Lock.acquire``."""
 
     async def acquire(self: Any) -> bool:
         cls = self.__dict__.get("_lockwatch_class")
         if cls is None:
             return await original(self)
         st = _state()
-        if st.busy:
+        if st.in_lockwatch:
             return await original(self)
-        s = _stats(st, cls)
+        s = stats_of(st, cls)
         f = _caller(_LOCKS_GLOBALS)
         if st.held:
-            _check_order(st, cls, f, self, False)
+            check_order(st, cls, f, self, False)
         waiters = self._waiters
         if not self._locked and not (waiters and any(not w.cancelled() for w in waiters)):
             await original(self)
-            s.acq += 1
+            s.acquisitions += 1
         else:
-            ctx = _ctx_get()
-            t0 = _pc()
-            try:
-                await original(self)
-            except BaseException:
-                _record_wait(st, s, cls, t0, _pc(), False, ctx, f, None)  # cancelled while waiting
-                raise
-            _record_wait(st, s, cls, t0, _pc(), True, ctx, f, None)
-        entry = (cls, f, f.f_lasti, self, False)
-        st.held.append(entry)
-        self._lw_track = (st, entry, s, _pc(), _ctx_get())
+            await _timed_wait(original(self), st, s, cls, f)
+        track_hold(self, st, s, (cls, f, f.f_lasti, self, False))
         return True
 
-    acquire.__wrapped__ = original  # type: ignore[attr-defined]
-    acquire.__doc__ = original.__doc__
     return acquire
 
 
 def lock_release_factory(original: Any) -> Any:
-    """The instrumented ``asyncio.Lock.release`` (any task may release it)."""
+    """The patched ``asyncio.Lock.release`` (any task may release it)."""
 
     def release(self: Any) -> None:
         original(self)  # raises RuntimeError when not locked: then nothing changed
-        track = self.__dict__.get("_lw_track")
-        if track is not None:
-            self._lw_track = None
-            st, entry, s, t0, ctx = track
-            _untrack(st, entry, s, t0, ctx, None)
+        # No other task runs before this one awaits: the hold is still this release's.
+        d = self.__dict__
+        st = d.get("_lw_holder")
+        if st is not None:
+            self._lw_holder = None
+            untrack(st, d["_lw_entry"], d["_lw_stats"], d["_lw_start_ns"], d["_lw_context"], None)
 
-    release.__wrapped__ = original  # type: ignore[attr-defined]
-    release.__doc__ = original.__doc__
     return release
 
 
 def semaphore_acquire_factory(original: Any) -> Any:
-    """The instrumented ``asyncio.Semaphore.acquire``: waits and counts (no owner)."""
+    """The patched ``asyncio.Semaphore.acquire``: waits and counts (no owner)."""
 
     async def acquire(self: Any) -> bool:
         cls = self.__dict__.get("_lockwatch_class")
         if cls is None:
             return await original(self)
         st = _state()
-        if st.busy:
+        if st.in_lockwatch:
             return await original(self)
-        s = _stats(st, cls)
+        s = stats_of(st, cls)
         if not self.locked():
             result = await original(self)
-            s.acq += 1
+            s.acquisitions += 1
             return result
-        ctx = _ctx_get()
-        t0 = _pc()
-        try:
-            result = await original(self)
-        except BaseException:
-            _record_wait(st, s, cls, t0, _pc(), False, ctx, _caller(_LOCKS_GLOBALS), None)
-            raise
-        _record_wait(st, s, cls, t0, _pc(), True, ctx, _caller(_LOCKS_GLOBALS), None)
-        return result
+        return await _timed_wait(original(self), st, s, cls, _caller(_LOCKS_GLOBALS))
 
-    acquire.__wrapped__ = original  # type: ignore[attr-defined]
-    acquire.__doc__ = original.__doc__
     return acquire
 
 
-def async_section_acquire_factory(original: Any, sections_module_globals: dict) -> Any:
+def async_section_acquire_factory(original: Any) -> Any:
     """The instrumented ``AsyncStripedSections._acquire``."""
 
     async def _acquire(
@@ -163,48 +164,35 @@ def async_section_acquire_factory(original: Any, sections_module_globals: dict) 
         canonical: bool = False,
     ) -> bool:
         st = _state()
-        if st.busy:
+        if st.in_lockwatch:
             return await original(self, index, key, blocking, timeout, canonical)
         track = track_of(self)
-        cls = track.cls
-        s = _stats(st, cls)
-        f = _caller(sections_module_globals)
+        cls = track.lock_class
+        s = stats_of(st, cls)
+        f = _caller(_ARRAY_GLOBALS)
         if blocking:
             if st.held:
-                _check_order(st, cls, f, self, canonical)
+                check_order(st, cls, f, self, canonical)
             if await original(self, index, key, False, None, canonical):
-                s.acq += 1
+                s.acquisitions += 1
             else:
                 owner = self._owners[index]
                 if owner is not None and owner is _current_task():
-                    return await original(
-                        self, index, key, True, timeout, canonical
-                    )  # the reentry error
+                    # the reentry error
+                    return await original(self, index, key, True, timeout, canonical)
                 holder_key = self._keys[index]
                 collision = holder_key is not None and holder_key != key
                 if collision:
-                    s.coll += 1
-                ctx = _ctx_get()
-                t0 = _pc()
+                    s.collisions += 1
                 extra = {"lockwatch.section.index": index, "lockwatch.section.collision": collision}
-                try:
-                    ok = await original(self, index, key, True, timeout, canonical)
-                except BaseException:
-                    _record_wait(st, s, cls, t0, _pc(), False, ctx, f, extra)
-                    raise
-                _record_wait(st, s, cls, t0, _pc(), ok, ctx, f, extra)
-                if not ok:
+                acquiring = original(self, index, key, True, timeout, canonical)
+                if not await _timed_wait(acquiring, st, s, cls, f, extra):
                     return False
-        elif await original(self, index, key, False, None, canonical):
-            s.acq += 1
-            s.tryok += 1
-        else:
-            s.skip += 1
+        elif not record_try(s, await original(self, index, key, False, None, canonical)):
             return False
-        _hold_section(track, index, st, s, (cls, f, f.f_lasti, self, canonical))
+        hold_section(track, index, st, s, (cls, f, f.f_lasti, self, canonical))
         return True
 
-    _acquire.__wrapped__ = original  # type: ignore[attr-defined]
     return _acquire
 
 

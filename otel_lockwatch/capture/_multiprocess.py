@@ -29,18 +29,7 @@ own interpreters (``python -c "from multiprocessing.spawn import ..."`` and the 
 a ``python script.py`` subprocess, then chains to any other ``sitecustomize``. Under
 ``opentelemetry-instrument`` nothing is added: its own ``sitecustomize`` instruments every child.
 
-**Cross-process locks.** ``multiprocessing.Lock``, ``RLock``, ``Semaphore`` and
-``BoundedSemaphore`` created by watched code while instrumented are named by their creation site
-(or ``name_lock``). ``SemLock`` binds ``acquire`` / ``release`` as *instance* attributes
-(``_make_methods``, from ``__init__`` and ``__setstate__``), so a watched one gets instance
-methods of a small tracker instead, and the class's ``__enter__`` / ``__exit__`` defer to them.
-Locks are timed like ``threading`` locks (try first, the clock only on contention, per-thread
-statistics, the held stack and the lock order); semaphores have no owner, so only their waits
-and counts are recorded. A fork child inherits the tracker. A spawn or forkserver child unpickles
-the lock: ``__getstate__`` wraps the state in an object whose unpickling (a function of this
-module) hands the plain state to ``SemLock.__setstate__`` and remembers the lock's class under the
-semaphore's name, so the instrumented child names it as the parent did, and an uninstrumented
-child still unpickles a plain lock.
+**Cross-process locks** are watched by ``_mp_locks``; :func:`instrument` turns their tagging on.
 
 **Pool size.** ``ProcessPoolExecutor``'s ``max_workers`` and ``multiprocessing.Pool``'s
 ``processes`` are the nominal pool size (``"executor"``), which a merged manifest keeps.
@@ -48,26 +37,16 @@ child still unpickles a plain lock.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import json
-import logging
 import multiprocessing
-import multiprocessing.context
-import multiprocessing.pool
-import multiprocessing.synchronize as _sync
 import multiprocessing.util as _mp_util
 import os
-import sys
-import weakref
-from concurrent.futures import ProcessPoolExecutor
-from time import perf_counter_ns as _pc
 from typing import Any
 
 from ..record._outbox import OUTBOX
-from ..record._recorder import RECORDER, Stats
-from ._naming import LockClass, lock_class, watched_site
-from ._wrappers import _check_order, _ctx_get, _record_wait, _untrack
+from ..record._recorder import RECORDER
+from . import _mp_locks
 
 __all__ = [
     "BOOTSTRAP_DIR",
@@ -78,12 +57,11 @@ __all__ = [
     "is_child",
     "manifest_path",
     "mark_child",
+    "pool_init_factory",
     "skip_write",
     "uninstrument",
     "write_at_process_end",
 ]
-
-logger = logging.getLogger("otel_lockwatch")
 
 #: The options a bootstrapped child instruments itself with (JSON: ``instrument()`` kwargs).
 CHILD_OPTIONS_ENV = "OTEL_PYTHON_LOCKWATCH_CHILD_OPTIONS"
@@ -93,17 +71,6 @@ BOOTSTRAP_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_boots
 _OTEL_AUTO_DIR = os.path.join("opentelemetry", "instrumentation", "auto_instrumentation")
 #: multiprocessing's finalizers run in decreasing priority: the manifest goes first.
 EXIT_PRIORITY = 100
-
-_KINDS = {
-    _sync.Lock: "multiprocessing.Lock",
-    _sync.RLock: "multiprocessing.RLock",
-    _sync.Semaphore: "multiprocessing.Semaphore",
-    _sync.BoundedSemaphore: "multiprocessing.BoundedSemaphore",
-}
-_CONTEXT_FACTORIES = frozenset({"Lock", "RLock", "Semaphore", "BoundedSemaphore", "Pool"})
-
-_getframe = sys._getframe
-_NO_TIMEOUT_TYPES = (int, float)
 
 
 class _State:
@@ -120,10 +87,6 @@ class _State:
 
 
 _STATE = _State()
-_ORIGINALS: list[tuple[Any, str, Any]] = []
-_TAGGED: weakref.WeakSet[Any] = weakref.WeakSet()
-# Semaphore name -> (lock class name, site), learnt while unpickling a watched lock in a child.
-_RECEIVED: dict[str, tuple[str, str]] = {}
 
 
 class _Anchor:
@@ -164,309 +127,17 @@ def skip_write() -> bool:
     return not any(state.stats for state in list(RECORDER._states))
 
 
-# -- trackers: the instance methods of a watched SemLock ------------------------------------------
-def _caller_frame() -> Any:
-    """The frame that called the instrumented method (its own, when C called it directly)."""
-    try:
-        return _getframe(2)
-    except ValueError:
-        return _getframe(1)
+# -- pool sizes -----------------------------------------------------------------------------------
+def pool_init_factory(original: Any, attribute: str) -> Any:
+    """The patched ``__init__`` of a process pool: its ``attribute`` (``max_workers``,
+    ``processes``) is the pool's nominal size."""
 
-
-class _LockTrack:
-    """The instrumented ``acquire`` / ``release`` of one ``multiprocessing.Lock`` (in one process).
-
-    Same results and exceptions as the ``_multiprocessing.SemLock`` methods it calls; the hold is
-    tracked like ``_wrappers.LockProxy`` tracks it.
-    """
-
-    __slots__ = ("sl", "cls", "st", "entry", "s", "t0", "ctx", "depth", "__weakref__")
-
-    def __init__(self, semlock: Any, cls: LockClass) -> None:
-        self.sl = semlock
-        self.cls = cls
-        self.st: Any = None
-        self.depth = 0
-
-    def acquire(self, block: bool = True, timeout: float | None = None) -> bool:
-        return self._acquire(block, timeout, _caller_frame())
-
-    def _recording(self, timeout: Any) -> tuple[Any, Stats] | None:
-        """The calling thread's state and this lock's Stats in it; None when this call is not
-        recorded (lockwatch itself is running, or a timeout the fast path cannot reproduce)."""
-        try:
-            st = RECORDER.tls.st
-        except AttributeError:
-            st = RECORDER.thread_state()
-        if st.busy or (timeout is not None and type(timeout) not in _NO_TIMEOUT_TYPES):
-            return None
-        s = st.stats.get(self.cls)
-        if s is None:
-            s = st.stats[self.cls] = Stats()
-        return st, s
-
-    def _acquire(self, block: Any, timeout: Any, f: Any) -> bool:
-        sl = self.sl
-        ready = self._recording(timeout)
-        if ready is None:
-            return sl.acquire(block, timeout)
-        st, s = ready
-        cls = self.cls
-        if block:
-            if st.held:
-                _check_order(st, cls, f, self, False)
-            if sl.acquire(False):
-                s.acq += 1
-            else:
-                ctx = _ctx_get()
-                t0 = _pc()
-                ok = sl.acquire(True, timeout)
-                _record_wait(st, s, cls, t0, _pc(), ok, ctx, f, None)
-                if not ok:
-                    return False
-        elif sl.acquire(False):
-            s.acq += 1
-            s.tryok += 1
-        else:
-            s.skip += 1
-            return False
-        entry = (cls, f, f.f_lasti, self, False)
-        st.held.append(entry)
-        self.entry = entry
-        self.s = s
-        self.ctx = _ctx_get()
-        self.st = st
-        self.t0 = _pc()
-        return True
-
-    def release(self) -> None:
-        st = self.st
-        if st is None:
-            self.sl.release()
-            return
-        self.sl.release()  # raises if released too many times: then nothing changed
-        self.st = None
-        _untrack(st, self.entry, self.s, self.t0, self.ctx, None)
-
-
-class _RLockTrack(_LockTrack):
-    """A ``multiprocessing.RLock``: re-entry by the owning thread is neither a wait nor an edge."""
-
-    __slots__ = ()
-
-    def acquire(self, block: bool = True, timeout: float | None = None) -> bool:
-        return self._acquire(block, timeout, _caller_frame())
-
-    def _acquire(self, block: Any, timeout: Any, f: Any) -> bool:
-        st = self.st
-        if st is not None and st is getattr(RECORDER.tls, "st", None):
-            ok = self.sl.acquire(block, timeout)
-            if ok:
-                self.depth += 1
-            return ok
-        return _LockTrack._acquire(self, block, timeout, f)
-
-    def release(self) -> None:
-        st = self.st
-        if st is None or st is not getattr(RECORDER.tls, "st", None):
-            self.sl.release()  # not tracked, or not the owner: the lock decides (and raises)
-            return
-        if self.depth:
-            self.sl.release()
-            self.depth -= 1
-            return
-        _LockTrack.release(self)
-
-
-class _SemaphoreTrack(_LockTrack):
-    """A ``multiprocessing.Semaphore`` / ``BoundedSemaphore``: waits and counts; no owner, so no
-    hold time and no part in the lock order."""
-
-    __slots__ = ()
-
-    def acquire(self, block: bool = True, timeout: float | None = None) -> bool:
-        return self._acquire(block, timeout, _caller_frame())
-
-    def _acquire(self, block: Any, timeout: Any, f: Any) -> bool:
-        sl = self.sl
-        ready = self._recording(timeout)
-        if ready is None:
-            return sl.acquire(block, timeout)
-        st, s = ready
-        cls = self.cls
-        if sl.acquire(False):
-            s.acq += 1
-            if not block:
-                s.tryok += 1
-            return True
-        if not block:
-            s.skip += 1
-            return False
-        ctx = _ctx_get()
-        t0 = _pc()
-        ok = sl.acquire(True, timeout)
-        _record_wait(st, s, cls, t0, _pc(), ok, ctx, f, None)
-        return ok
-
-    def release(self) -> None:
-        self.sl.release()
-        st = getattr(RECORDER.tls, "st", None)
-        if st is not None:
-            st.last = _pc()
-
-
-_TRACKS = {
-    _sync.Lock: _LockTrack,
-    _sync.RLock: _RLockTrack,
-    _sync.Semaphore: _SemaphoreTrack,
-    _sync.BoundedSemaphore: _SemaphoreTrack,
-}
-
-
-def _tag(lock: Any, cls: LockClass) -> None:
-    track = _TRACKS[type(lock)](lock._semlock, cls)
-    d = lock.__dict__
-    d["_lw_track"] = track
-    d["_lockwatch_class"] = cls
-    d["acquire"] = track.acquire
-    d["release"] = track.release
-    _TAGGED.add(lock)
-
-
-def _untag(lock: Any) -> None:
-    d = lock.__dict__
-    d.pop("_lw_track", None)
-    d.pop("_lockwatch_class", None)
-    lock._make_methods()
-
-
-def _rename(lock: Any, name: str) -> None:
-    # name_lock() on a SemLock (found as the class's _lockwatch_rename while instrumented).
-    track = lock.__dict__.get("_lw_track")
-    if track is None:
-        return
-    cls = lock_class(name, track.cls.kind, track.cls.site)
-    track.cls = cls
-    lock.__dict__["_lockwatch_class"] = cls
-
-
-def _creation_site(instance: Any) -> str | None:
-    """The watched creation site of ``instance``, seen from the patched ``__init__`` (the caller
-    of this function): the subclasses' ``__init__`` and one ``multiprocessing.context`` factory
-    are skipped; a lock created inside multiprocessing itself (a ``Condition``'s, a queue's) is
-    not watched."""
-    depth = 2
-    f: Any = _getframe(depth)
-    while f is not None and f.f_code.co_name == "__init__" and f.f_locals.get("self") is instance:
-        depth += 1
-        f = f.f_back
-    if (
-        f is not None
-        and f.f_globals.get("__name__") == "multiprocessing.context"
-        and f.f_code.co_name in _CONTEXT_FACTORIES
-    ):
-        depth += 1
-    return watched_site(depth)
-
-
-# -- the patches ----------------------------------------------------------------------------------
-def _semlock_init_factory(original: Any) -> Any:
-    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
-        original(self, *args, **kwargs)
-        kind = _KINDS.get(type(self))
-        if kind is None or not _STATE.active:
-            return
-        try:
-            site = _creation_site(self)
-            if site is not None:
-                _tag(self, lock_class(site, kind, site))
-        except Exception as exc:  # never into the host: the plain lock still works
-            OUTBOX.failed(exc)
-
-    return __init__
-
-
-class _TaggedState:
-    """A watched SemLock's pickled state: unpickles as the plain state, remembering the class."""
-
-    __slots__ = ("state", "name", "site")
-
-    def __init__(self, state: tuple, name: str, site: str) -> None:
-        self.state = state
-        self.name = name
-        self.site = site
-
-    def __reduce__(self) -> tuple:
-        return (_received_state, (self.state, self.name, self.site))
-
-
-def _received_state(state: Any, name: str, site: str) -> Any:
-    """Unpickling a watched lock in another process: note its class, return the plain state."""
-    try:
-        if isinstance(state, tuple) and len(state) >= 4 and isinstance(state[3], str):
-            _RECEIVED[state[3]] = (name, site)
-    except Exception:  # pragma: no cover - never into the host
-        pass
-    return state
-
-
-def _semlock_getstate_factory(original: Any) -> Any:
-    def __getstate__(self: Any) -> Any:
-        state = original(self)
-        track = self.__dict__.get("_lw_track")
-        if track is None:
-            return state
-        return _TaggedState(state, track.cls.name, track.cls.site)
-
-    return __getstate__
-
-
-def _semlock_setstate_factory(original: Any) -> Any:
-    def __setstate__(self: Any, state: Any) -> None:
-        original(self, state)
-        if not _STATE.active:
-            return
-        try:
-            kind = _KINDS.get(type(self))
-            received = (
-                _RECEIVED.get(state[3]) if kind is not None and isinstance(state, tuple) else None
-            )
-            if received is not None:
-                _tag(self, lock_class(received[0], kind, received[1]))  # type: ignore[arg-type]
-        except Exception as exc:
-            OUTBOX.failed(exc)
-
-    return __setstate__
-
-
-def _semlock_enter_factory(original: Any) -> Any:
-    def __enter__(self: Any) -> Any:
-        track = self.__dict__.get("_lw_track")
-        if track is None:
-            return original(self)
-        return track._acquire(True, None, _caller_frame())
-
-    return __enter__
-
-
-def _semlock_exit_factory(original: Any) -> Any:
-    def __exit__(self: Any, *args: Any) -> Any:
-        track = self.__dict__.get("_lw_track")
-        if track is None:
-            return original(self, *args)
-        track.release()
-        return None
-
-    return __exit__
-
-
-def _pool_init_factory(original: Any, attribute: str) -> Any:
     def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
         original(self, *args, **kwargs)
         if not _STATE.active:
             return
         try:
-            if _creation_site(self) is not None:
+            if _mp_locks.creation_site(self) is not None:
                 RECORDER.note_pool(getattr(self, attribute), "executor")
         except Exception as exc:
             OUTBOX.failed(exc)
@@ -474,56 +145,13 @@ def _pool_init_factory(original: Any, attribute: str) -> Any:
     return __init__
 
 
-# Patch targets: (owner, attribute, factory).
-_TARGETS = (
-    (_sync.SemLock, "__init__", _semlock_init_factory),
-    (_sync.SemLock, "__getstate__", _semlock_getstate_factory),
-    (_sync.SemLock, "__setstate__", _semlock_setstate_factory),
-    (_sync.SemLock, "__enter__", _semlock_enter_factory),
-    (_sync.SemLock, "__exit__", _semlock_exit_factory),
-    (ProcessPoolExecutor, "__init__", lambda o: _pool_init_factory(o, "_max_workers")),
-    (multiprocessing.pool.Pool, "__init__", lambda o: _pool_init_factory(o, "_processes")),
-)
-
-
-def _patch() -> None:
-    if _ORIGINALS:
-        return
-    for owner, name, factory in _TARGETS:
-        original = vars(owner)[name]
-        patched = factory(original)
-        patched.__wrapped__ = original
-        patched.__doc__ = original.__doc__
-        patched.__name__ = original.__name__
-        patched.__qualname__ = original.__qualname__
-        _ORIGINALS.append((owner, name, original))
-        setattr(owner, name, patched)
-    _sync.SemLock._lockwatch_rename = staticmethod(_rename)  # type: ignore[attr-defined]
-
-
-def _unpatch() -> None:
-    for owner, name, original in reversed(_ORIGINALS):
-        setattr(owner, name, original)
-    _ORIGINALS.clear()
-    if "_lockwatch_rename" in vars(_sync.SemLock):
-        del _sync.SemLock._lockwatch_rename  # type: ignore[attr-defined]
-    for lock in list(_TAGGED):
-        with contextlib.suppress(Exception):  # a lock whose semaphore is gone: nothing to restore
-            _untag(lock)
-    _TAGGED.clear()
-
-
 # -- processes ------------------------------------------------------------------------------------
-def _exporter() -> Any:
-    return _STATE.exporter
-
-
 def _after_fork_in_child() -> None:
     # os.register_at_fork: every fork child, multiprocessing's or a plain os.fork().
     _STATE.child = True
     if not _STATE.active:
         return
-    exporter = _exporter()
+    exporter = _STATE.exporter
     if exporter is not None:
         try:
             exporter._after_fork_in_child()
@@ -540,7 +168,7 @@ def _on_process_start(anchor: Any) -> None:
 
 def write_at_process_end() -> None:
     """The child's final write, run by multiprocessing before ``os._exit``."""
-    exporter = _exporter()
+    exporter = _STATE.exporter
     if exporter is not None and _STATE.active:
         exporter.close()
 
@@ -614,15 +242,16 @@ def instrument(options: Any = None, exporter: Any = None) -> None:
     """
     _STATE.active = True
     _STATE.exporter = exporter
-    _patch()
+    _mp_locks.watch(True)
     _register_process_hooks()
     _install_bootstrap(options)
 
 
 def uninstrument() -> None:
-    """Undo :func:`instrument` as far as possible: the patches, the watched locks' methods, the
-    ``PYTHONPATH`` entry and the options variable. (The at-fork hooks stay, inert.)"""
+    """Undo :func:`instrument` as far as possible: the watched locks' methods, the ``PYTHONPATH``
+    entry and the options variable. (The at-fork hooks stay, inert; the patch table removes the
+    patches.)"""
     _STATE.active = False
     _STATE.exporter = None
-    _unpatch()
+    _mp_locks.watch(False)
     _remove_bootstrap()

@@ -1,23 +1,28 @@
 /* otel_lockwatch.capture._speedups: the uncontended lock path, in C.
  *
- * The pure-Python hot path in _wrappers.py is the reference implementation and stays in use for
- * everything unusual; this module only takes over the common case, where a Python function call
- * costs more than the bookkeeping it runs:
+ * The pure-Python path (_bookkeeping.py, _threading.py, _sections.py) is the reference
+ * implementation and stays in use for everything unusual; this module only takes over the common
+ * case, where a Python function call costs more than the bookkeeping it runs:
  *
- * - LockBase: the base class of _wrappers.LockProxy (RLockBase: of RLockProxy). acquire() / __enter__ with the default
- *   timeout, release() / __exit__. Any other call (a timeout, a thread whose state does not exist
- *   yet, lockwatch itself running on this thread, no Python caller) is handed, unchanged, to the
- *   Python implementation, which sees the same caller frame (a C call pushes no frame).
+ * - LockBase: the base class of _threading.LockProxy (RLockBase: of RLockProxy). acquire() /
+ *   __enter__ with the default timeout, release() / __exit__. Any other call (a timeout, a thread
+ *   whose state does not exist yet, lockwatch itself running on this thread, no Python caller)
+ *   is handed, unchanged, to the Python implementation, which sees the same caller frame (a C
+ *   call pushes no frame).
  * - SectionAcquire / SectionRelease: the instrumented StripedSections._acquire and _release.
- *   They bind like functions (a method descriptor) and carry the original in __wrapped__, so
- *   the instrumentor's unwrap() restores it as it restores a Python function.
+ *   They bind like functions (a method descriptor) and carry the original in __wrapped__.
  *
- * The slow paths (a wait, a lock-order check, a long hold, a frame inside threading or
- * _wrappers) call back into the same Python functions the pure-Python path calls, so both paths
- * record the same thing: the tests run the core suites against both (LOCKWATCH_DISABLE_EXTENSIONS).
+ * The slow paths (a lock-order check, a wait, a hold at or above the metric floor) call back into
+ * the Python functions the pure-Python path calls, so both paths record the same thing: the tests
+ * run the core suites against both (LOCKWATCH_DISABLE_EXTENSIONS).
  *
- * Rules kept from _wrappers.py: the lock's own results and exceptions pass through unchanged; an
- * error in the bookkeeping after the lock is taken or released goes to OUTBOX.failed, never to
+ * The contract (see _fast_path.py) is given at import by three calls: setup() from
+ * _bookkeeping.py, setup_locks() from _threading.py, setup_sections() from _sections.py. The
+ * Python objects' field names come with them, as tables; this file addresses the fields by their
+ * position in those tables and never names them.
+ *
+ * Rules kept from the Python path: the lock's own results and exceptions pass through unchanged;
+ * an error in the bookkeeping after the lock is taken or released goes to OUTBOX.failed, never to
  * the host; every field a release needs is read before the raw release (another thread may take
  * the lock, and overwrite them, the moment it is free).
  *
@@ -36,30 +41,31 @@
 #error "otel_lockwatch.capture._speedups reads CLOCK_MONOTONIC, which is perf_counter_ns on Linux only"
 #endif
 
-/* -- what setup() gives us: the Python side's functions and objects ------------------------ */
+/* -- what the setup calls give us: the Python side's functions and objects ----------------- */
+/* setup(), from _bookkeeping.py */
 static PyObject *g_tls;            /* RECORDER.tls */
-static PyObject *g_py_acquire;     /* the Python LockProxy.acquire */
-static PyObject *g_py_rlock_acquire; /* the Python RLockProxy.acquire */
-static PyObject *g_caller;         /* _wrappers._caller(frame) */
-static PyObject *g_check_order;    /* _wrappers._check_order(st, cls, frame, obj, canonical) */
-static PyObject *g_lock_wait;      /* _wrappers._lock_wait(lock, st, s, cls, frame) -> bool */
-static PyObject *g_section_wait;   /* _wrappers._section_wait(original, arr, ...) -> bool */
-static PyObject *g_discard;        /* _wrappers._discard(held, entry) */
-static PyObject *g_record_hold;    /* _wrappers._record_hold(st, s, entry, t0, t1, ctx, extra) */
-static PyObject *g_ctx_get;        /* the current OpenTelemetry context */
+static PyObject *g_context;        /* the current OpenTelemetry context: context() */
 static PyObject *g_failed;         /* OUTBOX.failed(exc) */
-static PyObject *g_new_slot;       /* _wrappers._SectionSlot */
-static PyObject *g_own_globals;    /* vars(_wrappers) */
-static PyObject *g_threading_globals; /* vars(threading) */
-static PyObject *g_index_key;      /* "lockwatch.section.index" */
+static PyObject *g_check_order;    /* check_order(st, cls, frame, obj, canonical) */
+static PyObject *g_lock_wait;      /* lock_wait(lock, st, s, cls, frame) -> bool */
+static PyObject *g_record_hold;    /* record_hold(st, entry, t0, t1, ctx, index or None) */
+static int g_ready = 0;
+/* setup_locks(), from _threading.py */
+static PyObject *g_python_acquire;       /* the Python LockProxy.acquire */
+static PyObject *g_python_rlock_acquire; /* the Python RLockProxy.acquire */
+static PyObject *g_skip_frames;          /* module globals whose frames are not a lock's site */
+static int g_locks_ready = 0;
+/* setup_sections(), from _sections.py */
+static PyObject *g_section_wait;   /* section_wait(original, arr, ...) -> bool */
+static int g_sections_ready = 0;
+
+static long long g_hold_metric_ns = 100000;
 static PyObject *g_lock_type;      /* _thread.LockType */
 static PyObject *g_lock_acquire;   /* _thread.LockType.acquire (a method descriptor) */
 static PyObject *g_lock_release;   /* _thread.LockType.release */
 static PyObject *g_rlock_type;     /* _thread.RLock */
 static PyObject *g_rlock_acquire;  /* _thread.RLock.acquire */
 static PyObject *g_rlock_release;  /* _thread.RLock.release */
-static long long g_hold_metric_ns = 100000;
-static int g_ready = 0;
 /* The interpreter that owns the globals above: a single-phase module's state is process-wide,
  * so a subinterpreter gets the pure-Python path (claim() answers False there). */
 static PyInterpreterState *g_interp = NULL;
@@ -77,7 +83,7 @@ now_ns(void)
 }
 
 /* -- slots read like the interpreter reads them -------------------------------------------
- * The Python objects the hot path touches (WorkerState, Stats, ArrayTrack, _SectionSlot,
+ * The Python objects the hot path touches (WorkerState, Stats, Hold, ArrayTrack,
  * StripedSections) are __slots__ classes. A generic PyObject_GetAttr on one costs a type lookup
  * and a descriptor call; the interpreter's own LOAD_ATTR_SLOT reads the slot at its offset. So
  * does this, for an object of exactly the class whose member descriptor setup() resolved (any
@@ -88,11 +94,38 @@ typedef struct {
     Py_ssize_t offset;
 } Slot;
 
-static Slot WS_held, WS_stats, WS_busy, WS_last;
-static Slot ST_acq, ST_tryok, ST_skip, ST_hold, ST_hhist, ST_hmax, ST_hmin;
-static Slot TR_slots, TR_held, TR_max_held, TR_cls, TR_name;
-static Slot SL_st, SL_entry, SL_s, SL_t0, SL_ctx;
-static Slot AR_lw, AR_name, AR_locks, AR_owners, AR_keys;
+/* The fields of each class, by their position in the table of names the setup calls pass
+ * (record/_recorder.py WORKER_FIELDS and STATS_FIELDS, _bookkeeping.py HOLD_FIELDS, _sections.py
+ * TRACK_FIELDS and ARRAY_FIELDS). Each enum lists the leading fields of its table: the ones this
+ * file reads and writes. */
+enum { WORKER_HELD, WORKER_STATS, WORKER_IN_LOCKWATCH, WORKER_LAST, WORKER_USED };
+enum {
+    STATS_ACQUISITIONS, STATS_TRY_ACQUISITIONS, STATS_SKIPPED, STATS_HOLD_TOTAL,
+    STATS_HOLD_HISTOGRAM, STATS_HOLD_MIN, STATS_HOLD_MAX, STATS_USED
+};
+enum { HOLD_HOLDER, HOLD_ENTRY, HOLD_STATS, HOLD_START, HOLD_CONTEXT, HOLD_USED };
+enum { TRACK_SLOTS, TRACK_HELD_SECTIONS, TRACK_MAX_HELD, TRACK_LOCK_CLASS, TRACK_NAME, TRACK_USED };
+enum { ARRAY_TRACK, ARRAY_NAME, ARRAY_LOCKS, ARRAY_OWNERS, ARRAY_KEYS, ARRAY_USED };
+
+static Slot WORKER[WORKER_USED], STATS[STATS_USED], HOLD[HOLD_USED], TRACK[TRACK_USED],
+    ARRAY[ARRAY_USED];
+
+/* One table: the setup keyword that passes it as (class, names), and its resolved fields. */
+typedef struct {
+    const char *keyword;
+    Slot *slots;
+    int used;
+    PyObject *type; /* a strong reference: a resolved offset stays valid */
+} Table;
+
+enum { TABLE_WORKER, TABLE_STATS, TABLE_HOLD, TABLE_TRACK, TABLE_ARRAY, TABLE_COUNT };
+static Table TABLES[TABLE_COUNT] = {
+    [TABLE_WORKER] = {"worker_state", WORKER, WORKER_USED, NULL},
+    [TABLE_STATS] = {"stats", STATS, STATS_USED, NULL},
+    [TABLE_HOLD] = {"hold", HOLD, HOLD_USED, NULL},
+    [TABLE_TRACK] = {"track", TRACK, TRACK_USED, NULL},
+    [TABLE_ARRAY] = {"array", ARRAY, ARRAY_USED, NULL},
+};
 
 /* obj.name (new reference), or NULL with AttributeError */
 static inline PyObject *
@@ -123,11 +156,15 @@ slot_set(Slot *sl, PyObject *obj, PyObject *value)
 
 /* Resolve `name` on `type` to a T_OBJECT_EX member's offset; otherwise the slot stays generic. */
 static int
-slot_resolve(Slot *sl, PyObject *type, const char *name)
+slot_resolve(Slot *sl, PyObject *type, PyObject *name)
 {
-    sl->name = PyUnicode_InternFromString(name);
-    if (sl->name == NULL)
+    if (!PyUnicode_Check(name)) {
+        PyErr_Format(PyExc_TypeError, "otel_lockwatch: a field name is a str, got %R", name);
         return -1;
+    }
+    Py_INCREF(name);
+    PyUnicode_InternInPlace(&name);
+    Py_XSETREF(sl->name, name);
     sl->type = NULL;
     if (type == NULL || !PyType_Check(type))
         return 0;
@@ -144,6 +181,30 @@ slot_resolve(Slot *sl, PyObject *type, const char *name)
         }
     }
     Py_DECREF(descr);
+    return 0;
+}
+
+/* Resolve a table given as (class, names): its leading `used` names, on that class. */
+static int
+table_resolve(Table *t, PyObject *spec)
+{
+    if (!PyTuple_Check(spec) || PyTuple_GET_SIZE(spec) != 2 ||
+        !PyType_Check(PyTuple_GET_ITEM(spec, 0)) || !PyTuple_Check(PyTuple_GET_ITEM(spec, 1))) {
+        PyErr_Format(PyExc_TypeError, "otel_lockwatch: %s must be (class, tuple of field names)",
+                     t->keyword);
+        return -1;
+    }
+    PyObject *type = PyTuple_GET_ITEM(spec, 0), *names = PyTuple_GET_ITEM(spec, 1);
+    if (PyTuple_GET_SIZE(names) < t->used) {
+        PyErr_Format(PyExc_ValueError,
+                     "otel_lockwatch: %s has %zd fields; the C path reads the first %d",
+                     t->keyword, PyTuple_GET_SIZE(names), t->used);
+        return -1;
+    }
+    Py_XSETREF(t->type, Py_NewRef(type));
+    for (int i = 0; i < t->used; i++)
+        if (slot_resolve(&t->slots[i], type, PyTuple_GET_ITEM(names, i)) < 0)
+            return -1;
     return 0;
 }
 
@@ -224,11 +285,12 @@ swallow(void)
     Py_XDECREF(tb);
 }
 
-/* A try-acquire's counts: acq and tryok when it took the lock, skip when it did not. */
+/* A try-acquire's counts (_bookkeeping.record_try). */
 static void
 count_try(PyObject *s, int ok)
 {
-    if (slot_add(ok ? &ST_acq : &ST_skip, s, 1) < 0 || (ok && slot_add(&ST_tryok, s, 1) < 0))
+    if (slot_add(&STATS[ok ? STATS_ACQUISITIONS : STATS_SKIPPED], s, 1) < 0 ||
+        (ok && slot_add(&STATS[STATS_TRY_ACQUISITIONS], s, 1) < 0))
         swallow();
 }
 
@@ -246,7 +308,7 @@ consume_truth(PyObject *r)
     return ok;
 }
 
-/* hist[bucket_of(v)] += 1, with _histogram.bucket_of inlined as in _wrappers.py. */
+/* hist[bucket_of(v)] += 1 (record/_histogram.py bucket_of, in C). */
 static int
 hist_add(PyObject *hist, long long v)
 {
@@ -290,15 +352,15 @@ usable_state(void)
         PyErr_Clear();
         return NULL;
     }
-    PyObject *busy = slot_get(&WS_busy, st);
-    if (busy == NULL) {
+    PyObject *in_lockwatch = slot_get(&WORKER[WORKER_IN_LOCKWATCH], st);
+    if (in_lockwatch == NULL) {
         PyErr_Clear();
         Py_DECREF(st);
         return NULL;
     }
-    int is_busy = PyObject_IsTrue(busy);
-    Py_DECREF(busy);
-    if (is_busy != 0) {
+    int inside = PyObject_IsTrue(in_lockwatch);
+    Py_DECREF(in_lockwatch);
+    if (inside != 0) {
         PyErr_Clear();
         Py_DECREF(st);
         return NULL;
@@ -310,7 +372,7 @@ usable_state(void)
 static PyObject *
 stats_of(PyObject *st, PyObject *cls)
 {
-    PyObject *stats = slot_get(&WS_stats, st);
+    PyObject *stats = slot_get(&WORKER[WORKER_STATS], st);
     if (stats == NULL) {
         PyErr_Clear();
         return NULL;
@@ -323,24 +385,38 @@ stats_of(PyObject *st, PyObject *cls)
     return s;
 }
 
-/* The acquisition site's frame (new reference): the caller, or for a frame inside _wrappers
- * or threading (an RLock, a Condition) the first frame outside them, as _caller() finds it. */
+/* Whether a frame runs in one of the modules whose frames are not a lock's acquisition site
+ * (_threading: RLockProxy calling LockProxy; threading: a Condition calling its lock). */
+static int
+skipped_frame(PyFrameObject *f)
+{
+    PyObject *g = PyFrame_GetGlobals(f);
+    int skip = 0;
+    for (Py_ssize_t i = 0; g != NULL && i < PyTuple_GET_SIZE(g_skip_frames); i++)
+        skip |= g == PyTuple_GET_ITEM(g_skip_frames, i);
+    Py_XDECREF(g);
+    return skip;
+}
+
+/* The acquisition site's frame (new reference), as _threading._caller() finds it: the caller, or
+ * the first frame above it outside the skipped modules (the caller itself when there is none). */
 static PyObject *
 site_frame(void)
 {
     /* The caller's frame (a C call pushes none). PyThreadState_GetFrame, unlike PyEval_GetFrame,
      * skips a frame still in its prologue, as sys._getframe does. */
-    PyFrameObject *f = PyThreadState_GetFrame(PyThreadState_Get()); /* new reference */
-    if (f == NULL)
-        return NULL;
-    PyObject *g = PyFrame_GetGlobals(f);
-    int inside = g == g_own_globals || g == g_threading_globals;
-    Py_XDECREF(g);
-    if (inside) {
-        PyObject *r = PyObject_CallOneArg(g_caller, (PyObject *)f);
+    PyFrameObject *first = PyThreadState_GetFrame(PyThreadState_Get()); /* new reference */
+    if (first == NULL || !skipped_frame(first))
+        return (PyObject *)first;
+    PyFrameObject *f = PyFrame_GetBack(first);
+    while (f != NULL && skipped_frame(f)) {
+        PyFrameObject *back = PyFrame_GetBack(f);
         Py_DECREF(f);
-        return r;
+        f = back;
     }
+    if (f == NULL)
+        return (PyObject *)first;
+    Py_DECREF(first);
     return (PyObject *)f;
 }
 
@@ -384,15 +460,27 @@ try_acquire(PyObject *lock)
     return ok;
 }
 
-/* The bookkeeping of a release (_wrappers._untrack): pop the held entry, record the hold.
- * Errors are swallowed: the lock is already released. */
+/* Remove `entry` from a held stack where it is not on top (_bookkeeping.discard). */
+static int
+discard(PyObject *held, PyObject *entry)
+{
+    if (!is_type(held, &PyList_Type, "a held stack"))
+        return -1;
+    for (Py_ssize_t i = PyList_GET_SIZE(held) - 1; i >= 0; i--)
+        if (PyList_GET_ITEM(held, i) == entry)
+            return PyList_SetSlice(held, i, i + 1, NULL);
+    return 0;
+}
+
+/* The bookkeeping of a release (_bookkeeping.untrack): pop the held entry, record the hold.
+ * `index`: the section's, or NULL. Errors are swallowed: the lock is already released. */
 static void
 untrack(PyObject *st, PyObject *entry, PyObject *s, long long t0, PyObject *ctx, PyObject *index)
 {
     long long t1 = now_ns();
     long long h = t1 - t0;
-    PyObject *held = slot_get(&WS_held, st);
-    PyObject *hhist = NULL;
+    PyObject *held = slot_get(&WORKER[WORKER_HELD], st);
+    PyObject *hist = NULL;
     if (held == NULL)
         goto fail;
     Py_ssize_t n = PyList_Check(held) ? PyList_GET_SIZE(held) : -1;
@@ -400,70 +488,58 @@ untrack(PyObject *st, PyObject *entry, PyObject *s, long long t0, PyObject *ctx,
         if (PyList_SetSlice(held, n - 1, n, NULL) < 0)
             goto fail;
     }
-    else {
-        PyObject *r = PyObject_CallFunctionObjArgs(g_discard, held, entry, NULL);
-        if (r == NULL)
-            goto fail;
-        Py_DECREF(r);
-    }
-    if (slot_add(&ST_hold, s, h) < 0)
+    else if (discard(held, entry) < 0)
         goto fail;
-    hhist = slot_get(&ST_hhist, s);
-    if (hhist == NULL || !is_type(hhist, &PyDict_Type, "Stats.hhist") || hist_add(hhist, h) < 0)
+    if (slot_add(&STATS[STATS_HOLD_TOTAL], s, h) < 0)
         goto fail;
-    long long hmax, hmin;
-    if (slot_get_ll(&ST_hmax, s, &hmax) < 0)
+    hist = slot_get(&STATS[STATS_HOLD_HISTOGRAM], s);
+    if (hist == NULL || !is_type(hist, &PyDict_Type, "a hold histogram") || hist_add(hist, h) < 0)
         goto fail;
-    if (h > hmax && slot_set_ll(&ST_hmax, s, h) < 0)
+    long long max, min;
+    if (slot_get_ll(&STATS[STATS_HOLD_MAX], s, &max) < 0)
         goto fail;
-    if (slot_get_ll(&ST_hmin, s, &hmin) < 0)
+    if (h > max && slot_set_ll(&STATS[STATS_HOLD_MAX], s, h) < 0)
         goto fail;
-    if (h < hmin && slot_set_ll(&ST_hmin, s, h) < 0)
+    if (slot_get_ll(&STATS[STATS_HOLD_MIN], s, &min) < 0)
         goto fail;
-    if (slot_set_ll(&WS_last, st, t1) < 0)
+    if (h < min && slot_set_ll(&STATS[STATS_HOLD_MIN], s, h) < 0)
+        goto fail;
+    if (slot_set_ll(&WORKER[WORKER_LAST], st, t1) < 0)
         goto fail;
     if (h >= g_hold_metric_ns) {
-        PyObject *extra = Py_NewRef(Py_None);
-        if (index != NULL) {
-            Py_DECREF(extra);
-            extra = PyDict_New();
-            if (extra == NULL || PyDict_SetItem(extra, g_index_key, index) < 0) {
-                Py_XDECREF(extra);
-                goto fail;
-            }
-        }
         PyObject *a = PyLong_FromLongLong(t0), *b = PyLong_FromLongLong(t1);
         PyObject *r = NULL;
         if (a != NULL && b != NULL)
-            r = PyObject_CallFunctionObjArgs(g_record_hold, st, s, entry, a, b, ctx, extra, NULL);
+            r = PyObject_CallFunctionObjArgs(g_record_hold, st, entry, a, b, ctx,
+                                             index != NULL ? index : Py_None, NULL);
         Py_XDECREF(a);
         Py_XDECREF(b);
-        Py_DECREF(extra);
         if (r == NULL)
             goto fail;
         Py_DECREF(r);
     }
     Py_DECREF(held);
-    Py_DECREF(hhist);
+    Py_DECREF(hist);
     return;
 fail:
     swallow();
     Py_XDECREF(held);
-    Py_XDECREF(hhist);
+    Py_XDECREF(hist);
 }
 
 /* ==========================================================================================
- * LockBase: the C half of _wrappers.LockProxy
+ * LockBase: the C half of _threading.LockProxy
  * ========================================================================================== */
 typedef struct {
     PyObject_HEAD
-    PyObject *lock;  /* _lw_lock: the real lock */
-    PyObject *cls;   /* _lockwatch_class */
-    PyObject *st;    /* _lw_st: the holder's WorkerState while tracked, else None */
-    PyObject *entry; /* _lw_entry: the held-stack entry */
-    PyObject *s;     /* _lw_s: the holder's Stats for this class */
-    PyObject *ctx;   /* _lw_ctx: the OpenTelemetry context at the acquisition */
-    long long t0;    /* _lw_t0: when the hold began */
+    PyObject *lock;     /* _lw_lock: the real lock */
+    PyObject *cls;      /* _lockwatch_class */
+    /* The hold (HOLD_FIELDS; their names are bound by setup(): see bind_hold_members) */
+    PyObject *holder;   /* the holder's WorkerState while tracked, else None */
+    PyObject *entry;    /* the held-stack entry */
+    PyObject *stats;    /* the holder's Stats for this class */
+    long long start_ns; /* when the hold began */
+    PyObject *context;  /* the OpenTelemetry context at the acquisition */
     PyObject *weakreflist;
 } LockBase;
 
@@ -472,10 +548,10 @@ LockBase_traverse(LockBase *self, visitproc visit, void *arg)
 {
     Py_VISIT(self->lock);
     Py_VISIT(self->cls);
-    Py_VISIT(self->st);
+    Py_VISIT(self->holder);
     Py_VISIT(self->entry);
-    Py_VISIT(self->s);
-    Py_VISIT(self->ctx);
+    Py_VISIT(self->stats);
+    Py_VISIT(self->context);
     return 0;
 }
 
@@ -484,10 +560,10 @@ LockBase_clear(LockBase *self)
 {
     Py_CLEAR(self->lock);
     Py_CLEAR(self->cls);
-    Py_CLEAR(self->st);
+    Py_CLEAR(self->holder);
     Py_CLEAR(self->entry);
-    Py_CLEAR(self->s);
-    Py_CLEAR(self->ctx);
+    Py_CLEAR(self->stats);
+    Py_CLEAR(self->context);
     return 0;
 }
 
@@ -524,6 +600,18 @@ delegate(PyObject *fn, PyObject *self, PyObject *const *args, Py_ssize_t nargs,
     return r;
 }
 
+/* Whether setup_locks() ran (else a RuntimeError): the Python path is needed for this call. */
+static int
+locks_ready(void)
+{
+    if (g_locks_ready)
+        return 1;
+    PyErr_SetString(PyExc_RuntimeError,
+                    "otel_lockwatch.capture._speedups: setup_locks() has not run (import "
+                    "otel_lockwatch.capture._threading)");
+    return 0;
+}
+
 static int
 is_default_timeout(PyObject *timeout)
 {
@@ -543,7 +631,7 @@ is_default_timeout(PyObject *timeout)
 static PyObject *
 lock_acquire_fast(LockBase *self, int blocking)
 {
-    if (!g_ready || self->lock == NULL || self->cls == NULL)
+    if (!g_locks_ready || self->lock == NULL || self->cls == NULL)
         return NULL;
     PyObject *st = usable_state();
     if (st == NULL)
@@ -560,11 +648,12 @@ lock_acquire_fast(LockBase *self, int blocking)
             goto error;
         goto not_here;
     }
-    held = slot_get(&WS_held, st);
+    held = slot_get(&WORKER[WORKER_HELD], st);
     if (held == NULL || !PyList_Check(held)) {
         PyErr_Clear();
         goto not_here;
     }
+    /* _bookkeeping.acquire_tracked */
     if (blocking) {
         if (PyList_GET_SIZE(held) > 0) {
             PyObject *r = PyObject_CallFunctionObjArgs(g_check_order, st, cls, f,
@@ -577,7 +666,7 @@ lock_acquire_fast(LockBase *self, int blocking)
         if (ok < 0)
             goto error;
         if (ok) {
-            if (slot_add(&ST_acq, s, 1) < 0)
+            if (slot_add(&STATS[STATS_ACQUISITIONS], s, 1) < 0)
                 swallow();
         }
         else {
@@ -600,7 +689,8 @@ lock_acquire_fast(LockBase *self, int blocking)
             goto done;
         }
     }
-    /* Taken: track the hold. From here on nothing reaches the host but True. */
+    /* Taken: track the hold (_bookkeeping.track_hold). From here on nothing reaches the host
+     * but True. */
     {
         PyObject *lasti = PyLong_FromLong(PyFrame_GetLasti((PyFrameObject *)f));
         PyObject *entry = lasti ? PyTuple_Pack(5, cls, f, lasti, (PyObject *)self, Py_False)
@@ -611,16 +701,16 @@ lock_acquire_fast(LockBase *self, int blocking)
             swallow();
         }
         else {
-            PyObject *ctx = PyObject_CallNoArgs(g_ctx_get);
+            PyObject *ctx = PyObject_CallNoArgs(g_context);
             if (ctx == NULL) {
                 swallow();
                 ctx = Py_NewRef(Py_None);
             }
             Py_XSETREF(self->entry, entry);
-            Py_XSETREF(self->s, Py_NewRef(s));
-            Py_XSETREF(self->ctx, ctx);
-            Py_XSETREF(self->st, Py_NewRef(st));
-            self->t0 = now_ns();
+            Py_XSETREF(self->stats, Py_NewRef(s));
+            Py_XSETREF(self->context, ctx);
+            Py_XSETREF(self->holder, Py_NewRef(st));
+            self->start_ns = now_ns();
         }
     }
     result = Py_NewRef(Py_True);
@@ -671,7 +761,9 @@ LockBase_acquire(LockBase *self, PyObject *const *args, Py_ssize_t nargs, PyObje
     if (r != NULL || PyErr_Occurred())
         return r;
 python:
-    return delegate(g_py_acquire, (PyObject *)self, args, nargs, kwnames);
+    if (!locks_ready())
+        return NULL;
+    return delegate(g_python_acquire, (PyObject *)self, args, nargs, kwnames);
 }
 
 static PyObject *
@@ -680,7 +772,9 @@ LockBase_enter(LockBase *self, PyObject *Py_UNUSED(ignored))
     PyObject *r = lock_acquire_fast(self, 1);
     if (r != NULL || PyErr_Occurred())
         return r;
-    return PyObject_CallOneArg(g_py_acquire, (PyObject *)self);
+    if (!locks_ready())
+        return NULL;
+    return PyObject_CallOneArg(g_python_acquire, (PyObject *)self);
 }
 
 static PyObject *
@@ -690,15 +784,15 @@ LockBase_release(LockBase *self, PyObject *Py_UNUSED(ignored))
         PyErr_SetString(PyExc_AttributeError, "_lw_lock");
         return NULL;
     }
-    PyObject *st = self->st;
-    if (st == NULL || st == Py_None)
+    PyObject *st = self->holder;
+    if (st == NULL || st == Py_None || !g_ready)
         return release_lock(self->lock);
     /* Everything the bookkeeping needs, read before the lock is free. */
-    self->st = Py_NewRef(Py_None); /* the reference to st is ours now */
+    self->holder = Py_NewRef(Py_None); /* the reference to st is ours now */
     PyObject *entry = Py_XNewRef(self->entry);
-    PyObject *s = Py_XNewRef(self->s);
-    PyObject *ctx = Py_XNewRef(self->ctx);
-    long long t0 = self->t0;
+    PyObject *s = Py_XNewRef(self->stats);
+    PyObject *ctx = Py_XNewRef(self->context);
+    long long t0 = self->start_ns;
     PyObject *r = release_lock(self->lock);
     if (r != NULL && entry != NULL && s != NULL)
         untrack(st, entry, s, t0, ctx ? ctx : Py_None, NULL);
@@ -735,11 +829,6 @@ static PyMethodDef LockBase_methods[] = {
 static PyMemberDef LockBase_members[] = {
     {"_lw_lock", T_OBJECT_EX, offsetof(LockBase, lock), 0, NULL},
     {"_lockwatch_class", T_OBJECT_EX, offsetof(LockBase, cls), 0, NULL},
-    {"_lw_st", T_OBJECT_EX, offsetof(LockBase, st), 0, NULL},
-    {"_lw_entry", T_OBJECT_EX, offsetof(LockBase, entry), 0, NULL},
-    {"_lw_s", T_OBJECT_EX, offsetof(LockBase, s), 0, NULL},
-    {"_lw_ctx", T_OBJECT_EX, offsetof(LockBase, ctx), 0, NULL},
-    {"_lw_t0", T_LONGLONG, offsetof(LockBase, t0), 0, NULL},
     {NULL, 0, 0, 0, NULL},
 };
 
@@ -748,7 +837,7 @@ static PyTypeObject LockBase_Type = {
     .tp_name = "otel_lockwatch.capture._speedups.LockBase",
     .tp_basicsize = sizeof(LockBase),
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC,
-    .tp_doc = "The C half of _wrappers.LockProxy: its slots and its uncontended path.",
+    .tp_doc = "The C half of _threading.LockProxy: its slots and its uncontended path.",
     .tp_traverse = (traverseproc)LockBase_traverse,
     .tp_clear = (inquiry)LockBase_clear,
     .tp_dealloc = (destructor)LockBase_dealloc,
@@ -759,7 +848,7 @@ static PyTypeObject LockBase_Type = {
 };
 
 /* ==========================================================================================
- * RLockBase: the C half of _wrappers.RLockProxy (re-entry by the owner is neither a wait nor an
+ * RLockBase: the C half of _threading.RLockProxy (re-entry by the owner is neither a wait nor an
  * order edge: the lock's own acquire, and a depth)
  * ========================================================================================== */
 typedef struct {
@@ -786,12 +875,14 @@ is_current_state(PyObject *st)
 static PyObject *
 RLockBase_acquire(RLockBase *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
 {
-    PyObject *st = (g_ready && self->base.lock != NULL) ? PyObject_GetAttr(g_tls, s_st) : NULL;
-    if (st == NULL) { /* no state yet (the Python path creates it), or not set up */
+    if (!locks_ready())
+        return NULL;
+    PyObject *st = self->base.lock != NULL ? PyObject_GetAttr(g_tls, s_st) : NULL;
+    if (st == NULL) { /* no state yet: the Python path creates it */
         PyErr_Clear();
-        return delegate(g_py_rlock_acquire, (PyObject *)self, args, nargs, kwnames);
+        return delegate(g_python_rlock_acquire, (PyObject *)self, args, nargs, kwnames);
     }
-    int owner = self->base.st == st;
+    int owner = self->base.holder == st;
     Py_DECREF(st);
     if (owner) {
         /* Re-entry by the owner: the lock's own acquire, with the arguments as given. */
@@ -831,7 +922,7 @@ RLockBase_release(RLockBase *self, PyObject *Py_UNUSED(ignored))
         PyErr_SetString(PyExc_AttributeError, "_lw_lock");
         return NULL;
     }
-    if (!is_current_state(self->base.st)) /* not tracked, or not the owner: the lock decides */
+    if (!is_current_state(self->base.holder)) /* not tracked, or not the owner: the lock decides */
         return release_lock(self->base.lock);
     if (self->depth) {
         PyObject *r = release_lock(self->base.lock);
@@ -868,7 +959,7 @@ static PyTypeObject RLockBase_Type = {
     .tp_name = "otel_lockwatch.capture._speedups.RLockBase",
     .tp_basicsize = sizeof(RLockBase),
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC,
-    .tp_doc = "The C half of _wrappers.RLockProxy: its depth and its uncontended path.",
+    .tp_doc = "The C half of _threading.RLockProxy: its depth and its uncontended path.",
     .tp_traverse = (traverseproc)LockBase_traverse,
     .tp_clear = (inquiry)LockBase_clear,
     .tp_dealloc = (destructor)LockBase_dealloc,
@@ -885,7 +976,7 @@ typedef struct {
     vectorcallfunc vectorcall;
     PyObject *original; /* the array's own method: __wrapped__ */
     PyObject *python;   /* the Python implementation, for every call not handled here */
-    PyObject *globals;  /* vars(_sections): frames to skip to find the acquisition site */
+    PyObject *globals;  /* vars(sections._array): frames to skip to find the acquisition site */
     int mirror;         /* release: do the array's release inline */
 } SectionFn;
 
@@ -1005,7 +1096,7 @@ section_set(PyObject *arr, Slot *attr, PyObject *index, PyObject *value)
 static PyObject *
 ready_track(PyObject *arr)
 {
-    PyObject *track = slot_get(&AR_lw, arr);
+    PyObject *track = slot_get(&ARRAY[ARRAY_TRACK], arr);
     if (track == NULL) {
         PyErr_Clear();
         return NULL;
@@ -1014,8 +1105,8 @@ ready_track(PyObject *arr)
         Py_DECREF(track);
         return NULL;
     }
-    PyObject *tname = slot_get(&TR_name, track);
-    PyObject *aname = tname ? slot_get(&AR_name, arr) : NULL;
+    PyObject *tname = slot_get(&TRACK[TRACK_NAME], track);
+    PyObject *aname = tname ? slot_get(&ARRAY[ARRAY_NAME], arr) : NULL;
     int same = 0;
     if (aname != NULL)
         same = tname == aname ? 1 : PyObject_RichCompareBool(tname, aname, Py_EQ);
@@ -1033,7 +1124,8 @@ static PyObject *
 section_acquire(SectionFn *fn, PyObject *const *args, size_t nargsf, PyObject *kwnames)
 {
     Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
-    if (!g_ready || (kwnames != NULL && PyTuple_GET_SIZE(kwnames)) || nargs < 3 || nargs > 6)
+    if (!g_sections_ready || (kwnames != NULL && PyTuple_GET_SIZE(kwnames)) || nargs < 3 ||
+        nargs > 6)
         return PyObject_Vectorcall(fn->python, args, nargsf, kwnames);
     PyObject *arr = args[0], *index = args[1], *key = args[2];
     PyObject *blocking = nargs > 3 ? args[3] : Py_True;
@@ -1048,7 +1140,7 @@ section_acquire(SectionFn *fn, PyObject *const *args, size_t nargsf, PyObject *k
     track = ready_track(arr);
     if (track == NULL)
         goto not_here;
-    cls = slot_get(&TR_cls, track);
+    cls = slot_get(&TRACK[TRACK_LOCK_CLASS], track);
     if (cls == NULL) {
         PyErr_Clear();
         goto not_here;
@@ -1056,7 +1148,7 @@ section_acquire(SectionFn *fn, PyObject *const *args, size_t nargsf, PyObject *k
     s = stats_of(st, cls);
     if (s == NULL)
         goto not_here;
-    held = slot_get(&WS_held, st);
+    held = slot_get(&WORKER[WORKER_HELD], st);
     if (held == NULL || !PyList_Check(held)) {
         PyErr_Clear();
         goto not_here;
@@ -1091,7 +1183,7 @@ section_acquire(SectionFn *fn, PyObject *const *args, size_t nargsf, PyObject *k
                 goto error;
             Py_DECREF(r);
         }
-        PyObject *lock = section_item(arr, &AR_locks, index);
+        PyObject *lock = section_item(arr, &ARRAY[ARRAY_LOCKS], index);
         if (lock == NULL)
             goto error;
         int ok = try_acquire(lock);
@@ -1101,8 +1193,9 @@ section_acquire(SectionFn *fn, PyObject *const *args, size_t nargsf, PyObject *k
         if (ok) {
             /* The array's uncontended path, mirrored (StripedSections._acquire). */
             PyObject *ident = PyLong_FromUnsignedLong(PyThread_get_thread_ident());
-            if (ident == NULL || section_set(arr, &AR_owners, index, ident) < 0 ||
-                section_set(arr, &AR_keys, index, key) < 0 || slot_add(&ST_acq, s, 1) < 0)
+            if (ident == NULL || section_set(arr, &ARRAY[ARRAY_OWNERS], index, ident) < 0 ||
+                section_set(arr, &ARRAY[ARRAY_KEYS], index, key) < 0 ||
+                slot_add(&STATS[STATS_ACQUISITIONS], s, 1) < 0)
                 swallow();
             Py_XDECREF(ident);
         }
@@ -1133,11 +1226,11 @@ section_acquire(SectionFn *fn, PyObject *const *args, size_t nargsf, PyObject *k
             goto done;
         }
     }
-    /* Taken: track the hold (_wrappers._hold_section). Nothing reaches the host but True. */
+    /* Taken: track the hold (_sections.hold_section). Nothing reaches the host but True. */
     {
         PyObject *slots = NULL, *slot = NULL, *entry = NULL, *lasti = NULL, *ctx = NULL,
                  *counter = NULL;
-        slots = slot_get(&TR_slots, track);
+        slots = slot_get(&TRACK[TRACK_SLOTS], track);
         if (slots == NULL)
             goto track_failed;
         Py_ssize_t si = list_index(slots, index);
@@ -1146,7 +1239,7 @@ section_acquire(SectionFn *fn, PyObject *const *args, size_t nargsf, PyObject *k
             goto track_failed;
         if (slot == Py_None) {
             Py_DECREF(slot);
-            slot = PyObject_CallOneArg(g_new_slot, index);
+            slot = PyObject_CallNoArgs(TABLES[TABLE_HOLD].type);
             if (slot == NULL || PyObject_SetItem(slots, index, slot) < 0)
                 goto track_failed;
         }
@@ -1156,23 +1249,25 @@ section_acquire(SectionFn *fn, PyObject *const *args, size_t nargsf, PyObject *k
         entry = PyTuple_Pack(5, cls, f, lasti, arr, canonical);
         if (entry == NULL || PyList_Append(held, entry) < 0)
             goto track_failed;
-        ctx = PyObject_CallNoArgs(g_ctx_get);
+        ctx = PyObject_CallNoArgs(g_context);
         if (ctx == NULL)
             goto track_failed;
-        if (slot_set(&SL_entry, slot, entry) < 0 || slot_set(&SL_s, slot, s) < 0 ||
-            slot_set(&SL_ctx, slot, ctx) < 0 || slot_set(&SL_st, slot, st) < 0)
+        if (slot_set(&HOLD[HOLD_ENTRY], slot, entry) < 0 ||
+            slot_set(&HOLD[HOLD_STATS], slot, s) < 0 ||
+            slot_set(&HOLD[HOLD_CONTEXT], slot, ctx) < 0 ||
+            slot_set(&HOLD[HOLD_HOLDER], slot, st) < 0)
             goto track_failed;
-        counter = slot_get(&TR_held, track);
-        if (counter == NULL || !is_type(counter, &PyList_Type, "ArrayTrack.held") ||
+        counter = slot_get(&TRACK[TRACK_HELD_SECTIONS], track);
+        if (counter == NULL || !is_type(counter, &PyList_Type, "a held-sections counter") ||
             PyList_Append(counter, g_one) < 0)
             goto track_failed;
         long long max_held;
-        if (slot_get_ll(&TR_max_held, track, &max_held) < 0)
+        if (slot_get_ll(&TRACK[TRACK_MAX_HELD], track, &max_held) < 0)
             goto track_failed;
         if (PyList_GET_SIZE(counter) > max_held &&
-            slot_set_ll(&TR_max_held, track, PyList_GET_SIZE(counter)) < 0)
+            slot_set_ll(&TRACK[TRACK_MAX_HELD], track, PyList_GET_SIZE(counter)) < 0)
             goto track_failed;
-        if (slot_set_ll(&SL_t0, slot, now_ns()) < 0)
+        if (slot_set_ll(&HOLD[HOLD_START], slot, now_ns()) < 0)
             goto track_failed;
         goto tracked;
     track_failed:
@@ -1206,20 +1301,20 @@ static PyObject *
 section_release(SectionFn *fn, PyObject *const *args, size_t nargsf, PyObject *kwnames)
 {
     Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
-    if (!g_ready || (kwnames != NULL && PyTuple_GET_SIZE(kwnames)) || nargs != 2)
+    if (!g_sections_ready || (kwnames != NULL && PyTuple_GET_SIZE(kwnames)) || nargs != 2)
         return PyObject_Vectorcall(fn->python, args, nargsf, kwnames);
     PyObject *arr = args[0], *index = args[1];
     PyObject *track = NULL, *slot = NULL, *st = NULL, *entry = NULL, *s = NULL, *ctx = NULL;
     PyObject *result = NULL;
     int tracked = 1;
     long long t0 = 0;
-    track = slot_get(&AR_lw, arr);
+    track = slot_get(&ARRAY[ARRAY_TRACK], arr);
     if (track == NULL) {
         PyErr_Clear();
         goto untracked;
     }
     if (track != Py_None) {
-        PyObject *slots = slot_get(&TR_slots, track);
+        PyObject *slots = slot_get(&TRACK[TRACK_SLOTS], track);
         Py_ssize_t si = slots ? list_index(slots, index) : -1;
         slot = si >= 0 ? Py_NewRef(PyList_GET_ITEM(slots, si))
                        : (slots ? PyObject_GetItem(slots, index) : NULL);
@@ -1231,26 +1326,26 @@ section_release(SectionFn *fn, PyObject *const *args, size_t nargsf, PyObject *k
     }
     if (slot == NULL || slot == Py_None)
         goto untracked;
-    st = slot_get(&SL_st, slot);
+    st = slot_get(&HOLD[HOLD_HOLDER], slot);
     if (st == NULL || st == Py_None) {
         PyErr_Clear();
         goto untracked;
     }
     /* Everything the bookkeeping needs, read before the section is free. */
-    entry = slot_get(&SL_entry, slot);
-    s = entry ? slot_get(&SL_s, slot) : NULL;
-    ctx = s ? slot_get(&SL_ctx, slot) : NULL;
-    if (ctx == NULL || slot_get_ll(&SL_t0, slot, &t0) < 0) {
+    entry = slot_get(&HOLD[HOLD_ENTRY], slot);
+    s = entry ? slot_get(&HOLD[HOLD_STATS], slot) : NULL;
+    ctx = s ? slot_get(&HOLD[HOLD_CONTEXT], slot) : NULL;
+    if (ctx == NULL || slot_get_ll(&HOLD[HOLD_START], slot, &t0) < 0) {
         PyErr_Clear();
         goto untracked;
     }
     if (fn->mirror) {
         /* Tracked, so held: the array's release, mirrored (StripedSections._release). */
-        if (slot_set(&SL_st, slot, Py_None) < 0 ||
-            section_set(arr, &AR_owners, index, Py_None) < 0 ||
-            section_set(arr, &AR_keys, index, Py_None) < 0)
+        if (slot_set(&HOLD[HOLD_HOLDER], slot, Py_None) < 0 ||
+            section_set(arr, &ARRAY[ARRAY_OWNERS], index, Py_None) < 0 ||
+            section_set(arr, &ARRAY[ARRAY_KEYS], index, Py_None) < 0)
             goto error;
-        PyObject *lock = section_item(arr, &AR_locks, index);
+        PyObject *lock = section_item(arr, &ARRAY[ARRAY_LOCKS], index);
         if (lock == NULL)
             goto error;
         PyObject *r = release_lock(lock);
@@ -1265,11 +1360,11 @@ section_release(SectionFn *fn, PyObject *const *args, size_t nargsf, PyObject *k
         if (r == NULL) /* not held: nothing changed */
             goto error;
         Py_DECREF(r);
-        if (slot_set(&SL_st, slot, Py_None) < 0)
+        if (slot_set(&HOLD[HOLD_HOLDER], slot, Py_None) < 0)
             swallow();
     }
     {
-        PyObject *counter = slot_get(&TR_held, track);
+        PyObject *counter = slot_get(&TRACK[TRACK_HELD_SECTIONS], track);
         if (counter != NULL && PyList_Check(counter) && PyList_GET_SIZE(counter) > 0) {
             Py_ssize_t n = PyList_GET_SIZE(counter);
             if (PyList_SetSlice(counter, n - 1, n, NULL) < 0)
@@ -1369,108 +1464,159 @@ SECTION_FN_TYPE(SectionRelease,
 /* ==========================================================================================
  * Module
  * ========================================================================================== */
+/* This interpreter claimed the module (else a RuntimeError). */
+static int
+owned_here(void)
+{
+    if (g_interp == PyInterpreterState_Get())
+        return 1;
+    PyErr_SetString(PyExc_RuntimeError,
+                    "otel_lockwatch.capture._speedups: claim() it first, in one interpreter");
+    return 0;
+}
+
+/* The hold's members of LockBase, named by setup()'s HOLD_FIELDS (the names a Python hold keeps,
+ * so the Python code reads and writes a C proxy's hold as it does a Python one's). Bound once:
+ * a member descriptor keeps a pointer to its definition. */
+static PyMemberDef hold_members[HOLD_USED];
+static const int hold_types[HOLD_USED] = {
+    [HOLD_HOLDER] = T_OBJECT_EX, [HOLD_ENTRY] = T_OBJECT_EX, [HOLD_STATS] = T_OBJECT_EX,
+    [HOLD_START] = T_LONGLONG,   [HOLD_CONTEXT] = T_OBJECT_EX,
+};
+static const Py_ssize_t hold_offsets[HOLD_USED] = {
+    [HOLD_HOLDER] = offsetof(LockBase, holder), [HOLD_ENTRY] = offsetof(LockBase, entry),
+    [HOLD_STATS] = offsetof(LockBase, stats),   [HOLD_START] = offsetof(LockBase, start_ns),
+    [HOLD_CONTEXT] = offsetof(LockBase, context),
+};
+
+static int
+bind_hold_members(void)
+{
+    PyTypeObject *type = &LockBase_Type;
+    if (hold_members[0].name != NULL) { /* bound by an earlier setup(): the same names only */
+        for (int i = 0; i < HOLD_USED; i++)
+            if (PyUnicode_CompareWithASCIIString(HOLD[i].name, hold_members[i].name) != 0) {
+                PyErr_SetString(PyExc_RuntimeError,
+                                "otel_lockwatch: the hold's field names are bound once");
+                return -1;
+            }
+        return 0;
+    }
+    for (int i = 0; i < HOLD_USED; i++) {
+        Py_ssize_t size;
+        const char *name = PyUnicode_AsUTF8AndSize(HOLD[i].name, &size);
+        char *copy = name ? PyMem_Malloc(size + 1) : NULL;
+        if (copy == NULL)
+            return name ? (PyErr_NoMemory(), -1) : -1;
+        memcpy(copy, name, size + 1);
+        hold_members[i] = (PyMemberDef){copy, hold_types[i], hold_offsets[i], 0, NULL};
+        PyObject *descr = PyDescr_NewMember(type, &hold_members[i]);
+        if (descr == NULL)
+            return -1;
+#if PY_VERSION_HEX >= 0x030C0000
+        PyObject *dict = PyType_GetDict(type);
+#else
+        PyObject *dict = Py_NewRef(type->tp_dict);
+#endif
+        int r = dict != NULL ? PyDict_SetItem(dict, HOLD[i].name, descr) : -1;
+        Py_XDECREF(dict);
+        Py_DECREF(descr);
+        if (r < 0)
+            return -1;
+    }
+    PyType_Modified(type);
+    return 0;
+}
+
 static PyObject *
 speedups_setup(PyObject *module, PyObject *args, PyObject *kwds)
 {
-    static char *kwlist[] = {"tls", "py_acquire", "py_rlock_acquire", "caller", "check_order", "lock_wait",
-                             "section_wait", "discard", "record_hold", "ctx_get", "failed",
-                             "new_slot", "own_globals", "threading_globals", "worker_state",
-                             "stats", "track", "sections", NULL};
-    PyObject *o[14], *ws, *stats, *track, *sections;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "$OOOOOOOOOOOOOOOOOO", kwlist, &o[0], &o[1],
-                                     &o[2], &o[3], &o[4], &o[5], &o[6], &o[7], &o[8], &o[9],
-                                     &o[10], &o[11], &o[12], &o[13], &ws, &stats, &track,
-                                     &sections))
+    static char *kwlist[] = {"tls", "context", "failed", "check_order", "lock_wait",
+                             "record_hold", "worker_state", "stats", "hold", NULL};
+    PyObject *tls, *context, *failed, *check_order, *lock_wait, *record_hold, *ws, *stats, *hold;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "$OOOOOOOOO", kwlist, &tls, &context, &failed,
+                                     &check_order, &lock_wait, &record_hold, &ws, &stats, &hold))
         return NULL;
-    if (g_interp != PyInterpreterState_Get()) {
-        PyErr_SetString(PyExc_RuntimeError,
-                        "otel_lockwatch.capture._speedups: claim() it first, in one interpreter");
+    if (!owned_here())
         return NULL;
-    }
-    PyObject **targets[14] = {&g_tls, &g_py_acquire, &g_py_rlock_acquire, &g_caller,
-                              &g_check_order, &g_lock_wait, &g_section_wait, &g_discard,
-                              &g_record_hold, &g_ctx_get, &g_failed, &g_new_slot,
-                              &g_own_globals, &g_threading_globals};
-    for (int i = 0; i < 14; i++)
-        Py_XSETREF(*targets[i], Py_NewRef(o[i]));
-    /* The classes are kept alive by the references below: a resolved offset stays valid. */
-    PyObject *slot_type = o[11];
-    struct {
-        Slot *slot;
-        PyObject *type;
-        const char *name;
-    } table[] = {
-        {&WS_held, ws, "held"},         {&WS_stats, ws, "stats"},
-        {&WS_busy, ws, "busy"},         {&WS_last, ws, "last"},
-        {&ST_acq, stats, "acq"},        {&ST_tryok, stats, "tryok"},
-        {&ST_skip, stats, "skip"},      {&ST_hold, stats, "hold"},
-        {&ST_hhist, stats, "hhist"},    {&ST_hmax, stats, "hmax"},
-        {&ST_hmin, stats, "hmin"},      {&TR_slots, track, "slots"},
-        {&TR_held, track, "held"},      {&TR_max_held, track, "max_held"},
-        {&TR_cls, track, "cls"},        {&TR_name, track, "name"},
-        {&SL_st, slot_type, "st"},      {&SL_entry, slot_type, "entry"},
-        {&SL_s, slot_type, "s"},        {&SL_t0, slot_type, "t0"},
-        {&SL_ctx, slot_type, "ctx"},    {&AR_lw, sections, "_lw"},
-        {&AR_name, sections, "_name"},  {&AR_locks, sections, "_locks"},
-        {&AR_owners, sections, "_owners"}, {&AR_keys, sections, "_keys"},
-    };
-    static PyObject *kept = NULL;
-    Py_XSETREF(kept, PyTuple_Pack(5, ws, stats, track, slot_type, sections));
-    if (kept == NULL)
+    if (table_resolve(&TABLES[TABLE_WORKER], ws) < 0 ||
+        table_resolve(&TABLES[TABLE_STATS], stats) < 0 ||
+        table_resolve(&TABLES[TABLE_HOLD], hold) < 0 || bind_hold_members() < 0)
         return NULL;
-    for (size_t i = 0; i < sizeof(table) / sizeof(table[0]); i++) {
-        Py_CLEAR(table[i].slot->name);
-        if (slot_resolve(table[i].slot, table[i].type, table[i].name) < 0)
-            return NULL;
-    }
-    PyObject *thread = PyImport_ImportModule("_thread");
-    if (thread == NULL)
-        return NULL;
-    Py_XSETREF(g_lock_type, PyObject_GetAttrString(thread, "LockType"));
-    Py_DECREF(thread);
-    if (g_lock_type == NULL)
-        return NULL;
-    Py_XSETREF(g_lock_acquire, PyObject_GetAttr(g_lock_type, s_acquire));
-    Py_XSETREF(g_lock_release, PyObject_GetAttr(g_lock_type, s_release));
-    if (g_lock_acquire == NULL || g_lock_release == NULL)
-        return NULL;
-    thread = PyImport_ImportModule("_thread");
-    if (thread == NULL)
-        return NULL;
-    Py_XSETREF(g_rlock_type, PyObject_GetAttrString(thread, "RLock"));
-    Py_DECREF(thread);
-    if (g_rlock_type == NULL)
-        return NULL;
-    Py_XSETREF(g_rlock_acquire, PyObject_GetAttr(g_rlock_type, s_acquire));
-    Py_XSETREF(g_rlock_release, PyObject_GetAttr(g_rlock_type, s_release));
-    if (g_rlock_acquire == NULL || g_rlock_release == NULL)
-        return NULL;
+    Py_XSETREF(g_tls, Py_NewRef(tls));
+    Py_XSETREF(g_context, Py_NewRef(context));
+    Py_XSETREF(g_failed, Py_NewRef(failed));
+    Py_XSETREF(g_check_order, Py_NewRef(check_order));
+    Py_XSETREF(g_lock_wait, Py_NewRef(lock_wait));
+    Py_XSETREF(g_record_hold, Py_NewRef(record_hold));
     g_ready = 1;
     Py_RETURN_NONE;
 }
 
-/* Which slots are read at their offset (for the tests): {"Class.attr": bool}. */
+static PyObject *
+speedups_setup_locks(PyObject *module, PyObject *args, PyObject *kwds)
+{
+    static char *kwlist[] = {"python_acquire", "python_rlock_acquire", "skip_frames", NULL};
+    PyObject *acquire, *rlock_acquire, *skip;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "$OOO!", kwlist, &acquire, &rlock_acquire,
+                                     &PyTuple_Type, &skip))
+        return NULL;
+    if (!owned_here())
+        return NULL;
+    if (!g_ready) {
+        PyErr_SetString(PyExc_RuntimeError, "otel_lockwatch.capture._speedups: setup() first");
+        return NULL;
+    }
+    Py_XSETREF(g_python_acquire, Py_NewRef(acquire));
+    Py_XSETREF(g_python_rlock_acquire, Py_NewRef(rlock_acquire));
+    Py_XSETREF(g_skip_frames, Py_NewRef(skip));
+    g_locks_ready = 1;
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+speedups_setup_sections(PyObject *module, PyObject *args, PyObject *kwds)
+{
+    static char *kwlist[] = {"section_wait", "track", "array", NULL};
+    PyObject *section_wait, *track, *array;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "$OOO", kwlist, &section_wait, &track, &array))
+        return NULL;
+    if (!owned_here())
+        return NULL;
+    if (!g_ready) {
+        PyErr_SetString(PyExc_RuntimeError, "otel_lockwatch.capture._speedups: setup() first");
+        return NULL;
+    }
+    if (table_resolve(&TABLES[TABLE_TRACK], track) < 0 ||
+        table_resolve(&TABLES[TABLE_ARRAY], array) < 0)
+        return NULL;
+    Py_XSETREF(g_section_wait, Py_NewRef(section_wait));
+    g_sections_ready = 1;
+    Py_RETURN_NONE;
+}
+
+/* Which fields are read at their slot's offset (for the tests): {"Class.field": bool}, every
+ * table in setup order, each in its order. */
 static PyObject *
 speedups_direct_slots(PyObject *module, PyObject *Py_UNUSED(ignored))
 {
-    Slot *all[] = {&WS_held, &WS_stats, &WS_busy, &WS_last, &ST_acq, &ST_tryok, &ST_skip,
-                   &ST_hold, &ST_hhist, &ST_hmax, &ST_hmin, &TR_slots, &TR_held, &TR_max_held,
-                   &TR_cls, &TR_name, &SL_st, &SL_entry, &SL_s, &SL_t0, &SL_ctx, &AR_lw,
-                   &AR_name, &AR_locks, &AR_owners, &AR_keys};
     PyObject *d = PyDict_New();
     if (d == NULL)
         return NULL;
-    for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++) {
-        if (all[i]->name == NULL)
-            continue;
-        PyObject *k = PyUnicode_FromFormat(
-            "%s.%U", all[i]->type ? all[i]->type->tp_name : "?", all[i]->name);
-        if (k == NULL || PyDict_SetItem(d, k, all[i]->type ? Py_True : Py_False) < 0) {
-            Py_XDECREF(k);
-            Py_DECREF(d);
-            return NULL;
+    for (int t = 0; t < TABLE_COUNT; t++) {
+        if (TABLES[t].type == NULL)
+            continue; /* not set up */
+        for (int i = 0; i < TABLES[t].used; i++) {
+            Slot *sl = &TABLES[t].slots[i];
+            PyObject *k = PyUnicode_FromFormat("%s.%U", ((PyTypeObject *)TABLES[t].type)->tp_name,
+                                               sl->name);
+            if (k == NULL || PyDict_SetItem(d, k, sl->type ? Py_True : Py_False) < 0) {
+                Py_XDECREF(k);
+                Py_DECREF(d);
+                return NULL;
+            }
+            Py_DECREF(k);
         }
-        Py_DECREF(k);
     }
     return d;
 }
@@ -1504,9 +1650,13 @@ static PyMethodDef speedups_methods[] = {
     {"claim", speedups_claim, METH_NOARGS,
      "Take the C path for this interpreter: False when another interpreter has it."},
     {"setup", (PyCFunction)(void (*)(void))speedups_setup, METH_VARARGS | METH_KEYWORDS,
-     "Give the C path the Python functions and objects it shares with the Python path."},
+     "The recorder's tables and the shared slow paths (from _bookkeeping)."},
+    {"setup_locks", (PyCFunction)(void (*)(void))speedups_setup_locks,
+     METH_VARARGS | METH_KEYWORDS, "The lock proxies' Python paths (from _threading)."},
+    {"setup_sections", (PyCFunction)(void (*)(void))speedups_setup_sections,
+     METH_VARARGS | METH_KEYWORDS, "The section arrays' tables and slow path (from _sections)."},
     {"set_hold_metric_ns", speedups_set_hold_metric_ns, METH_O,
-     "The hold (ns) from which a release takes the slow path (_wrappers.HOLD_METRIC_NS)."},
+     "The hold (ns) from which a release takes the slow path (_bookkeeping.HOLD_METRIC_NS)."},
     {"direct_slots", speedups_direct_slots, METH_NOARGS,
      "Which attributes the C path reads at their slot's offset: {'Class.attr': bool}."},
     {"now_ns", speedups_now_ns, METH_NOARGS,
@@ -1517,7 +1667,7 @@ static PyMethodDef speedups_methods[] = {
 static struct PyModuleDef speedups_module = {
     PyModuleDef_HEAD_INIT,
     .m_name = "otel_lockwatch.capture._speedups",
-    .m_doc = "The uncontended lock path of otel_lockwatch, in C (see _wrappers.py).",
+    .m_doc = "The uncontended lock path of otel_lockwatch, in C (see _fast_path.py).",
     .m_size = -1,
     .m_methods = speedups_methods,
 };
@@ -1535,10 +1685,24 @@ PyInit__speedups(void)
     INTERN(s_st, "st");
     INTERN(s_acquire, "acquire");
     INTERN(s_release, "release");
-    INTERN(g_index_key, "lockwatch.section.index");
     g_one = PyLong_FromLong(1);
     g_minus_one = PyLong_FromLong(-1);
     if (g_one == NULL || g_minus_one == NULL)
+        return NULL;
+    PyObject *thread = PyImport_ImportModule("_thread");
+    if (thread == NULL)
+        return NULL;
+    g_lock_type = PyObject_GetAttrString(thread, "LockType");
+    g_rlock_type = PyObject_GetAttrString(thread, "RLock");
+    Py_DECREF(thread);
+    if (g_lock_type == NULL || g_rlock_type == NULL)
+        return NULL;
+    g_lock_acquire = PyObject_GetAttr(g_lock_type, s_acquire);
+    g_lock_release = PyObject_GetAttr(g_lock_type, s_release);
+    g_rlock_acquire = PyObject_GetAttr(g_rlock_type, s_acquire);
+    g_rlock_release = PyObject_GetAttr(g_rlock_type, s_release);
+    if (g_lock_acquire == NULL || g_lock_release == NULL || g_rlock_acquire == NULL ||
+        g_rlock_release == NULL)
         return NULL;
     RLockBase_Type.tp_base = &LockBase_Type;
     if (PyType_Ready(&LockBase_Type) < 0 || PyType_Ready(&RLockBase_Type) < 0 ||

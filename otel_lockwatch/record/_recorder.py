@@ -6,8 +6,9 @@ write only to the state of the thread they run in, so the hot path takes no proc
 (it would itself become the hot lock). A reader (the manifest, a metric callback) walks every
 state and merges them when it asks: :meth:`Recorder.snapshot`.
 
-Histograms here are plain ``dict`` bucket -> count, filled with the inlined bucket function of
-``_histogram.bucket_of``; the snapshot turns them into ``LogHistogram`` objects.
+Histograms here are plain ``dict`` bucket -> count, filled with ``_histogram.bucket_of``; the
+snapshot turns them into ``LogHistogram`` objects. The fields of :class:`Stats` and
+:class:`WorkerState` are declared once, in tables that also tell the C fast path their names.
 """
 
 from __future__ import annotations
@@ -27,7 +28,16 @@ from ._data import WorkerTotals, expand_lock_workers, merge_data
 from ._histogram import LogHistogram
 from ._lock_class import LockClass
 
-__all__ = ["MAX_WORKERS", "RECORDER", "Recorder", "Stats", "WorkerState"]
+__all__ = [
+    "MAX_WORKERS",
+    "RECORDER",
+    "STATS_FIELDS",
+    "STATS_TABLE",
+    "WORKER_FIELDS",
+    "Recorder",
+    "Stats",
+    "WorkerState",
+]
 
 logger = logging.getLogger("otel_lockwatch")
 
@@ -35,59 +45,84 @@ logger = logging.getLogger("otel_lockwatch")
 MAX_WORKERS = 1024
 
 
-class Stats:
-    """One worker's counters and histograms for one lock class."""
+#: The fields of :class:`Stats`, each with how two workers' values merge. The C fast path is given
+#: the names and addresses the leading ones by position (``STATS_*``): rename freely; append.
+STATS_TABLE: tuple[tuple[str, str], ...] = (
+    ("acquisitions", "sum"),  # successful acquisitions (blocking and try)
+    ("try_acquisitions", "sum"),  # successful try-acquires
+    ("skipped", "sum"),  # try-acquires that found the lock taken
+    ("hold_total_ns", "sum"),  # every hold, added up
+    ("hold_histogram", "buckets"),  # holds: bucket_of(ns) -> count
+    ("hold_min_ns", "min"),  # NO_SAMPLE until the first hold
+    ("hold_max_ns", "max"),
+    ("contentions", "sum"),  # blocking attempts that had to wait (including timed-out ones)
+    ("timeouts", "sum"),  # blocking attempts that gave up
+    ("wait_total_ns", "sum"),  # contended waits, added up
+    ("wait_histogram", "buckets"),  # contended waits: bucket_of(ns) -> count
+    ("wait_min_ns", "min"),  # NO_SAMPLE until the first contended wait
+    ("wait_max_ns", "max"),
+    ("collisions", "sum"),  # contended waits caused by a colliding key (sections only)
+)
+STATS_FIELDS = tuple(name for name, _ in STATS_TABLE)
+NO_SAMPLE = 1 << 62  # the minimum of no sample (more than any duration a process measures)
 
-    __slots__ = (
-        "acq",
-        "tryok",
-        "skip",
-        "cont",
-        "tmo",
-        "wait",
-        "hold",
-        "whist",
-        "hhist",
-        "wmin",
-        "wmax",
-        "hmin",
-        "hmax",
-        "coll",
-    )
+
+class Stats:
+    """One worker's counters and histograms for one lock class (fields: :data:`STATS_TABLE`)."""
+
+    __slots__ = STATS_FIELDS
 
     def __init__(self) -> None:
-        self.acq = 0  # successful acquisitions (blocking and try)
-        self.tryok = 0  # successful try-acquires
-        self.skip = 0  # try-acquires that found the lock taken
-        self.cont = 0  # blocking attempts that had to wait (including timeouts)
-        self.tmo = 0  # blocking attempts that timed out
-        self.wait = 0  # total wait, ns
-        self.hold = 0  # total hold, ns
-        self.whist: dict[int, int] = {}  # contended waits, bucket -> count
-        self.hhist: dict[int, int] = {}  # holds, bucket -> count
-        self.wmin = 1 << 62  # no contended wait yet
-        self.wmax = 0
-        self.hmin = 1 << 62  # no hold yet
-        self.hmax = 0
-        self.coll = 0  # contended waits caused by a colliding key (sections only)
+        self.acquisitions = 0
+        self.try_acquisitions = 0
+        self.skipped = 0
+        self.hold_total_ns = 0
+        self.hold_histogram: dict[int, int] = {}
+        self.hold_min_ns = NO_SAMPLE
+        self.hold_max_ns = 0
+        self.contentions = 0
+        self.timeouts = 0
+        self.wait_total_ns = 0
+        self.wait_histogram: dict[int, int] = {}
+        self.wait_min_ns = NO_SAMPLE
+        self.wait_max_ns = 0
+        self.collisions = 0
+
+    def merge(self, other: Stats) -> None:
+        """Add another worker's statistics of the same lock class to these."""
+        for name, how in STATS_TABLE:
+            mine, theirs = getattr(self, name), getattr(other, name)
+            if how == "buckets":
+                for bucket, n in theirs.items():
+                    mine[bucket] = mine.get(bucket, 0) + n
+            elif how == "min":
+                setattr(self, name, min(mine, theirs))
+            elif how == "max":
+                setattr(self, name, max(mine, theirs))
+            else:
+                setattr(self, name, mine + theirs)
+
+
+#: The fields of :class:`WorkerState`. The C fast path is given the names and addresses the
+#: leading four by position (``WORKER_*``): rename freely; append.
+WORKER_FIELDS = (
+    "held",  # held-stack entries, in acquisition order
+    "stats",  # lock class -> Stats
+    "in_lockwatch",  # True while lockwatch itself runs on this worker: nothing is recorded
+    "last",  # the worker's last lock event (perf_counter_ns)
+    "first",  # its first
+    "worker",  # its name
+    "chain",  # the lock-order chain cache: (holding, acquiring) pairs already in the graph
+    "spans",  # (lock name, span name) -> spans started under that lock
+    "thread",  # the thread or task it belongs to, weakly (an ended one is folded away)
+    "retired",  # observed time (ns) of the ended workers folded into this state
+)
 
 
 class WorkerState:
-    """What one worker (thread or task) holds and has recorded."""
+    """What one worker (thread or task) holds and has recorded (fields: :data:`WORKER_FIELDS`)."""
 
-    __slots__ = (
-        "held",
-        "stats",
-        "worker",
-        "chain",
-        "busy",
-        "first",
-        "last",
-        "spans",
-        "thread",
-        "retired",
-        "__weakref__",
-    )
+    __slots__ = (*WORKER_FIELDS, "__weakref__")
 
     def __init__(
         self,
@@ -95,19 +130,16 @@ class WorkerState:
         stats: dict[LockClass, Stats] | None = None,
         thread: Any = None,
     ) -> None:
-        self.held: list[Any] = []  # held-stack entries, in acquisition order
+        self.held: list[Any] = []
         self.stats: dict[LockClass, Stats] = {} if stats is None else stats
-        self.worker = worker
-        self.chain: set[tuple[LockClass, LockClass]] = set()  # lock-order chain cache
-        self.busy = False  # True while lockwatch itself runs on this thread (no recording)
+        self.in_lockwatch = False
         self.first = time.perf_counter_ns()
         self.last = self.first
-        self.spans: dict[
-            tuple[str, str], int
-        ] = {}  # (lock name, span name) -> spans started under it
-        # The thread or task this state belongs to (weakly): an ended one is folded away.
+        self.worker = worker
+        self.chain: set[tuple[LockClass, LockClass]] = set()
+        self.spans: dict[tuple[str, str], int] = {}
         self.thread = weakref.ref(thread) if thread is not None else None
-        self.retired = 0  # observed time (ns) of the ended workers folded into this state
+        self.retired = 0
 
     def alive(self) -> bool:
         """Whether the thread or task this state belongs to can still record."""
@@ -124,14 +156,8 @@ class WorkerState:
             mine = self.stats.get(cls)
             if mine is None:
                 self.stats[cls] = s
-                continue
-            for field in ("acq", "tryok", "skip", "cont", "tmo", "wait", "hold", "coll"):
-                setattr(mine, field, getattr(mine, field) + getattr(s, field))
-            for mine_hist, hist in ((mine.whist, s.whist), (mine.hhist, s.hhist)):
-                for bucket, n in hist.items():
-                    mine_hist[bucket] = mine_hist.get(bucket, 0) + n
-            mine.wmin, mine.wmax = min(mine.wmin, s.wmin), max(mine.wmax, s.wmax)
-            mine.hmin, mine.hmax = min(mine.hmin, s.hmin), max(mine.hmax, s.hmax)
+            else:
+                mine.merge(s)
         for key, n in other.spans.items():
             self.spans[key] = self.spans.get(key, 0) + n
 
@@ -351,10 +377,10 @@ class Recorder:
         for state in list(self._states):
             for cls, s in list(state.stats.items()):
                 for outcome, n in (
-                    ("acquired", s.acq),
-                    ("skipped", s.skip),
-                    ("timed_out", s.tmo),
-                    ("contended", s.cont),
+                    ("acquired", s.acquisitions),
+                    ("skipped", s.skipped),
+                    ("timed_out", s.timeouts),
+                    ("contended", s.contentions),
                 ):
                     if n:
                         key = (cls.name, cls.kind, outcome)
@@ -381,8 +407,8 @@ class Recorder:
         sections = data["sections"]
         for state in states:  # contended waits on a colliding key, joined to the arrays
             for cls, s in list(state.stats.items()):
-                if s.coll and cls.name in sections:
-                    sections[cls.name]["collision_waits"] += s.coll
+                if s.collisions and cls.name in sections:
+                    sections[cls.name]["collision_waits"] += s.collisions
         data["lock_order"] = (
             self.graph.to_json() if self.graph is not None else {"edges": [], "cycles": []}
         )
@@ -399,7 +425,7 @@ def _state_parts(state: WorkerState, now: int) -> Iterator[dict[str, Any]]:
     """One worker state's data parts: one per lock class it touched, then the worker's own."""
     wait = 0
     for cls, s in list(state.stats.items()):
-        wait += s.wait
+        wait += s.wait_total_ns
         yield {"locks": {cls.name: _stats_data(cls.kind, state.worker, s)}}
     end = now if state.held else state.last
     spans: dict[str, dict[str, int]] = {}
@@ -422,18 +448,29 @@ def _stats_data(kind: str, worker: str, s: Stats) -> dict[str, Any]:
     Every blocking attempt is a wait sample; the uncontended ones (``acq - tryok + tmo``
     attempts minus ``cont`` contended ones) are samples of 0, which the hot path never wrote.
     """
-    blocking = s.acq - s.tryok + s.tmo
+    blocking = s.acquisitions - s.try_acquisitions + s.timeouts
     return {
         "kind": kind,
-        "acquisitions": s.acq,
-        "contentions": s.cont,
-        "skipped": s.skip,
-        "timeouts": s.tmo,
+        "acquisitions": s.acquisitions,
+        "contentions": s.contentions,
+        "skipped": s.skipped,
+        "timeouts": s.timeouts,
         "wait_ns": _histogram(
-            s.whist, s.wait, s.wmin if s.whist else 0, s.wmax, zeros=blocking - s.cont
+            s.wait_histogram,
+            s.wait_total_ns,
+            s.wait_min_ns if s.wait_histogram else 0,
+            s.wait_max_ns,
+            zeros=blocking - s.contentions,
         ),
-        "hold_ns": _histogram(s.hhist, s.hold, s.hmin if s.hhist else 0, s.hmax),
-        "workers": WorkerTotals({worker: (s.acq, s.cont, s.wait, s.hold)}),
+        "hold_ns": _histogram(
+            s.hold_histogram,
+            s.hold_total_ns,
+            s.hold_min_ns if s.hold_histogram else 0,
+            s.hold_max_ns,
+        ),
+        "workers": WorkerTotals(
+            {worker: (s.acquisitions, s.contentions, s.wait_total_ns, s.hold_total_ns)}
+        ),
     }
 
 

@@ -111,7 +111,7 @@ class Telemetry:
     def _run(self) -> None:
         from ..record._recorder import RECORDER
 
-        RECORDER.thread_state().busy = True  # nothing lockwatch does here is recorded
+        RECORDER.thread_state().in_lockwatch = True  # nothing lockwatch does here is recorded
         stop = self._stop
         while not stop.wait(self.INTERVAL_S):
             self._drain()
@@ -168,8 +168,8 @@ class Telemetry:
         from ..record._recorder import RECORDER
 
         st = RECORDER.thread_state()
-        was_busy = st.busy
-        st.busy = True  # the SDK's locks taken here are not the host's: not recorded
+        was_in_lockwatch = st.in_lockwatch
+        st.in_lockwatch = True  # the SDK's locks taken here are not the host's: not recorded
         try:
             self._drain()
             if then is not None and not self._abandoned:
@@ -177,7 +177,7 @@ class Telemetry:
         except Exception as exc:  # never into the host
             OUTBOX.failed(exc)
         finally:
-            st.busy = was_busy
+            st.in_lockwatch = was_in_lockwatch
 
     def _drain(self) -> None:
         queue = OUTBOX.queue

@@ -213,8 +213,8 @@ class ManifestExporter(SpanExporter):
         if _multiprocess.skip_write():  # a child process that recorded no lock activity
             return None
         st = RECORDER.thread_state()
-        was_busy = st.busy
-        st.busy = True
+        was_in_lockwatch = st.in_lockwatch
+        st.in_lockwatch = True
         outer = _HOOKS.writing is None
         if outer:
             _HOOKS.writing = threading.get_ident()
@@ -254,7 +254,7 @@ class ManifestExporter(SpanExporter):
             OUTBOX.failed(exc)
             return None
         finally:
-            st.busy = was_busy
+            st.in_lockwatch = was_in_lockwatch
             if outer:
                 _HOOKS.writing = None
                 _HOOKS.deliver_deferred()

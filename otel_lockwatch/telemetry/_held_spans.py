@@ -9,7 +9,7 @@ with the lock-order graph (it was once named ``LockOrderSpanProcessor``, a name 
 still answers to, with a ``DeprecationWarning``).
 
 Spans lockwatch emits itself (``lock.wait``, ``lock.hold``, the manifest span) are not counted:
-they are started while the recorder marks the thread busy.
+they are started while the recorder marks the thread as running lockwatch's own code.
 """
 
 from __future__ import annotations
@@ -61,7 +61,7 @@ class HeldLockSpanProcessor(SpanProcessor):
 
     def on_start(self, span: Span, parent_context: Context | None = None) -> None:
         thread_state, task_state = self._states()
-        if thread_state is not None and thread_state.busy:
+        if thread_state is not None and thread_state.in_lockwatch:
             return  # lockwatch's own spans
         held = [st for st in (thread_state, task_state) if st is not None and st.held]
         if not held:

@@ -20,7 +20,7 @@ from otel_lockwatch import (
     StripedSections,
     name_lock,
 )
-from otel_lockwatch.capture import _wrappers
+from otel_lockwatch.capture import _fast_path
 from otel_lockwatch.record._outbox import OUTBOX
 from otel_lockwatch.record._recorder import RECORDER
 from otel_lockwatch.telemetry._emitter import TELEMETRY
@@ -146,7 +146,7 @@ def main() -> None:
     print(
         json.dumps(
             {
-                "speedups": _wrappers.SPEEDUPS,
+                "speedups": _fast_path.SPEEDUPS,
                 "locks": locks,
                 "edges": edges,
                 "raised": raised,

@@ -1,0 +1,349 @@
+"""Watched ``multiprocessing`` locks: the locks and semaphores that cross processes.
+
+``multiprocessing.Lock``, ``RLock``, ``Semaphore`` and ``BoundedSemaphore`` created by watched code
+while instrumented are named by their creation site (or ``name_lock``). ``SemLock`` binds
+``acquire`` / ``release`` as *instance* attributes (``_make_methods``, from ``__init__`` and
+``__setstate__``), so a watched one gets the methods of a small tracker instead, and the class's
+``__enter__`` / ``__exit__`` (patched) defer to them. Locks are timed like ``threading`` locks,
+through the same bookkeeping (try first, the clock only on contention, per-thread statistics, the
+held stack and the lock order); semaphores have no owner, so only their waits and counts are
+recorded. A fork child inherits the tracker.
+
+A spawn or forkserver child unpickles the lock: ``__getstate__`` wraps the state in an object
+whose unpickling (a function of this module) hands the plain state to ``SemLock.__setstate__``
+and remembers the lock's class under the semaphore's name, so the instrumented child names it as
+the parent did, and an uninstrumented child still unpickles a plain lock.
+
+The ``*_factory`` functions build what the patch table (``_patches``) installs on ``SemLock``;
+:func:`watch` turns the tagging on and off (off also gives every watched lock its plain methods
+back).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import multiprocessing.synchronize as _sync
+import sys
+import weakref
+from time import perf_counter_ns as _pc
+from typing import Any
+
+from ..record._outbox import OUTBOX
+from ..record._recorder import RECORDER, Stats, WorkerState
+from ._bookkeeping import (
+    HOLD_FIELDS,
+    acquire_tracked,
+    caller_frame,
+    lock_wait,
+    record_try,
+    stats_of,
+    untrack,
+)
+from ._naming import LockClass, lock_class, watched_site
+
+__all__ = [
+    "creation_site",
+    "rename_factory",
+    "semlock_enter_factory",
+    "semlock_exit_factory",
+    "semlock_getstate_factory",
+    "semlock_init_factory",
+    "semlock_setstate_factory",
+    "watch",
+]
+
+_KINDS = {
+    _sync.Lock: "multiprocessing.Lock",
+    _sync.RLock: "multiprocessing.RLock",
+    _sync.Semaphore: "multiprocessing.Semaphore",
+    _sync.BoundedSemaphore: "multiprocessing.BoundedSemaphore",
+}
+_CONTEXT_FACTORIES = frozenset({"Lock", "RLock", "Semaphore", "BoundedSemaphore", "Pool"})
+_NO_TIMEOUT_TYPES = (int, float)
+_getframe = sys._getframe
+_tls = RECORDER.tls
+
+
+class _Watching:
+    """Whether new and unpickled locks are tagged (instrumented now)."""
+
+    on = False
+
+
+_WATCHING = _Watching()
+_TAGGED: weakref.WeakSet[Any] = weakref.WeakSet()
+# Semaphore name -> (lock class name, site), learnt while unpickling a watched lock in a child.
+_RECEIVED: dict[str, tuple[str, str]] = {}
+
+
+def _recording_state(timeout: Any) -> Any:
+    """The calling thread's state, or None when this call is not recorded (lockwatch itself is
+    running, or a timeout the tracked path cannot reproduce)."""
+    st = RECORDER.thread_state()
+    if st.in_lockwatch or (timeout is not None and type(timeout) not in _NO_TIMEOUT_TYPES):
+        return None
+    return st
+
+
+# -- trackers: the instance methods of a watched SemLock ------------------------------------------
+class _LockTrack:
+    """The instrumented ``acquire`` / ``release`` of one ``multiprocessing.Lock`` (in one process).
+
+    Same results and exceptions as the ``_multiprocessing.SemLock`` methods it calls; it keeps
+    the hold like a ``threading`` lock proxy (:data:`~._bookkeeping.HOLD_FIELDS`).
+    """
+
+    __slots__ = ("semlock", "lock_class", "depth", *HOLD_FIELDS, "__weakref__")
+    _lw_holder: WorkerState | None
+    _lw_entry: tuple
+    _lw_stats: Stats
+    _lw_start_ns: int
+    _lw_context: Any
+
+    def __init__(self, semlock: Any, cls: LockClass) -> None:
+        self.semlock = semlock
+        self.lock_class = cls
+        self._lw_holder = None
+        self.depth = 0
+
+    def acquire(self, block: bool = True, timeout: float | None = None) -> bool:
+        return self._acquire(block, timeout, caller_frame())
+
+    def _acquire(self, block: Any, timeout: Any, f: Any) -> bool:
+        st = _recording_state(timeout)
+        if st is None:
+            return self.semlock.acquire(block, timeout)
+        return acquire_tracked(self.semlock, self, st, self.lock_class, f, block, timeout)
+
+    def release(self) -> None:
+        st = self._lw_holder
+        if st is None:
+            self.semlock.release()
+            return
+        self._lw_holder = None
+        entry, s, t0, ctx = self._lw_entry, self._lw_stats, self._lw_start_ns, self._lw_context
+        try:
+            self.semlock.release()
+        except BaseException:  # released too many times: nothing changed
+            self._lw_holder = st
+            raise
+        untrack(st, entry, s, t0, ctx, None)
+
+
+class _RLockTrack(_LockTrack):
+    """A ``multiprocessing.RLock``: re-entry by the owning thread is neither a wait nor an edge."""
+
+    __slots__ = ()
+
+    def acquire(self, block: bool = True, timeout: float | None = None) -> bool:
+        return self._acquire(block, timeout, caller_frame())
+
+    def _acquire(self, block: Any, timeout: Any, f: Any) -> bool:
+        st = self._lw_holder
+        if st is not None and st is getattr(_tls, "st", None):
+            ok = self.semlock.acquire(block, timeout)
+            if ok:
+                self.depth += 1
+            return ok
+        return _LockTrack._acquire(self, block, timeout, f)
+
+    def release(self) -> None:
+        st = self._lw_holder
+        if st is None or st is not getattr(_tls, "st", None):
+            self.semlock.release()  # not tracked, or not the owner: the lock decides (and raises)
+            return
+        if self.depth:
+            self.semlock.release()
+            self.depth -= 1
+            return
+        _LockTrack.release(self)
+
+
+class _SemaphoreTrack(_LockTrack):
+    """A ``multiprocessing.Semaphore`` / ``BoundedSemaphore``: waits and counts; no owner, so no
+    hold time and no part in the lock order."""
+
+    __slots__ = ()
+
+    def acquire(self, block: bool = True, timeout: float | None = None) -> bool:
+        return self._acquire(block, timeout, caller_frame())
+
+    def _acquire(self, block: Any, timeout: Any, f: Any) -> bool:
+        sl = self.semlock
+        st = _recording_state(timeout)
+        if st is None:
+            return sl.acquire(block, timeout)
+        s = stats_of(st, self.lock_class)
+        if not block:
+            return record_try(s, sl.acquire(False))
+        if sl.acquire(False):
+            s.acquisitions += 1
+            return True
+        return lock_wait(sl, st, s, self.lock_class, f, timeout)
+
+    def release(self) -> None:
+        self.semlock.release()
+        st = getattr(_tls, "st", None)
+        if st is not None:
+            st.last = _pc()
+
+
+_TRACKS = {
+    _sync.Lock: _LockTrack,
+    _sync.RLock: _RLockTrack,
+    _sync.Semaphore: _SemaphoreTrack,
+    _sync.BoundedSemaphore: _SemaphoreTrack,
+}
+
+
+def _tag(lock: Any, cls: LockClass) -> None:
+    track = _TRACKS[type(lock)](lock._semlock, cls)
+    d = lock.__dict__
+    d["_lw_track"] = track
+    d["_lockwatch_class"] = cls
+    d["acquire"] = track.acquire
+    d["release"] = track.release
+    _TAGGED.add(lock)
+
+
+def _untag(lock: Any) -> None:
+    d = lock.__dict__
+    d.pop("_lw_track", None)
+    d.pop("_lockwatch_class", None)
+    lock._make_methods()
+
+
+def watch(on: bool) -> None:
+    """Tag new and unpickled locks from now on (``on``), or stop, and give every watched lock
+    its plain methods back."""
+    _WATCHING.on = on
+    if not on:
+        for lock in list(_TAGGED):
+            with contextlib.suppress(Exception):  # a lock whose semaphore is gone
+                _untag(lock)
+        _TAGGED.clear()
+
+
+def creation_site(instance: Any) -> str | None:
+    """The watched creation site of ``instance``, seen from a patched ``__init__`` (the caller of
+    this function): the subclasses' ``__init__`` and one ``multiprocessing.context`` factory are
+    skipped; a lock created inside multiprocessing itself (a ``Condition``'s, a queue's) is not
+    watched."""
+    depth = 2
+    f: Any = _getframe(depth)
+    while f is not None and f.f_code.co_name == "__init__" and f.f_locals.get("self") is instance:
+        depth += 1
+        f = f.f_back
+    if (
+        f is not None
+        and f.f_globals.get("__name__") == "multiprocessing.context"
+        and f.f_code.co_name in _CONTEXT_FACTORIES
+    ):
+        depth += 1
+    return watched_site(depth)
+
+
+# -- what the patch table installs on SemLock -----------------------------------------------------
+def semlock_init_factory(original: Any) -> Any:
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        original(self, *args, **kwargs)
+        kind = _KINDS.get(type(self))
+        if kind is None or not _WATCHING.on:
+            return
+        try:
+            site = creation_site(self)
+            if site is not None:
+                _tag(self, lock_class(site, kind, site))
+        except Exception as exc:  # never into the host: the plain lock still works
+            OUTBOX.failed(exc)
+
+    return __init__
+
+
+class _TaggedState:
+    """A watched SemLock's pickled state: unpickles as the plain state, remembering the class."""
+
+    __slots__ = ("state", "name", "site")
+
+    def __init__(self, state: tuple, name: str, site: str) -> None:
+        self.state = state
+        self.name = name
+        self.site = site
+
+    def __reduce__(self) -> tuple:
+        return (_received_state, (self.state, self.name, self.site))
+
+
+def _received_state(state: Any, name: str, site: str) -> Any:
+    """Unpickling a watched lock in another process: note its class, return the plain state."""
+    try:
+        if isinstance(state, tuple) and len(state) >= 4 and isinstance(state[3], str):
+            _RECEIVED[state[3]] = (name, site)
+    except Exception:  # pragma: no cover - never into the host
+        pass
+    return state
+
+
+def semlock_getstate_factory(original: Any) -> Any:
+    def __getstate__(self: Any) -> Any:
+        state = original(self)
+        track = self.__dict__.get("_lw_track")
+        if track is None:
+            return state
+        return _TaggedState(state, track.lock_class.name, track.lock_class.site)
+
+    return __getstate__
+
+
+def semlock_setstate_factory(original: Any) -> Any:
+    def __setstate__(self: Any, state: Any) -> None:
+        original(self, state)
+        if not _WATCHING.on:
+            return
+        try:
+            kind = _KINDS.get(type(self))
+            received = (
+                _RECEIVED.get(state[3]) if kind is not None and isinstance(state, tuple) else None
+            )
+            if received is not None:
+                _tag(self, lock_class(received[0], kind, received[1]))  # type: ignore[arg-type]
+        except Exception as exc:
+            OUTBOX.failed(exc)
+
+    return __setstate__
+
+
+def semlock_enter_factory(original: Any) -> Any:
+    def __enter__(self: Any) -> Any:
+        track = self.__dict__.get("_lw_track")
+        if track is None:
+            return original(self)
+        return track._acquire(True, None, caller_frame())
+
+    return __enter__
+
+
+def semlock_exit_factory(original: Any) -> Any:
+    def __exit__(self: Any, *args: Any) -> Any:
+        track = self.__dict__.get("_lw_track")
+        if track is None:
+            return original(self, *args)
+        track.release()
+        return None
+
+    return __exit__
+
+
+def _rename(lock: Any, name: str) -> None:
+    # name_lock() on a SemLock (found as the class's _lockwatch_rename while instrumented).
+    track = lock.__dict__.get("_lw_track")
+    if track is None:
+        return
+    cls = lock_class(name, track.lock_class.kind, track.lock_class.site)
+    track.lock_class = cls
+    lock.__dict__["_lockwatch_class"] = cls
+
+
+def rename_factory(original: Any) -> Any:
+    """``SemLock._lockwatch_rename`` (absent before): how ``name_lock`` names a SemLock."""
+    return staticmethod(_rename)

@@ -1,0 +1,150 @@
+"""Every patch lockwatch makes, in one table that drives both directions.
+
+An entry of :data:`PATCHES` names an owner (a module or a class), an attribute, and how to build
+the replacement from what was there: ``build(original, *args)``. :func:`install` replaces each
+attribute and keeps the object it found; :func:`uninstall` puts exactly that object back (or
+removes the attribute, where there was none). Replacements are plain functions (or the C path's
+method descriptors), reached through the class as the stdlib's own methods are, so the hot path
+pays no proxy; each carries its original in ``__wrapped__``.
+
+What is patched:
+
+- ``StripedSections._acquire`` / ``_release`` and their async twins: every entry point of an
+  array goes through them, so arrays created before and after ``instrument()`` are covered.
+- ``threading.Lock`` and ``threading.RLock`` (the factories): a lock created afterwards by watched
+  code is a proxy that records; locks created before, and by OpenTelemetry, ``logging``,
+  otel-lockwatch and the stdlib's own machinery, are the plain locks they always were.
+  (``from threading import Lock`` done before instrumenting keeps the plain factory.)
+- ``threading.Condition.__init__``: its lock (an RLock unless one is given) is watched.
+- ``threading.Semaphore`` / ``BoundedSemaphore``, ``asyncio.Lock`` / ``asyncio.Semaphore``, and
+  ``multiprocessing``'s ``SemLock``: ``__init__`` tags an instance created by watched code with
+  its lock class, and the methods record tagged instances only.
+- ``ThreadPoolExecutor``, ``ProcessPoolExecutor`` and ``multiprocessing.Pool``: their size is the
+  pool's nominal size.
+"""
+
+from __future__ import annotations
+
+import asyncio.locks
+import functools
+import multiprocessing.pool
+import multiprocessing.synchronize as _sync
+import threading
+import types
+from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+from ..record._outbox import OUTBOX
+from ..sections._asyncio import AsyncStripedSections
+from ..sections._threaded import StripedSections
+from . import _asyncio, _mp_locks, _sections, _threading
+from ._multiprocess import pool_init_factory
+from ._naming import lock_class, watched_site
+
+__all__ = ["PATCHES", "Patch", "install", "installed", "uninstall"]
+
+
+def tag_init_factory(original: Any, kind: str) -> Any:
+    """The patched ``__init__`` of a semaphore or an asyncio lock: an instance created by watched
+    code gets its lock class, by creation site."""
+
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        original(self, *args, **kwargs)
+        try:
+            site = watched_site(1)
+            if site is not None:
+                self._lockwatch_class = lock_class(site, kind, site)
+        except Exception as exc:  # never into the host: the plain primitive still works
+            OUTBOX.failed(exc)
+
+    return __init__
+
+
+@dataclass(frozen=True)
+class Patch:
+    """One patched attribute: ``owner.name`` becomes ``build(original, *args)``."""
+
+    owner: Any
+    name: str
+    build: Callable[..., Any]
+    args: tuple = ()
+
+
+PATCHES: tuple[Patch, ...] = (
+    # section arrays
+    Patch(StripedSections, "_acquire", _sections.section_acquire_factory),
+    Patch(StripedSections, "_release", _sections.section_release_factory),
+    Patch(AsyncStripedSections, "_acquire", _asyncio.async_section_acquire_factory),
+    Patch(AsyncStripedSections, "_release", _asyncio.async_section_release_factory),
+    # threading
+    Patch(threading, "Lock", _threading.proxy_factory, ("threading.Lock", _threading.LockProxy)),
+    Patch(threading, "RLock", _threading.proxy_factory, ("threading.RLock", _threading.RLockProxy)),
+    Patch(threading.Condition, "__init__", _threading.condition_init_factory),
+    Patch(threading.Semaphore, "__init__", tag_init_factory, ("threading.Semaphore",)),
+    Patch(
+        threading.BoundedSemaphore, "__init__", tag_init_factory, ("threading.BoundedSemaphore",)
+    ),
+    Patch(threading.Semaphore, "acquire", _threading.semaphore_acquire_factory),
+    # `with` calls __enter__, which the class binds to the original acquire
+    Patch(threading.Semaphore, "__enter__", _threading.semaphore_acquire_factory),
+    Patch(threading.Semaphore, "release", _threading.semaphore_release_factory),
+    Patch(threading.BoundedSemaphore, "release", _threading.semaphore_release_factory),
+    Patch(ThreadPoolExecutor, "__init__", _threading.executor_init_factory),
+    # asyncio
+    Patch(asyncio.locks.Lock, "__init__", tag_init_factory, ("asyncio.Lock",)),
+    Patch(asyncio.locks.Lock, "acquire", _asyncio.lock_acquire_factory),
+    Patch(asyncio.locks.Lock, "release", _asyncio.lock_release_factory),
+    Patch(asyncio.locks.Semaphore, "__init__", tag_init_factory, ("asyncio.Semaphore",)),
+    Patch(asyncio.locks.Semaphore, "acquire", _asyncio.semaphore_acquire_factory),
+    # multiprocessing
+    Patch(_sync.SemLock, "__init__", _mp_locks.semlock_init_factory),
+    Patch(_sync.SemLock, "__getstate__", _mp_locks.semlock_getstate_factory),
+    Patch(_sync.SemLock, "__setstate__", _mp_locks.semlock_setstate_factory),
+    Patch(_sync.SemLock, "__enter__", _mp_locks.semlock_enter_factory),
+    Patch(_sync.SemLock, "__exit__", _mp_locks.semlock_exit_factory),
+    Patch(_sync.SemLock, "_lockwatch_rename", _mp_locks.rename_factory),
+    Patch(ProcessPoolExecutor, "__init__", pool_init_factory, ("_max_workers",)),
+    Patch(multiprocessing.pool.Pool, "__init__", pool_init_factory, ("_processes",)),
+)
+
+_ABSENT = object()  # what an attribute that did not exist is restored to: nothing
+_found: list[tuple[Patch, Any]] = []  # each installed patch, with what it replaced
+
+
+def installed() -> bool:
+    """Whether the patches are in place."""
+    return bool(_found)
+
+
+def install() -> None:
+    """Replace every attribute of :data:`PATCHES` (nothing happens when they are in place).
+
+    Raises:
+        Exception: whatever a replacement's build raised; the patches made are undone first.
+    """
+    if _found:
+        return
+    try:
+        for patch in PATCHES:
+            original = vars(patch.owner).get(patch.name, _ABSENT)
+            inherited = getattr(patch.owner, patch.name, None)
+            replacement = patch.build(inherited if original is _ABSENT else original, *patch.args)
+            if isinstance(replacement, types.FunctionType) and original is not _ABSENT:
+                functools.update_wrapper(replacement, original)
+            _found.append((patch, original))
+            setattr(patch.owner, patch.name, replacement)
+    except BaseException:
+        uninstall()
+        raise
+
+
+def uninstall() -> None:
+    """Put back every attribute :func:`install` replaced, as it was, in reverse order."""
+    while _found:
+        patch, original = _found.pop()
+        if original is not _ABSENT:
+            setattr(patch.owner, patch.name, original)
+        elif patch.name in vars(patch.owner):
+            delattr(patch.owner, patch.name)
