@@ -16,6 +16,8 @@ lock_tests = pytest.importorskip(
     "test.lock_tests", reason="CPython's test package is not installed"
 )
 
+from test.support import check_disallow_instantiation  # noqa: E402
+
 from otel_lockwatch import LockwatchInstrumentor  # noqa: E402
 from otel_lockwatch.capture._threading import LockProxy, RLockProxy  # noqa: E402
 from otel_lockwatch.record._recorder import RECORDER  # noqa: E402
@@ -42,12 +44,25 @@ class TestLock(_Instrumented, lock_tests.LockTests):
     def test_is_instrumented(self) -> None:
         self.assertIs(type(self.locktype()), LockProxy)
 
+    def test_proxy_type_disallows_instantiation(self) -> None:
+        """Calling the proxy's type raises CPython's own error for the lock's type, naming it."""
+        check_disallow_instantiation(self, type(self.locktype()))
+        with pytest.raises(
+            TypeError,
+            match=r"^cannot create 'otel_lockwatch\.capture\._threading\.LockProxy' instances$",
+        ):
+            LockProxy(threading.Lock(), None)
+
 
 class TestRLock(_Instrumented, lock_tests.RLockTests):
     locktype = staticmethod(lambda: threading.RLock())
 
     def test_is_instrumented(self) -> None:
         self.assertIs(type(self.locktype()), RLockProxy)
+
+    def test_proxy_type_disallows_instantiation(self) -> None:
+        """The RLock proxy's type refuses a bare call too, with the same message."""
+        check_disallow_instantiation(self, type(self.locktype()))
 
 
 class TestCondition(_Instrumented, lock_tests.ConditionTests):

@@ -119,7 +119,7 @@ def test_c_proxies_keep_the_hold_under_the_table_names():
     base = _fast_path.speedups.LockBase
     for name in HOLD_FIELDS:
         assert type(vars(base)[name]).__name__ == "member_descriptor", name
-    lock = _threading.LockProxy(_thread.allocate_lock(), None)
+    lock = _threading.LockProxy.watch(_thread.allocate_lock(), None)
     assert lock._lw_holder is None
     lock._lw_start_ns = 12
     assert lock._lw_start_ns == 12

@@ -149,6 +149,8 @@ if TYPE_CHECKING:
     _LockBase = _PyLockBase
 else:
     _LockBase = _PyLockBase if speedups is None else speedups.LockBase
+# The base's allocator (LockProxy's own __new__ refuses): object.__new__, or the C type's.
+_new = _LockBase.__new__
 
 
 class LockProxy(_LockBase):
@@ -160,10 +162,20 @@ class LockProxy(_LockBase):
 
     __slots__ = ()
 
-    def __init__(self, lock: Any, cls: LockClass) -> None:
+    def __new__(cls, *args: Any, **kwargs: Any) -> Any:
+        # As the lock's own type (which CPython makes uninstantiable): the patched factories
+        # create proxies through watch().
+        raise TypeError(f"cannot create '{cls.__module__}.{cls.__name__}' instances")
+
+    @classmethod
+    def watch(cls, lock: Any, lock_cls: LockClass) -> Any:
+        """A proxy of this class around ``lock``, of lock class ``lock_cls``: the internal
+        constructor (calling the class itself raises, as for the lock's type)."""
+        self = _new(cls)
         self._lw_lock = lock
-        self._lockwatch_class = cls
+        self._lockwatch_class = lock_cls
         self._lw_holder = None
+        return self
 
     def locked(self) -> bool:
         return self._lw_lock.locked()
@@ -246,9 +258,15 @@ class RLockProxy(_RLockBase, LockProxy):
 
     __slots__ = ()
 
-    def __init__(self, lock: Any, cls: LockClass) -> None:
-        LockProxy.__init__(self, lock, cls)
+    # LockProxy's, again: the C RLockBase, before LockProxy in the MRO, has a __new__ of its own.
+    __new__ = LockProxy.__new__
+
+    @classmethod
+    def watch(cls, lock: Any, lock_cls: LockClass) -> Any:
+        """A proxy of this class around ``lock`` (see :meth:`LockProxy.watch`)."""
+        self = super().watch(lock, lock_cls)
         self._lw_depth = 0
+        return self
 
     def _is_owned(self) -> bool:
         return self._lw_lock._is_owned()
@@ -317,8 +335,9 @@ del _name, _present
 
 
 # -- what the patch table installs ---------------------------------------------------------
-def proxy_factory(original: Any, kind: str, proxy: type) -> Any:
+def proxy_factory(original: Any, kind: str, proxy: type[LockProxy]) -> Any:
     """The patched ``threading.Lock`` / ``RLock``: a proxy for a lock created by watched code."""
+    watch = proxy.watch
 
     def factory(*args: Any, **kwargs: Any) -> Any:
         lock = original(*args, **kwargs)
@@ -326,7 +345,7 @@ def proxy_factory(original: Any, kind: str, proxy: type) -> Any:
             site = watched_site(1)
             if site is None:
                 return lock
-            return proxy(lock, lock_class(site, kind, site))
+            return watch(lock, lock_class(site, kind, site))
         except Exception as exc:  # never into the host: the plain lock still works
             OUTBOX.failed(exc)
             return lock
@@ -343,7 +362,9 @@ def condition_init_factory(original: Any) -> Any:
             try:
                 site = watched_site(1)
                 if site is not None:
-                    lock = RLockProxy(_plain_rlock(), lock_class(site, "threading.Condition", site))
+                    lock = RLockProxy.watch(
+                        _plain_rlock(), lock_class(site, "threading.Condition", site)
+                    )
                     args, kwargs = (lock,), {}
             except Exception as exc:
                 OUTBOX.failed(exc)

@@ -1,0 +1,44 @@
+"""Run CPython's own test modules, plain or instrumented, and print what failed as JSON.
+
+    python cpython_suite_runner.py plain|instrumented MANIFEST test.test_threading ...
+
+Instrumented, lockwatch is switched on before any test module is imported (the suites create
+their locks at test time, so every lock they make is watched), with no exporter, and the
+manifest is written at exit as a user's would be.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import sys
+import unittest
+
+
+def main(argv: list[str]) -> int:
+    mode, manifest, *modules = argv
+    if mode == "instrumented":
+        from otel_lockwatch import LockwatchInstrumentor
+
+        LockwatchInstrumentor().instrument(manifest_path=manifest, checkpoint_interval_s=0)
+    suite = unittest.TestSuite()
+    loader = unittest.TestLoader()
+    for name in modules:
+        module = importlib.import_module(name)
+        if hasattr(module, "load_tests") or hasattr(module, "setUpModule"):
+            suite.addTests(loader.loadTestsFromModule(module))
+        else:
+            suite.addTests(loader.loadTestsFromModule(module))
+    with open(os.devnull, "w") as sink:
+        result = unittest.TextTestRunner(stream=sink, verbosity=0).run(suite)
+    failed = sorted(
+        {test.id() for test, _ in result.failures + result.errors + result.unexpectedSuccesses}
+    )
+    details = {test.id(): text[-1500:] for test, text in result.failures + result.errors}
+    print(json.dumps({"run": result.testsRun, "failed": failed, "details": details}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,71 @@
+"""CPython's own threading, queue and asyncio lock suites pass instrumented exactly as they pass
+plain.
+
+Each suite runs twice in a fresh interpreter, plain and with lockwatch instrumented before the
+suite's modules are imported; the sets of failing tests must be equal (a suite may fail a test
+plain on this machine, e.g. one that needs ``threading`` not to be imported at startup, and then
+it fails the same way instrumented). Test ids are compared, not counts, so one new failure and
+one new pass cannot cancel out.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+RUNNER = Path(__file__).parent / "data" / "cpython_suite_runner.py"
+
+SUITES = {
+    "threading": ["test.test_threading"],
+    "queue": ["test.test_queue"],
+    "thread": ["test.test_thread"],
+    "threading_local": ["test.test_threading_local"],
+    "asyncio locks and queues": ["test.test_asyncio.test_locks", "test.test_asyncio.test_queues"],
+}
+
+
+def _run(mode: str, modules: list[str], manifest: Path) -> dict:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
+    env.update(
+        OTEL_TRACES_EXPORTER="none",
+        OTEL_METRICS_EXPORTER="none",
+        OTEL_LOGS_EXPORTER="none",
+        PYTHONDONTWRITEBYTECODE="1",
+    )
+    done = subprocess.run(
+        [sys.executable, str(RUNNER), mode, str(manifest), *modules],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=env,
+        cwd=manifest.parent,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def _importable(modules: list[str]) -> bool:
+    import importlib.util
+
+    try:
+        return all(importlib.util.find_spec(m) is not None for m in modules)
+    except ModuleNotFoundError:
+        return False
+
+
+@pytest.mark.parametrize("suite", sorted(SUITES))
+def test_cpython_suite_passes_instrumented_as_plain(suite, tmp_path):
+    modules = SUITES[suite]
+    if not _importable(modules):
+        pytest.skip(f"this Python has no {modules}")
+    plain = _run("plain", modules, tmp_path / "plain.json")
+    watched = _run("instrumented", modules, tmp_path / "manifest.json")
+    assert watched["run"] == plain["run"]
+    new = sorted(set(watched["failed"]) - set(plain["failed"]))
+    assert new == [], "\n\n".join(f"{t}:\n{watched['details'].get(t, '')}" for t in new)
+    assert (tmp_path / "manifest.json").is_file()
