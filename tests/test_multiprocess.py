@@ -443,3 +443,54 @@ def test_bootstrap_leaves_plain_subprocesses_alone_and_chains(mp_run, tmp_path):
             argv, env=env, capture_output=True, text=True, timeout=60, check=True
         ).stdout
         assert out.split() == ["False", "1", str(other / "sitecustomize.py")]
+
+
+# -- multiprocessing's managers -------------------------------------------------------------------
+MANAGER_SCRIPT = """
+import multiprocessing, sys
+from otel_lockwatch import LockwatchInstrumentor
+
+if __name__ == "__main__":
+    LockwatchInstrumentor().instrument(manifest=False)
+    import multiprocessing.managers  # its registry takes the patched threading.Lock and RLock
+    with multiprocessing.get_context(sys.argv[1]).Manager() as manager:
+        shared, lock, rlock = manager.dict(), manager.Lock(), manager.RLock()
+        with lock, rlock, rlock:
+            shared["through"] = "the manager"
+        print(dict(shared))
+"""
+
+
+def test_patched_factories_pickle_as_the_originals(mp_run):
+    """Regression: the patched ``threading.Lock`` / ``RLock`` could not be pickled (a spawn or
+    forkserver Manager pickles its registry, which holds them); each now pickles by reference to
+    the attribute it replaced, and unpickles as that attribute."""
+    for name in ("Lock", "RLock"):
+        factory = getattr(threading, name)
+        assert factory.__wrapped__ is not factory  # patched
+        assert pickle.loads(pickle.dumps(factory)) is factory
+        assert f"threading\n{name}".encode() in pickle.dumps(factory, protocol=0)
+    init = threading.Condition.__init__
+    assert pickle.loads(pickle.dumps(init)) is init
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_manager_after_instrument(tmp_path, method):
+    """``Manager()`` started after ``instrument()`` works under each start method: a dict and
+    locks through the manager."""
+    script = tmp_path / "manager_app.py"
+    script.write_text(MANAGER_SCRIPT)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
+    env.update(OTEL_TRACES_EXPORTER="none", OTEL_METRICS_EXPORTER="none")
+    root = str(Path(__file__).resolve().parents[1])
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [root, env.get("PYTHONPATH")]))
+    done = subprocess.run(
+        [sys.executable, str(script), method],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+        cwd=tmp_path,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.strip().splitlines()[-1] == "{'through': 'the manager'}"

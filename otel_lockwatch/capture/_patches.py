@@ -7,6 +7,11 @@ removes the attribute, where there was none). Replacements are plain functions (
 method descriptors), reached through the class as the stdlib's own methods are, so the hot path
 pays no proxy; each carries its original in ``__wrapped__``.
 
+A replacement function pickles as the attribute it replaced, by reference to where it is
+installed (``threading.Lock`` pickles as ``threading.Lock``, not as a function of lockwatch's):
+``multiprocessing``'s managers keep ``threading.Lock`` and ``RLock`` in a registry that the spawn
+and forkserver start methods pickle, and the unpickling process takes its own ``threading.Lock``.
+
 What is patched:
 
 - ``StripedSections._acquire`` / ``_release`` and their async twins: every entry point of an
@@ -113,6 +118,18 @@ _ABSENT = object()  # what an attribute that did not exist is restored to: nothi
 _found: list[tuple[Patch, Any]] = []  # each installed patch, with what it replaced
 
 
+def _name_as_installed(replacement: types.FunctionType, patch: Patch) -> None:
+    # pickle saves a function as a reference, module and qualified name, and checks that the
+    # name leads back to it: name it where it is installed.
+    owner = patch.owner
+    if isinstance(owner, types.ModuleType):
+        replacement.__module__ = owner.__name__
+        replacement.__name__ = replacement.__qualname__ = patch.name
+    else:
+        replacement.__module__ = owner.__module__
+        replacement.__qualname__ = f"{owner.__qualname__}.{patch.name}"
+
+
 def installed() -> bool:
     """Whether the patches are in place."""
     return bool(_found)
@@ -131,8 +148,10 @@ def install() -> None:
             original = vars(patch.owner).get(patch.name, _ABSENT)
             inherited = getattr(patch.owner, patch.name, None)
             replacement = patch.build(inherited if original is _ABSENT else original, *patch.args)
-            if isinstance(replacement, types.FunctionType) and original is not _ABSENT:
-                functools.update_wrapper(replacement, original)
+            if isinstance(replacement, types.FunctionType):
+                if original is not _ABSENT:
+                    functools.update_wrapper(replacement, original)
+                _name_as_installed(replacement, patch)
             _found.append((patch, original))
             setattr(patch.owner, patch.name, replacement)
     except BaseException:
