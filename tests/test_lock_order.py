@@ -19,11 +19,13 @@ classes, each lock is created on its own line (lockdep's rule: one site, one cla
 from __future__ import annotations
 
 import asyncio
+import gc
 import graphlib
 import logging
 import re
 import sys
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -524,6 +526,214 @@ def test_out_of_order_release_keeps_the_right_locks_held(watched):
 
     run("w1", w1)
     assert edge_pairs() == {("A", "B"), ("B", "C")}
+
+
+# -- held locks that are gone, reinitialised or handed over ---------------------------------
+def _acquire_a_local_lock() -> None:
+    local = name_lock(threading.Lock(), "Returned")
+    local.acquire()  # returns holding it: only this (returned) frame refers to it
+
+
+def _acquire_a_lock_a_closure_keeps() -> None:
+    # CPython's test_timeout: returns holding a lock that a local function's cell also holds.
+    captured = name_lock(threading.Lock(), "Captured")
+    captured.acquire()
+
+    def release() -> None:
+        captured.release()
+
+    assert release.__closure__
+
+
+def _acquire_a_lock_a_closure_keeps_and_returns() -> Callable[[], None]:
+    kept = name_lock(threading.Lock(), "Returned closure")
+    kept.acquire()
+
+    def release() -> None:
+        kept.release()
+
+    return release
+
+
+class _SelfReferring:
+    def __init__(self, name: str) -> None:
+        self.me = self  # a reference cycle: only the collector frees it
+        self.lock = name_lock(threading.Lock(), name)
+
+
+def _take(lock: Any) -> None:
+    lock.acquire()  # returns holding it: its frame and the garbage cycle refer to it
+
+
+def test_lock_dropped_while_held_orders_nothing(watched, caplog):
+    """Regression: a lock dropped while held stayed on the held stack and ordered every later
+    acquisition of its thread (CPython's test_threading ended CYCLIC_ORDERING_DETECTED). The
+    order check takes it off the stack, counts it and warns once per lock class."""
+
+    def w1() -> None:
+        for _ in range(2):
+            dropped = name_lock(threading.Lock(), "Dropped")
+            dropped.acquire()
+            del dropped
+            _acquire_a_local_lock()
+            _acquire_a_lock_a_closure_keeps()
+            release = _acquire_a_lock_a_closure_keeps_and_returns()
+            a = name_lock(threading.Lock(), "A")
+            b = name_lock(threading.Lock(), "B")
+            with a:
+                with b:
+                    pass
+            release()
+        assert RECORDER.thread_state().held == []
+
+    with caplog.at_level(logging.WARNING, logger="otel_lockwatch"):
+        run("w1", w1)
+    # The lock whose closure was returned can still be released: it orders A and B.
+    assert edge_pairs() == {("A", "B"), ("Returned closure", "A"), ("Returned closure", "B")}
+    assert RECORDER.held_locks_freed == {"Dropped": 2, "Returned": 2, "Captured": 2}
+    messages = [r.getMessage() for r in caplog.records if "held lock freed" in r.getMessage()]
+    assert [m.split(" (")[0] for m in messages] == [
+        "otel-lockwatch: held lock freed: Dropped",
+        "otel-lockwatch: held lock freed: Returned",
+        "otel-lockwatch: held lock freed: Captured",
+    ]
+    assert messages[0].endswith("'w1') is gone while held; it orders no later acquisition")
+
+
+def test_held_lock_still_reachable_still_orders(watched):
+    """Only a lock nobody can reach is gone: one kept in a container, reachable through a weak
+    reference, a closure's cell or a suspended generator, a local of a running frame, or an
+    object alive elsewhere (taken by a function that returned), can still be released, so it
+    still orders what follows."""
+    import weakref
+
+    kept = [name_lock(threading.Lock(), "Kept")]
+
+    def suspended() -> Any:
+        gen_lock = name_lock(threading.Lock(), "Generator")
+        gen_lock.acquire()
+        yield
+        gen_lock.release()
+
+    def w1() -> None:
+        kept[0].acquire()
+        weak = name_lock(threading.Lock(), "Weak")
+        ref = weakref.ref(weak)
+        weak.acquire()
+        del weak
+        cell = name_lock(threading.Lock(), "Cell")
+
+        def release_cell() -> None:
+            cell.release()
+
+        cell.acquire()
+        gen = suspended()
+        next(gen)
+        running = name_lock(threading.Lock(), "Running")
+        running.acquire()
+        resource = _SelfReferring("Helper")  # taken by a function that returned: still alive
+        _take(resource.lock)
+        a = name_lock(threading.Lock(), "A")
+        with a:
+            pass
+        resource.lock.release()
+        running.release()
+        next(gen, None)
+        release_cell()
+        ref().release()  # type: ignore[union-attr]
+        kept[0].release()
+        assert RECORDER.thread_state().held == []
+
+    run("w1", w1)
+    holders = {"Kept", "Weak", "Cell", "Generator", "Running", "Helper"}
+    assert {h for h, acquired in edge_pairs() if acquired == "A"} == holders
+    assert RECORDER.held_locks_freed == {}
+
+
+def test_lock_kept_by_a_reference_cycle_is_gone_before_a_cycle_is_reported(watched, caplog):
+    """A held lock that only cyclic garbage keeps orders as held until the collector runs; an
+    edge from it that would close a cycle runs the collector first, and is not added."""
+
+    def w1() -> None:
+        gc.disable()  # the collector must not run on its own here
+        try:
+            first = _SelfReferring("Cyclic")
+            _take(first.lock)
+            del first
+            a = name_lock(threading.Lock(), "A")
+            with a:  # an edge that closes no cycle: added (the lock is not known to be gone)
+                pass
+            second = _SelfReferring("Cyclic")
+            with second.lock:  # Cyclic -> Cyclic would close a cycle: collected first
+                pass
+        finally:
+            gc.enable()
+        assert RECORDER.thread_state().held == []
+
+    run("w1", w1)
+    assert edge_pairs() == {("Cyclic", "A")}
+    assert cycle_locks() == []
+    assert RECORDER.held_locks_freed == {"Cyclic": 1}
+
+
+@pytest.mark.parametrize("kind", ["Lock", "RLock"])
+def test_reinitialised_held_lock_leaves_the_held_stack(watched, kind):
+    """``_at_fork_reinit()`` on a held lock frees it without a release: its entry goes too, and
+    the lock is then taken and released as usual."""
+
+    def w1() -> None:
+        reinit = name_lock(getattr(threading, kind)(), "Reinit")
+        reinit.acquire()
+        reinit._at_fork_reinit()
+        assert RECORDER.thread_state().held == []
+        a = name_lock(threading.Lock(), "A")
+        with a:
+            with reinit:
+                pass
+        assert RECORDER.thread_state().held == []
+
+    run("w1", w1)
+    assert edge_pairs() == {("A", "Reinit")}
+    assert RECORDER.held_locks_freed == {}
+
+
+def test_lock_waited_on_by_its_holder_is_no_recursive_locking(watched):
+    """A thread that waits on the lock it holds (a lock as a binary semaphore, released by
+    another thread: CPython's test_foreign_thread and test_reacquire; or a timed wait on it:
+    test_state_after_timeout) orders nothing; two locks of one class held at once are still
+    recursive locking."""
+    handed = name_lock(threading.Lock(), "Handed")
+    taken = threading.Event()
+
+    def waiter() -> None:
+        handed.acquire()
+        assert not handed.acquire(timeout=0.01)
+        taken.set()
+        # until the main thread releases it
+        handed.acquire()  # @handed-over
+        handed.release()
+
+    errors: list[BaseException] = []
+    t = start("waiter", waiter, errors)
+    assert taken.wait(JOIN_S)
+    deadline = time.monotonic() + JOIN_S
+    while _line_of(t, waiter) != LINE["handed-over"] and time.monotonic() < deadline:
+        time.sleep(0.001)
+    handed.release()
+    t.join(JOIN_S)
+    assert not t.is_alive() and not errors
+    assert edge_pairs() == set()
+    same = [name_lock(threading.Lock(), "Same") for _ in range(2)]
+    run("w2", lambda: [same[0].acquire(), same[1].acquire(), same[1].release(), same[0].release()])
+    assert edge_pairs() == {("Same", "Same")}
+
+
+def _line_of(thread: threading.Thread, function: Callable[..., Any]) -> int | None:
+    """The line ``thread`` is at in ``function``, if ``function`` is on its stack."""
+    frame = sys._current_frames().get(thread.ident or -1)
+    while frame is not None and frame.f_code is not function.__code__:
+        frame = frame.f_back
+    return None if frame is None else frame.f_lineno
 
 
 # -- section arrays --------------------------------------------------------------------------

@@ -50,6 +50,7 @@ from ..record._histogram import bucket_of
 from ..record._outbox import OUTBOX
 from ..record._recorder import RECORDER, STATS_FIELDS, WORKER_FIELDS, Stats, WorkerState
 from ..record._witness import EdgeWitness, utc_timestamp
+from ._dropped import collected_gone, dropped
 from ._fast_path import speedups
 from ._naming import LockClass, site_of
 
@@ -61,6 +62,7 @@ __all__ = [
     "check_order",
     "configure",
     "current_context",
+    "discard",
     "entry_site",
     "lock_wait",
     "record_try",
@@ -150,8 +152,15 @@ def _module_of_code(code: Any) -> str:
 
 # -- the lock order --------------------------------------------------------------------------
 def check_order(st: WorkerState, cls: LockClass, frame: Any, obj: Any, canonical: bool) -> None:
-    """Called before a blocking acquire made while locks are held: add the new edges."""
+    """Called before a blocking acquire made while locks are held: add the new edges.
+
+    A held entry whose pair is not in the chain cache adds no edge when its lock is the one being
+    acquired (the holder waits for another thread's release: a hand-over, not an order), or when
+    its lock is gone (``_dropped``: nobody can release it), which then leaves the stack and is
+    reported (:func:`_held_lock_freed`). Both cost a cache miss only.
+    """
     chain = st.chain
+    gone = None
     for entry in st.held:
         hcls = entry[0]
         if (
@@ -165,10 +174,42 @@ def check_order(st: WorkerState, cls: LockClass, frame: Any, obj: Any, canonical
         pair = (hcls, cls)
         if pair in chain:
             continue
-        _new_edge(st, entry, cls, frame, pair)
+        if entry[3] is obj and cls.kind != "section":  # (an array's sections share the array)
+            continue
+        if dropped(entry, st.held) or not _new_edge(st, entry, cls, frame, pair):
+            gone = [entry] if gone is None else [*gone, entry]
+    if gone is not None:
+        _held_lock_freed(st, gone)
 
 
-def _new_edge(st: WorkerState, entry: tuple, cls: LockClass, frame: Any, pair: tuple) -> None:
+def _held_lock_freed(st: WorkerState, entries: list) -> None:
+    """Take the entries of gone locks off the worker's stack; count each by lock class in the
+    recorder, and warn once per class (lockdep's "held lock freed")."""
+    st.in_lockwatch = True
+    try:
+        for entry in entries:
+            discard(st.held, entry)
+            name = entry[0].name
+            counts = RECORDER.held_locks_freed
+            first = name not in counts
+            counts[name] = counts.get(name, 0) + 1
+            if first:
+                logger.warning(
+                    "otel-lockwatch: held lock freed: %s (acquired at %s by worker %r) is gone "
+                    "while held; it orders no later acquisition",
+                    name,
+                    entry_site(entry),
+                    st.worker,
+                )
+    except Exception as exc:  # never into the host
+        OUTBOX.failed(exc)
+    finally:
+        st.in_lockwatch = False
+
+
+def _new_edge(st: WorkerState, entry: tuple, cls: LockClass, frame: Any, pair: tuple) -> bool:
+    """Add the edge from a held entry; False when, the edge closing a cycle, the collector found
+    the held lock gone (kept only by a reference cycle: see ``collected_gone``)."""
     st.in_lockwatch = True
     try:
         span_ctx = trace.get_current_span().get_span_context()
@@ -185,9 +226,11 @@ def _new_edge(st: WorkerState, entry: tuple, cls: LockClass, frame: Any, pair: t
             span_id,
         )
         graph = RECORDER.graph
-        if ON_CYCLE == "raise":
-            cycle = graph.would_close_cycle(hcls.name, cls.name, witness)
-            if cycle is not None:
+        cycle = graph.would_close_cycle(hcls.name, cls.name, witness)
+        if cycle is not None:
+            if graph.witness(hcls.name, cls.name) is None and collected_gone(entry, st.held):
+                return False
+            if ON_CYCLE == "raise":
                 # Recorded for the manifest, refused now and on every later attempt (the pair
                 # never enters the chain cache, and would_close_cycle answers every time).
                 graph.add_edge(hcls.name, cls.name, witness)
@@ -204,6 +247,7 @@ def _new_edge(st: WorkerState, entry: tuple, cls: LockClass, frame: Any, pair: t
         OUTBOX.failed(exc)
     finally:
         st.in_lockwatch = False
+    return True
 
 
 # -- the acquire -----------------------------------------------------------------------------

@@ -27,6 +27,7 @@ from ._bookkeeping import (
     HOLD_FIELDS,
     acquire_tracked,
     caller_frame,
+    discard,
     record_try,
     stats_of,
     timed_wait,
@@ -184,7 +185,15 @@ class LockProxy(_LockBase):
 
     def _at_fork_reinit(self) -> None:
         self._lw_lock._at_fork_reinit()
-        self._lw_holder = None
+        self._lw_forget_hold()
+
+    def _lw_forget_hold(self) -> None:
+        # Free again without a release (reinitialised): the held-stack entry goes too, or it
+        # would order every later acquisition of its holder.
+        st = self._lw_holder
+        if st is not None:
+            self._lw_holder = None
+            discard(st.held, self._lw_entry)
 
     def __repr__(self) -> str:
         return repr(self._lw_lock)
@@ -304,7 +313,7 @@ class RLockProxy(_RLockBase, LockProxy):
 
     def _at_fork_reinit(self) -> None:
         self._lw_lock._at_fork_reinit()
-        self._lw_holder = None
+        self._lw_forget_hold()
         self._lw_depth = 0
 
 

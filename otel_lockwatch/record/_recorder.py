@@ -245,6 +245,9 @@ class Recorder:
         self.pool_source: str | None = None
         self.start_ns = time.time_ns()
         self.graph: Any = None  # LockOrderGraph, set by reset()
+        # Lock class name -> how many of its locks were gone while held (their held-stack
+        # entries dropped by the order check): lockdep's "held lock freed".
+        self.held_locks_freed: dict[str, int] = {}
         self.reset()
         if hasattr(os, "register_at_fork"):
             os.register_at_fork(after_in_child=self._after_fork_in_child)
@@ -272,6 +275,7 @@ class Recorder:
             self.pool_source = None
             self.start_ns = time.time_ns()
             self.graph = LockOrderGraph()
+            self.held_locks_freed = {}
 
     def _register(self, worker: str, owner: Any = None) -> WorkerState:
         with self._lock:

@@ -1,0 +1,171 @@
+"""Held locks that are gone: lockdep's "held lock freed", found by reference counting.
+
+A held-stack entry keeps its lock object alive, so a lock dropped while held (``lock.acquire();
+del lock``, an object discarded on an error path, a test that returns holding a local lock) is
+never freed, and nobody can release it any more. Left on the stack it would order every later
+acquisition of its thread. The order check asks :func:`dropped` about an entry before it adds an
+edge from it: only then, so a repeated nesting (answered by the chain cache) pays nothing.
+
+The answer counts references: the lock is gone when nothing refers to it but the held stack and
+what only the frame that acquired it reaches, once that frame has returned (the entry keeps that
+frame, and a returned frame keeps its locals, and through them the cells of its closures and the
+closures themselves). References from inside that small set are subtracted from reference
+counts, as CPython's cycle collector does for the whole heap. It is conservative: a weak
+reference, a global, an object anything else reaches, a frame still running or suspended (a
+generator, a coroutine) may still lead to the lock, so the lock is not gone. CPython lists a
+frame's locals among its referents only once it has returned (from 3.11 on); a frame on the
+calling thread's stack is running on every version.
+
+A lock that a reference cycle keeps alive (a frame held by an exception's traceback) is gone only
+once the cycle collector has run. Before an edge that would close a cycle is reported, the
+collector runs and the question is asked again (:func:`collected_gone`); an edge that closes no
+cycle is added without it, so until the collector frees such a lock it orders as a held lock.
+"""
+
+from __future__ import annotations
+
+import gc
+import inspect
+import sys
+import types
+from sys import getrefcount
+from typing import Any
+from weakref import getweakrefcount
+
+__all__ = ["collected_gone", "dropped"]
+
+_getframe = sys._getframe
+
+
+def _refs_of_an_entry_only() -> int:
+    entry = (object(),)
+    obj = entry[0]
+    return getrefcount(obj)
+
+
+def _refs_of_a_member_only() -> int:
+    members = [object()]
+    m = members[0]
+    return getrefcount(m)
+
+
+#: What ``getrefcount(obj)`` answers in :func:`dropped` when its held-stack entry is the only
+#: reference to the lock object, and ``getrefcount(m)`` in :func:`_reached_only_from` when the
+#: list of members is the only reference to ``m`` (measured the same ways, on every version).
+_ENTRY_ONLY = _refs_of_an_entry_only()
+_MEMBER_ONLY = _refs_of_a_member_only()
+_SUSPENDABLE = inspect.CO_GENERATOR | inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR
+_SHARED = (type, types.ModuleType, types.CodeType, types.FrameType)
+_MAX_MEMBERS = 128
+
+
+def dropped(entry: tuple, held: list) -> bool:
+    """Whether the lock of a held entry is gone: nothing refers to it but the held stack and what
+    only the returned frame that acquired it reaches (its locals, the cells of its closures, the
+    objects they alone refer to). Nobody can release it.
+
+    Conservative: a lock that might still be reached (a weak reference, a global, an object
+    anything else refers to, a frame still running or suspended) is not gone.
+    """
+    obj = entry[3]
+    if getweakrefcount(obj):
+        return False
+    extra = getrefcount(obj) - _ENTRY_ONLY
+    extra -= sum(1 for other in held if other[3] is obj and other is not entry)
+    if extra <= 0:
+        return True
+    frame = entry[1]
+    if frame.f_code.co_flags & _SUSPENDABLE or not _reached_only_from(frame, obj, extra):
+        return False
+    return not _running(frame)  # a running frame's locals can still release it
+
+
+def collected_gone(entry: tuple, held: list) -> bool:
+    """:func:`dropped`, asked again after a full collection: before a new edge from a held entry
+    is reported as closing a cycle. A lock that only a reference cycle keeps (an object that
+    refers to itself, an exception's traceback holding a frame) is gone once the collector has
+    run; the order check runs it nowhere else (it costs milliseconds, and a cycle is rare), and
+    not while the frame that acquired the lock is running (it may still release it).
+    """
+    if _running(entry[1]):
+        return False
+    gc.collect()
+    return dropped(entry, held)
+
+
+def _running(frame: Any) -> bool:
+    """Whether ``frame`` is on the calling thread's stack."""
+    f: Any = _getframe(1)
+    while f is not None:
+        if f is frame:
+            return True
+        f = f.f_back
+    return False
+
+
+def _reached_only_from(frame: Any, obj: Any, extra: int) -> bool:
+    """Whether the ``extra`` references to ``obj`` all come from objects the returned ``frame``
+    reaches that nothing else reaches: CPython's cycle collector's reasoning (count references
+    from inside a set, subtract them from reference counts; what is left is referred to from
+    outside, and so is all it reaches), on the few objects a frame keeps. Never through a class,
+    a module, code, another frame, a function's globals or a method's function: they are shared,
+    and a lock referred to from them has references this does not count."""
+    members = [frame]
+    seen = {id(frame): 0}
+    internal = [0]  # references to each member from members
+    out: list[list[int]] = [[]]  # the members each member refers to
+    refers_to_obj = [False]
+    to_obj = 0
+    i = 0
+    while i < len(members):
+        refs = _referents(members[i], frame)
+        for ref in refs:
+            if ref is obj:
+                to_obj += 1
+                refers_to_obj[i] = True
+            elif gc.is_tracked(ref) and not isinstance(ref, _SHARED):
+                k = seen.get(id(ref))
+                if k is None:
+                    if len(members) == _MAX_MEMBERS:
+                        return False
+                    seen[id(ref)] = k = len(members)
+                    members.append(ref)
+                    internal.append(0)
+                    out.append([])
+                    refers_to_obj.append(False)
+                internal[k] += 1
+                out[i].append(k)
+        i += 1
+    ref = refs = None
+    if to_obj != extra:  # something outside the set refers to the lock
+        return False
+    outside = []
+    for k in range(1, len(members)):
+        m = members[k]
+        if getrefcount(m) - _MEMBER_ONLY > internal[k]:
+            outside.append(k)
+    reached = set(outside)
+    while outside:
+        k = outside.pop()
+        if refers_to_obj[k]:
+            return False
+        for j in out[k]:
+            if j not in reached:
+                reached.add(j)
+                outside.append(j)
+    return True
+
+
+def _referents(m: Any, frame: Any) -> Any:
+    t = type(m)
+    if t is types.FunctionType:  # its closure; not its globals
+        return () if m.__closure__ is None else (m.__closure__,)
+    if t is types.MethodType or t is types.BuiltinMethodType:  # the object it is bound to
+        bound = getattr(m, "__self__", None)
+        return () if bound is None else (bound,)
+    refs = gc.get_referents(m)
+    if m is frame:
+        # CPython lists a frame's locals among its referents once it has returned (from 3.11
+        # on): a running or suspended frame reaches nothing here. Not its own function.
+        return [r for r in refs if not (type(r) is types.FunctionType and r.__code__ is m.f_code)]
+    return refs
