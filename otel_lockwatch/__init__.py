@@ -26,6 +26,7 @@ import warnings
 
 from ._version import __version__
 from .capture._naming import name_lock
+from .capture._ordered import ordered
 from .exceptions import (
     LockwatchError,
     ManifestError,
@@ -61,6 +62,7 @@ __all__ = [
     "may_spawn_pool_size",
     "merge_manifests",
     "name_lock",
+    "ordered",
     "recommended_workers",
     "write_manifest",
 ]

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..record._outbox import OUTBOX
 from ..record._recorder import RECORDER, Stats, WorkerState
+from . import _ordered
 from ._bookkeeping import (
     HOLD_FIELDS,
     acquire_tracked,
@@ -54,16 +55,22 @@ _TIMEOUT_MAX = threading.TIMEOUT_MAX
 _plain_rlock = threading.RLock
 
 # Frames that are not the acquisition site: RLockProxy.acquire / _acquire_restore calling
-# LockProxy.acquire, and threading.Condition's __enter__ / wait() calling its lock's methods.
+# LockProxy.acquire, threading.Condition's __enter__ / wait() calling its lock's methods, and
+# ordered() taking its locks.
 _OWN_GLOBALS = globals()
 _THREADING_GLOBALS = vars(threading)
+_ORDERED_GLOBALS = vars(_ordered)
 
 
 def _caller(f: Any) -> Any:
-    """The first frame at or above ``f`` outside this module and ``threading`` (``f`` itself when
-    there is none: C called in)."""
+    """The first frame at or above ``f`` outside this module, ``threading`` and ``ordered``
+    (``f`` itself when there is none: C called in)."""
     first = f
-    while f is not None and (f.f_globals is _OWN_GLOBALS or f.f_globals is _THREADING_GLOBALS):
+    while f is not None and (
+        f.f_globals is _OWN_GLOBALS
+        or f.f_globals is _THREADING_GLOBALS
+        or f.f_globals is _ORDERED_GLOBALS
+    ):
         f = f.f_back
     return f if f is not None else first
 
@@ -106,8 +113,8 @@ class _PyLockBase:
         except ValueError:  # called straight from C (an atexit or C callback): no Python caller
             f = _getframe(0)
         g = f.f_globals
-        if g is _OWN_GLOBALS or g is _THREADING_GLOBALS:
-            f = _caller(f)  # an RLock or a Condition: the site is their caller's
+        if g is _OWN_GLOBALS or g is _THREADING_GLOBALS or g is _ORDERED_GLOBALS:
+            f = _caller(f)  # an RLock, a Condition or ordered(): the site is their caller's
         return acquire_tracked(lock, self, st, self._lockwatch_class, f, blocking, timeout)
 
     __enter__ = acquire
@@ -439,5 +446,5 @@ if speedups is not None:
     speedups.setup_locks(
         python_acquire=_PyLockBase.acquire,
         python_rlock_acquire=_PyRLockBase.acquire,
-        skip_frames=(_OWN_GLOBALS, _THREADING_GLOBALS),
+        skip_frames=(_OWN_GLOBALS, _THREADING_GLOBALS, _ORDERED_GLOBALS),
     )
