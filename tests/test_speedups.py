@@ -254,6 +254,7 @@ def test_core_suites_pass_on_the_pure_python_path():
         "tests/test_instrumentation.py",
         "tests/test_lock_conformance.py",
         "tests/test_lock_order.py",
+        "tests/test_ordered.py",
         "tests/test_sections.py",
         "tests/test_async_sections.py",
         "tests/test_scenarios.py",

@@ -27,6 +27,7 @@ from __future__ import annotations
 import gc
 import inspect
 import sys
+import sysconfig
 import types
 from sys import getrefcount
 from typing import Any
@@ -56,6 +57,9 @@ _ENTRY_ONLY = _refs_of_an_entry_only()
 _MEMBER_ONLY = _refs_of_a_member_only()
 _SUSPENDABLE = inspect.CO_GENERATOR | inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR
 _SHARED = (type, types.ModuleType, types.CodeType, types.FrameType)
+# A free-threaded build defers the reference counts of functions and others: they undercount,
+# so only the plain case (the entry alone refers to the lock) is decided there.
+_DEFERRED_COUNTS = bool(sysconfig.get_config_var("Py_GIL_DISABLED"))
 _MAX_MEMBERS = 128
 
 
@@ -75,7 +79,11 @@ def dropped(entry: tuple, held: list) -> bool:
     if extra <= 0:
         return True
     frame = entry[1]
-    if frame.f_code.co_flags & _SUSPENDABLE or not _reached_only_from(frame, obj, extra):
+    if (
+        _DEFERRED_COUNTS
+        or frame.f_code.co_flags & _SUSPENDABLE
+        or not _reached_only_from(frame, obj, extra)
+    ):
         return False
     return not _running(frame)  # a running frame's locals can still release it
 
