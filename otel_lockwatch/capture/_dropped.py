@@ -6,15 +6,21 @@ never freed, and nobody can release it any more. Left on the stack it would orde
 acquisition of its thread. The order check asks :func:`dropped` about an entry before it adds an
 edge from it: only then, so a repeated nesting (answered by the chain cache) pays nothing.
 
-The answer counts references: the lock is gone when nothing refers to it but the held stack and
-what only the frame that acquired it reaches, once that frame has returned (the entry keeps that
-frame, and a returned frame keeps its locals, and through them the cells of its closures and the
-closures themselves). References from inside that small set are subtracted from reference
-counts, as CPython's cycle collector does for the whole heap. It is conservative: a weak
-reference, a global, an object anything else reaches, a frame still running or suspended (a
-generator, a coroutine) may still lead to the lock, so the lock is not gone. CPython lists a
-frame's locals among its referents only once it has returned (from 3.11 on); a frame on the
-calling thread's stack is running on every version.
+The answer counts references. The lock is gone when nothing refers to it but its entry and what
+only the frame that acquired it leads to, once that frame has returned (the entry keeps the
+frame, and a returned frame keeps its locals: the lock itself, the cells of its closures, the
+closures, objects and dicts that only they refer to). That is the cycle collector's reasoning, on
+the few objects the frame reaches rather than the whole heap: count the references each of them
+gets from inside the set, subtract them from its reference count; what is left is referred to
+from outside, and so is everything it leads to. If nothing referred to from outside leads to the
+lock, and every reference to the lock comes from inside the set, nobody can release it. Classes,
+modules, code, other frames, a function's globals and a method's function are shared, and never
+walked: a lock they lead to has references the walk does not count, so it is not gone.
+
+It is conservative: a weak reference, a live object's attribute, a global, a frame still running
+or suspended (a generator, a coroutine), more than a bounded number of objects to walk: the lock
+is not gone. CPython lists a frame's locals among its referents only once it has returned (from
+3.11 on); a frame on the calling thread's stack is running on every version.
 
 A lock that a reference cycle keeps alive (a frame held by an exception's traceback) is gone only
 once the cycle collector has run. Before an edge that would close a cycle is reported, the
