@@ -97,6 +97,13 @@ def test_ordered_transfer_from_both_sides_is_no_cycle(make_watched, on_cycle):
     assert stats["acquisitions"] == 2 * THREADS * TRANSFERS
     if manifest.verdict == Verdict.LOW_CONTENTION:
         assert manifest.hot_lock_register == []
+    # The pool size follows from contention alone (a cycle would halve it).
+    by_contention = {
+        Verdict.LOW_CONTENTION: THREADS,
+        Verdict.HOT_LOCK_DETECTED: THREADS * 3 // 4,
+        Verdict.STARVATION_OBSERVED: THREADS // 2,
+    }
+    assert manifest.recommended_pool_size == by_contention[manifest.verdict]
 
 
 def test_without_ordered_the_nesting_is_still_recursive_locking(watched):
@@ -105,8 +112,9 @@ def test_without_ordered_the_nesting_is_still_recursive_locking(watched):
     a, _ = run_transfers(transfer_by_hand)
     name = a.lock._lockwatch_class.name
     assert edge_pairs() == {(name, name)}
-    manifest = evaluate()
+    manifest = evaluate(pool_size=THREADS)
     assert manifest.verdict == Verdict.CYCLIC_ORDERING_DETECTED
+    assert manifest.recommended_pool_size == THREADS // 2
 
 
 def test_ordered_locks_still_order_what_is_around_them(watched):
