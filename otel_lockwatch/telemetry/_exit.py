@@ -29,7 +29,7 @@ import os
 import signal
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -172,6 +172,7 @@ class ManifestExporter(SpanExporter):
     def _after_fork_in_child(self) -> None:
         """A forked child's own exporter state (``_multiprocess``): a fresh write lock, the
         manifest span not yet sent, and its own checkpoint thread when an interval is set."""
+        _HOOKS.after_fork_in_child()
         self._lock = _raw_lock()
         self._span_sent = False
         self.last_path = None
@@ -189,9 +190,10 @@ class ManifestExporter(SpanExporter):
 
     def stop(self) -> None:
         """Stop the checkpoints and the exit hooks without writing (``uninstrument()``)."""
-        self._stop.set()
-        _HOOKS.unregister(self)
-        _HOOKS.uninstall_if_idle()
+        with _HOOKS.signals_deferred():
+            self._stop.set()
+            _HOOKS.unregister(self)
+            _HOOKS.uninstall_if_idle()
 
     def close(self) -> None:
         """The final write (idempotent for the span; the file is rewritten with the latest data).
@@ -202,11 +204,13 @@ class ManifestExporter(SpanExporter):
         hook waits up to 30 s per processor). Their later shutdown by the SDK finds them done.
         """
         started = time.monotonic()
-        self.write(final=True)
-        self._stop.set()
-        _HOOKS.unregister(self)
-        if _HOOKS.exiting:
-            _shutdown_processors(self._provider, _exit_timeout_s() - (time.monotonic() - started))
+        with _HOOKS.signals_deferred():
+            self.write(final=True)
+            self._stop.set()
+            _HOOKS.unregister(self)
+            if _HOOKS.exiting:
+                budget = _exit_timeout_s() - (time.monotonic() - started)
+                _shutdown_processors(self._provider, budget)
 
     def write(self, final: bool) -> Path | None:
         """Evaluate and write the manifest now; ``final`` also sends the manifest span once."""
@@ -215,11 +219,8 @@ class ManifestExporter(SpanExporter):
         st = RECORDER.thread_state()
         was_in_lockwatch = st.in_lockwatch
         st.in_lockwatch = True
-        outer = _HOOKS.writing is None
-        if outer:
-            _HOOKS.writing = threading.get_ident()
         try:
-            with self._lock:
+            with _HOOKS.signals_deferred(), self._lock:
                 name = _service_name(self._provider)
                 manifest = evaluate(service_name=name) if name else evaluate()
                 path = (
@@ -255,9 +256,6 @@ class ManifestExporter(SpanExporter):
             return None
         finally:
             st.in_lockwatch = was_in_lockwatch
-            if outer:
-                _HOOKS.writing = None
-                _HOOKS.deliver_deferred()
 
 
 def _raw_lock() -> Any:
@@ -451,19 +449,39 @@ class _Hooks:
         except (ValueError, OSError):  # not the main interpreter, or no signals here
             self._previous = None
 
-    # A SIGTERM that interrupts a write on the thread writing (a pool worker's final write when
-    # Pool.terminate() signals it) waits for that write to end: the write holds the exporter's
-    # lock, and the process must not die with its manifest half written.
-    writing: int | None = None
+    # The SIGTERM handler runs on the main thread between any two bytecodes, so it can land
+    # inside lockwatch's own exit work on that thread: a write holding the exporter's lock, or
+    # ``Event.set()`` holding its condition's lock in ``close()``/``stop()`` (a pool worker's
+    # final write when ``Pool.terminate()`` signals it). Doing that work again from the handler
+    # would wait forever on a lock this thread holds, so the signal is kept until the work ends,
+    # then handled; the process must not die with its manifest half written either.
+    _main_depth = 0
     _deferred: tuple[int, Any] | None = None
 
-    def deliver_deferred(self) -> None:
-        deferred, self._deferred = self._deferred, None
-        if deferred is not None:
-            self._on_sigterm(*deferred)
+    @contextlib.contextmanager
+    def signals_deferred(self) -> Iterator[None]:
+        """Run lockwatch's exit work: a SIGTERM landing on this thread meanwhile is handled
+        when the outermost such block ends (only the main thread receives signals)."""
+        if threading.current_thread() is not threading.main_thread():
+            yield
+            return
+        self._main_depth += 1
+        try:
+            yield
+        finally:
+            self._main_depth -= 1
+            if not self._main_depth:
+                deferred, self._deferred = self._deferred, None
+                if deferred is not None:
+                    self._on_sigterm(*deferred)
+
+    def after_fork_in_child(self) -> None:
+        # The forking thread is the child's main thread; it may not be the one that was busy.
+        self._main_depth = 0
+        self._deferred = None
 
     def _on_sigterm(self, signum: int, frame: Any) -> None:
-        if self.writing == threading.get_ident():
+        if self._main_depth:
             self._deferred = (signum, frame)
             return
         self._at_exit()
