@@ -116,6 +116,7 @@ WORKER_FIELDS = (
     "spans",  # (lock name, span name) -> spans started under that lock
     "thread",  # the thread or task it belongs to, weakly (an ended one is folded away)
     "retired",  # observed time (ns) of the ended workers folded into this state
+    "waiting",  # the lock class this worker is blocked on right now (set by the slow path), or None
 )
 
 
@@ -140,6 +141,7 @@ class WorkerState:
         self.spans: dict[tuple[str, str], int] = {}
         self.thread = weakref.ref(thread) if thread is not None else None
         self.retired = 0
+        self.waiting: LockClass | None = None
 
     def alive(self) -> bool:
         """Whether the thread or task this state belongs to can still record."""
@@ -386,6 +388,27 @@ class Recorder:
                         key = (cls.name, cls.kind, outcome)
                         out[key] = out.get(key, 0) + n
         return out
+
+    def live(self) -> dict[tuple[str, str], tuple[int, int]]:
+        """Workers waiting on and holding each lock class right now, by (lock name, kind):
+        ``(waiting, holders)``, 0 for a class touched before but idle now.
+
+        Read at observation time, from what the lock paths keep anyway: the held stack of every
+        worker (a worker holding two locks of one class counts once for it), and the class a
+        blocked worker's slow path noted (the uncontended path writes nothing for this). Other
+        threads may be changing both meanwhile: each is copied in one C-level step, and the
+        answer is a moment's view, as a gauge is.
+        """
+        out: dict[tuple[str, str], list[int]] = {}
+        for state in list(self._states):
+            for cls in list(state.stats):
+                out.setdefault((cls.name, cls.kind), [0, 0])
+            waiting = state.waiting
+            if waiting is not None:
+                out.setdefault((waiting.name, waiting.kind), [0, 0])[0] += 1
+            for key in {(entry[0].name, entry[0].kind) for entry in list(state.held)}:
+                out.setdefault(key, [0, 0])[1] += 1
+        return {key: (w, h) for key, (w, h) in out.items()}
 
     def snapshot(self) -> dict[str, Any]:
         """The mergeable data of a manifest (see docs/ARCHITECTURE.md, "Recorder snapshot").
