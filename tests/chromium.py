@@ -142,9 +142,7 @@ class Browser:
 
     def evaluate(self, session: str, expression: str) -> Any:
         """The JSON value of a JavaScript expression evaluated in the tab."""
-        result = self.send(
-            "Runtime.evaluate", session, expression=expression, returnByValue=True
-        )
+        result = self.send("Runtime.evaluate", session, expression=expression, returnByValue=True)
         if "exceptionDetails" in result:
             raise BrowserError(f"the script failed: {result['exceptionDetails']}")
         return result["result"].get("value")
@@ -152,9 +150,9 @@ class Browser:
     def screenshot(self, session: str, path: Path) -> bytes:
         """A PNG of the whole page (beyond the viewport), written to ``path``."""
         data = base64.b64decode(
-            self.send(
-                "Page.captureScreenshot", session, format="png", captureBeyondViewport=True
-            )["data"]
+            self.send("Page.captureScreenshot", session, format="png", captureBeyondViewport=True)[
+                "data"
+            ]
         )
         path.write_bytes(data)
         return data

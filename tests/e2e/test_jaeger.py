@@ -2,12 +2,16 @@
 
 A workload subprocess (``workload.py``) runs task spans around a contended, named lock and
 exports to the session's Jaeger (collector-config/jaeger.yaml on free loopback ports); the
-tests read the traces back through Jaeger's HTTP query API, as a user's UI would.
+tests read the traces back through Jaeger's HTTP query API, as a user's UI would. So does
+``otel-lockwatch demo``, run as a user runs it, whose waits must sit under its task spans.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -122,3 +126,70 @@ def test_manifest_span_carries_the_verdict(lockwatch_run: dict[str, Any]) -> Non
         (lockwatch_run["workdir"] / attributes["lockwatch.manifest.path"]).read_text()
     )
     assert attributes["lockwatch.verdict"] == manifest["verdict"]
+
+
+# --------------------------------------------------------------------------------------------
+# otel-lockwatch demo
+
+#: The demo's task spans (one per unit of work) and the locks waited on under each.
+DEMO_TASKS = {"publish", "sweep", "snapshot", "compact", "reconcile"}
+
+
+@pytest.fixture(scope="module")
+def demo_run(jaeger: Jaeger, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """``otel-lockwatch demo`` exporting to the session's Jaeger, run once; its ``lock.wait``
+    traces as Jaeger holds them (polled until waits on both of its contended locks are in)."""
+    service = unique_service("e2e-demo")
+    workdir = tmp_path_factory.mktemp("demo")
+    env = {
+        **os.environ,
+        "OTEL_SERVICE_NAME": service,
+        "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://{jaeger.otlp_grpc}",
+        "OTEL_EXPORTER_OTLP_INSECURE": "true",
+    }
+    argv = [sys.executable, "-m", "otel_lockwatch", "demo", "--workers", "6", "--seconds", "1"]
+    done = subprocess.run(
+        [*argv, "--manifest", str(workdir / "manifest.json")],
+        env=env,
+        cwd=workdir,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, f"demo exited {done.returncode}:\n{done.stderr[-3000:]}"
+
+    def waits_on_both(traces: list[dict[str, Any]]) -> bool:
+        locks = {
+            tags(s).get("lockwatch.lock.name")
+            for t in traces
+            for s in t["spans"]
+            if s["operationName"] == "lock.wait"
+        }
+        return {"global_config", "stats_snapshot"} <= locks
+
+    traces = jaeger.wait_for_traces(service, waits_on_both, operation="lock.wait")
+    return {"service": service, "traces": traces}
+
+
+def test_demo_lock_waits_are_children_of_its_task_spans(demo_run: dict[str, Any]) -> None:
+    """Every ``lock.wait`` span the demo exported has a parent in its own trace, and that parent
+    is one of the demo's task spans: ``global_config`` is waited on by publishes (and the
+    sweeper's), ``stats_snapshot`` by the reporter's snapshots. No wait is a trace of its own."""
+    parents: dict[str, set[str]] = {}
+    for trace in demo_run["traces"]:
+        by_id = {s["spanID"]: s for s in trace["spans"]}
+        for span in trace["spans"]:
+            if span["operationName"] != "lock.wait":
+                continue
+            parent = by_id.get(parent_id(span) or "")
+            assert parent is not None, f"a lock.wait with no parent in its trace: {tags(span)}"
+            assert parent["operationName"] in DEMO_TASKS, parent["operationName"]
+            assert parent["startTime"] <= span["startTime"]
+            assert span["startTime"] + span["duration"] <= parent["startTime"] + parent["duration"]
+            parents.setdefault(tags(span)["lockwatch.lock.name"], set()).add(
+                parent["operationName"]
+            )
+    assert (
+        parents["global_config"] <= {"publish", "sweep"} and "publish" in parents["global_config"]
+    )
+    assert parents["stats_snapshot"] == {"snapshot"}
