@@ -13,6 +13,7 @@ installs Debian's ``chromium``).
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import os
 import shutil
@@ -158,10 +159,8 @@ class Browser:
         return data
 
     def close(self) -> None:
-        try:
+        with contextlib.suppress(BrowserError, OSError):
             self.send("Browser.close")
-        except (BrowserError, OSError):
-            pass
         try:
             self._proc.wait(10)
         except subprocess.TimeoutExpired:

@@ -26,6 +26,7 @@ from typing import Any
 
 from ._data import WorkerTotals, expand_lock_workers, merge_data
 from ._histogram import LogHistogram
+from ._live import live_counts
 from ._lock_class import LockClass
 
 __all__ = [
@@ -390,25 +391,8 @@ class Recorder:
         return out
 
     def live(self) -> dict[tuple[str, str], tuple[int, int]]:
-        """Workers waiting on and holding each lock class right now, by (lock name, kind):
-        ``(waiting, holders)``, 0 for a class touched before but idle now.
-
-        Read at observation time, from what the lock paths keep anyway: the held stack of every
-        worker (a worker holding two locks of one class counts once for it), and the class a
-        blocked worker's slow path noted (the uncontended path writes nothing for this). Other
-        threads may be changing both meanwhile: each is copied in one C-level step, and the
-        answer is a moment's view, as a gauge is.
-        """
-        out: dict[tuple[str, str], list[int]] = {}
-        for state in list(self._states):
-            for cls in list(state.stats):
-                out.setdefault((cls.name, cls.kind), [0, 0])
-            waiting = state.waiting
-            if waiting is not None:
-                out.setdefault((waiting.name, waiting.kind), [0, 0])[0] += 1
-            for key in {(entry[0].name, entry[0].kind) for entry in list(state.held)}:
-                out.setdefault(key, [0, 0])[1] += 1
-        return {key: (w, h) for key, (w, h) in out.items()}
+        """Workers waiting on and holding each lock class right now (see ``_live``)."""
+        return live_counts(list(self._states))
 
     def snapshot(self) -> dict[str, Any]:
         """The mergeable data of a manifest (see docs/ARCHITECTURE.md, "Recorder snapshot").
