@@ -14,10 +14,12 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import fcntl
 import json
 import os
 import shutil
 import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -39,6 +41,19 @@ def find_browser() -> str:
     pytest.skip(f"Chromium is not installed (looked for {', '.join(BROWSERS)}); CI installs it")
 
 
+_TRAMPOLINE = (
+    "import os, sys; os.dup2(int(sys.argv[1]), 3); os.dup2(int(sys.argv[2]), 4); "
+    "os.execv(sys.argv[3], sys.argv[3:])"
+)
+
+
+def _above_4(fd: int) -> int:
+    """``fd`` moved to a descriptor number above 4 (the original is closed)."""
+    moved = fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 5)
+    os.close(fd)
+    return moved
+
+
 class BrowserError(RuntimeError):
     """The browser answered a command with an error, or not in time."""
 
@@ -49,13 +64,19 @@ class Browser:
     def __init__(self, binary: str, profile: Path) -> None:
         to_browser_r, self._to_browser = os.pipe()
         self._from_browser, from_browser_w = os.pipe()
-        # The browser reads commands on its fd 3 and writes answers on its fd 4.
-        shell = f'exec "$0" "$@" 3<&{to_browser_r} 4>&{from_browser_w}'
+        # Above 4, so that placing them on 3 and 4 below cannot overwrite one with the other
+        # (os.pipe() may hand out 3 and 4 themselves when a test closed them).
+        to_browser_r, from_browser_w = _above_4(to_browser_r), _above_4(from_browser_w)
+        # The browser reads commands on its fd 3 and writes answers on its fd 4. A Python
+        # trampoline puts the pipes there and execs it (a POSIX shell's redirections take
+        # one-digit descriptors only, and a long test session has more open than that).
         self._proc = subprocess.Popen(
             [
-                "sh",
+                sys.executable,
                 "-c",
-                shell,
+                _TRAMPOLINE,
+                str(to_browser_r),
+                str(from_browser_w),
                 binary,
                 "--headless",
                 "--no-sandbox",
