@@ -184,6 +184,8 @@ class LockwatchSession:
             session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+        from .record._witness import printable  # names and test ids reach a terminal: escaped
+
         self.harvest("(session teardown)")
         tr = terminalreporter
         cycles = self.cycles()
@@ -202,18 +204,20 @@ class LockwatchSession:
             tr.write_line("  first seen in:")
             for e in cycle.edges:
                 who = self.edges[(e.holding, e.acquiring)][1]
-                tr.write_line(f"    {e.holding} -> {e.acquiring}: {who}")
+                tr.write_line(
+                    f"    {printable(e.holding)} -> {printable(e.acquiring)}: {printable(who)}"
+                )
         if self.edges:
             tr.write_line("")
             tr.write_line("edges (each lock order, and the test that first showed it):")
             for (holding, acquiring), (_, who) in self.edges.items():
-                tr.write_line(f"  {holding} -> {acquiring}: {who}")
+                tr.write_line(f"  {printable(holding)} -> {printable(acquiring)}: {printable(who)}")
         if cycles and self.fail_on_cycle:
             tr.write_line("")
             for cycle in cycles:
                 tr.write_line(
                     f"lockwatch: FAILED (--lockwatch-fail-on-cycle): lock-order cycle "
-                    f"{' -> '.join(cycle.locks + cycle.locks[:1])} from "
-                    f"{', '.join(self.contributors(cycle))}",
+                    f"{' -> '.join(printable(n) for n in cycle.locks + cycle.locks[:1])} from "
+                    f"{', '.join(printable(who) for who in self.contributors(cycle))}",
                     red=True,
                 )

@@ -411,6 +411,47 @@ def test_plain_fork_child_writes_its_own_file(tmp_path):
     assert files["m.json"]["locks"]["shared"]["acquisitions"] == 2
 
 
+FORK_WHILE_NAMING_SCRIPT = """
+import os, sys, threading
+from otel_lockwatch import LockwatchInstrumentor
+from otel_lockwatch.record import _lock_class
+LockwatchInstrumentor().instrument(manifest_path=sys.argv[1], checkpoint_interval_s=0)
+inside, leave = threading.Event(), threading.Event()
+
+def naming():  # another thread inside the class table's critical section at the fork
+    with _lock_class._classes_lock:
+        inside.set()
+        leave.wait()
+
+threading.Thread(target=naming, daemon=True).start()
+inside.wait()
+pid = os.fork()
+if pid == 0:
+    with threading.Lock():  # a new creation site: a new class, under the class table's lock
+        pass
+    os._exit(0)
+leave.set()
+_, status = os.waitpid(pid, 0)
+print(os.waitstatus_to_exitcode(status))
+"""
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="os.fork")
+def test_fork_while_another_thread_names_a_lock(tmp_path):
+    """A lock held by another thread of the parent at the fork would stay held in the child
+    forever: the class table's lock is made afresh in the child, which names new locks."""
+    script = tmp_path / "forking.py"
+    script.write_text(FORK_WHILE_NAMING_SCRIPT)
+    out = subprocess.run(
+        [sys.executable, str(script), str(tmp_path / "m.json")],
+        capture_output=True,
+        text=True,
+        timeout=60,  # a hang ends here, as a failure
+        check=True,
+    ).stdout
+    assert out.split() == ["0"]
+
+
 # -- the bootstrap --------------------------------------------------------------------------------
 def test_spawn_child_is_instrumented(mp_run):
     """A spawn child instruments itself at startup (the bootstrap sitecustomize)."""

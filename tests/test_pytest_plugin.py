@@ -211,3 +211,20 @@ def test_import():
     )
     result = run(pytester, "--lockwatch-fail-on-cycle")
     result.stdout.fnmatch_lines(["possible circular locking dependency: A -> B -> A"])
+
+
+def test_names_reach_the_terminal_escaped(pytester):
+    """A lock name (or a test id) holding control characters is printed escaped in every line of
+    the summary: an ESC sequence in a name cannot repaint the reviewer's terminal."""
+    source = INVERTED.replace('"A"', '"A\\x1b[2J"')
+    pytester.makepyfile(test_inverted=source)
+    result = run(pytester, "--lockwatch-fail-on-cycle")
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    assert "\x1b[2J" not in result.stdout.str()
+    result.stdout.fnmatch_lines(
+        [
+            "  A\\x1b[2J -> B: test_inverted.py::test_export",
+            "lockwatch: FAILED (--lockwatch-fail-on-cycle): lock-order cycle "
+            "A\\x1b[2J -> B -> A\\x1b[2J from *",
+        ]
+    )

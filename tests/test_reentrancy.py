@@ -94,3 +94,24 @@ def test_sigterm_during_evaluation_ends_the_process_in_100_trials(tmp_path):
     with ThreadPoolExecutor(max_workers=4) as pool:
         failures = [f for f in pool.map(lambda i: _sigterm_trial(i, tmp_path), range(100)) if f]
     assert failures == []
+
+
+@pytest.mark.parametrize("mode", ["close", "stop"])
+def test_sigterm_inside_exit_work_is_handled_after_it(mode, tmp_path):
+    """The handler does not redo the exit work it interrupted (that waited forever on a lock the
+    main thread held); it runs when the work ends, writes the manifest, and the process ends by
+    the SIGTERM as it would have. (During ``uninstrument()`` the exporter is already leaving, so
+    whether the manifest is written depends on where the signal landed: only the end is
+    asserted.)"""
+    manifest = tmp_path / "m.json"
+    done = subprocess.run(
+        [sys.executable, str(STRESS.with_name("sigterm_in_exit_work.py")), mode, str(manifest)],
+        capture_output=True,
+        text=True,
+        timeout=60,  # a hang ends here, as a failure
+        env=_env(),
+    )
+    assert done.returncode == -signal.SIGTERM, done.stderr[-3000:]
+    assert "survived" not in done.stdout
+    if mode == "close":
+        assert json.loads(manifest.read_text())["locks"]

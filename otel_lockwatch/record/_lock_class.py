@@ -9,6 +9,7 @@ by the data. How a lock gets its class name (its creation site, or ``name_lock``
 from __future__ import annotations
 
 import _thread
+import os
 
 __all__ = ["LockClass", "lock_class"]
 
@@ -33,6 +34,16 @@ _classes: dict[tuple[str, str], LockClass] = {}
 # Re-entrant: a signal handler or a finalizer that creates a lock may run while this thread is
 # inside the critical section below (inserting another class is safe there).
 _classes_lock = _thread.RLock()
+
+
+def _after_fork_in_child() -> None:
+    # Another thread of the parent may have held it at the fork: it would stay held forever.
+    global _classes_lock
+    _classes_lock = _thread.RLock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def lock_class(name: str, kind: str, site: str = "") -> LockClass:

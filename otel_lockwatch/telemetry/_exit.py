@@ -22,11 +22,8 @@ truncated manifest, and the previous one survives.
 
 from __future__ import annotations
 
-import atexit
-import contextlib
 import logging
 import os
-import signal
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -44,6 +41,7 @@ from ..manifest._model import Manifest
 from ..record._outbox import OUTBOX
 from ..record._recorder import RECORDER
 from ._emitter import TELEMETRY
+from ._exit_hooks import HOOKS as _HOOKS
 
 __all__ = ["ManifestExporter", "evaluate", "write_manifest"]
 
@@ -172,6 +170,7 @@ class ManifestExporter(SpanExporter):
     def _after_fork_in_child(self) -> None:
         """A forked child's own exporter state (``_multiprocess``): a fresh write lock, the
         manifest span not yet sent, and its own checkpoint thread when an interval is set."""
+        _HOOKS.after_fork_in_child()
         self._lock = _raw_lock()
         self._span_sent = False
         self.last_path = None
@@ -189,9 +188,10 @@ class ManifestExporter(SpanExporter):
 
     def stop(self) -> None:
         """Stop the checkpoints and the exit hooks without writing (``uninstrument()``)."""
-        self._stop.set()
-        _HOOKS.unregister(self)
-        _HOOKS.uninstall_if_idle()
+        with _HOOKS.signals_deferred():
+            self._stop.set()
+            _HOOKS.unregister(self)
+            _HOOKS.uninstall_if_idle()
 
     def close(self) -> None:
         """The final write (idempotent for the span; the file is rewritten with the latest data).
@@ -202,11 +202,13 @@ class ManifestExporter(SpanExporter):
         hook waits up to 30 s per processor). Their later shutdown by the SDK finds them done.
         """
         started = time.monotonic()
-        self.write(final=True)
-        self._stop.set()
-        _HOOKS.unregister(self)
-        if _HOOKS.exiting:
-            _shutdown_processors(self._provider, _exit_timeout_s() - (time.monotonic() - started))
+        with _HOOKS.signals_deferred():
+            self.write(final=True)
+            self._stop.set()
+            _HOOKS.unregister(self)
+            if _HOOKS.exiting:
+                budget = _exit_timeout_s() - (time.monotonic() - started)
+                _shutdown_processors(self._provider, budget)
 
     def write(self, final: bool) -> Path | None:
         """Evaluate and write the manifest now; ``final`` also sends the manifest span once."""
@@ -215,11 +217,8 @@ class ManifestExporter(SpanExporter):
         st = RECORDER.thread_state()
         was_in_lockwatch = st.in_lockwatch
         st.in_lockwatch = True
-        outer = _HOOKS.writing is None
-        if outer:
-            _HOOKS.writing = threading.get_ident()
         try:
-            with self._lock:
+            with _HOOKS.signals_deferred(), self._lock:
                 name = _service_name(self._provider)
                 manifest = evaluate(service_name=name) if name else evaluate()
                 path = (
@@ -255,9 +254,6 @@ class ManifestExporter(SpanExporter):
             return None
         finally:
             st.in_lockwatch = was_in_lockwatch
-            if outer:
-                _HOOKS.writing = None
-                _HOOKS.deliver_deferred()
 
 
 def _raw_lock() -> Any:
@@ -396,105 +392,3 @@ def _run_bounded(fn: Callable[[], Any], timeout_s: float) -> bool:
     thread.start()
     thread.join(max(0.0, timeout_s))
     return not thread.is_alive()
-
-
-def _exit_now(signum: int, frame: Any) -> None:
-    os._exit(128 + signum)
-
-
-class _Hooks:
-    """atexit and SIGTERM: one registration for the process, serving the live exporters."""
-
-    def __init__(self) -> None:
-        self._exporters: list[ManifestExporter] = []
-        self._installed = False
-        self._previous: Any = None
-        self._armed = False
-
-    def register(self, exporter: ManifestExporter) -> None:
-        if exporter not in self._exporters:
-            self._exporters.append(exporter)
-        if not self._installed:
-            self._installed = True
-            atexit.register(self._at_exit)
-            self._install_sigterm()
-
-    def unregister(self, exporter: ManifestExporter) -> None:
-        if exporter in self._exporters:
-            self._exporters.remove(exporter)
-
-    #: Set when the process has begun to exit (atexit, or a SIGTERM we handle).
-    exiting = False
-
-    def _at_exit(self) -> None:
-        self.exiting = True
-        for exporter in list(self._exporters):
-            exporter.close()
-
-    def arm_second_signal(self) -> None:
-        """Once the final manifest is on disk, a second SIGINT or SIGTERM ends the process at
-        once (exit status 128 + the signal), whatever is still flushing: ours, or the SDK's own
-        exit hooks retrying a collector that is down."""
-        if self._armed or threading.current_thread() is not threading.main_thread():
-            return
-        self._armed = True
-        for signum in (signal.SIGINT, signal.SIGTERM):
-            with contextlib.suppress(ValueError, OSError):
-                signal.signal(signum, _exit_now)
-
-    def _install_sigterm(self) -> None:
-        if threading.current_thread() is not threading.main_thread():
-            return
-        try:
-            self._previous = signal.getsignal(signal.SIGTERM)
-            signal.signal(signal.SIGTERM, self._on_sigterm)
-        except (ValueError, OSError):  # not the main interpreter, or no signals here
-            self._previous = None
-
-    # A SIGTERM that interrupts a write on the thread writing (a pool worker's final write when
-    # Pool.terminate() signals it) waits for that write to end: the write holds the exporter's
-    # lock, and the process must not die with its manifest half written.
-    writing: int | None = None
-    _deferred: tuple[int, Any] | None = None
-
-    def deliver_deferred(self) -> None:
-        deferred, self._deferred = self._deferred, None
-        if deferred is not None:
-            self._on_sigterm(*deferred)
-
-    def _on_sigterm(self, signum: int, frame: Any) -> None:
-        if self.writing == threading.get_ident():
-            self._deferred = (signum, frame)
-            return
-        self._at_exit()
-        previous = self._previous
-        if callable(previous):
-            previous(signum, frame)
-            return
-        if previous == signal.SIG_IGN:
-            return
-        # The default action: end the process by SIGTERM, as it would have been.
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
-        os.kill(os.getpid(), signal.SIGTERM)
-
-    def uninstall_if_idle(self) -> None:
-        """With no exporter left, take back the atexit hook and the SIGTERM handler (when it is
-        still ours: a handler installed after it stays, and keeps chaining to it)."""
-        if self._exporters or not self._installed:
-            return
-        self._installed = False
-        atexit.unregister(self._at_exit)
-        if self._previous is None:
-            return
-        try:
-            if (
-                threading.current_thread() is threading.main_thread()
-                and signal.getsignal(signal.SIGTERM) == self._on_sigterm
-            ):
-                signal.signal(signal.SIGTERM, self._previous)
-        except (ValueError, OSError):
-            pass
-        self._previous = None
-
-
-_HOOKS = _Hooks()
