@@ -35,14 +35,16 @@ from time import perf_counter_ns as _pc
 from typing import Any
 
 from ..record._outbox import OUTBOX
+from ..record._recorder import RECORDER
 from ._bookkeeping import current_context
 from ._naming import LockClass, lock_class, watched_site
-from ._signal_waits import gave, skip_frames_of, task_state, thread_state, waited
+from ._signal_waits import gave, signal_stats, skip_frames_of, task_state, thread_state, waited
 from ._threading import LockProxy, RLockProxy
 
 __all__ = ["async_condition_init_factory", "condition_init_factory", "watch_condition"]
 
 _get_ident = threading.get_ident
+_tls = RECORDER.tls  # never replaced: Recorder.reset() keeps it
 # The plain RLock factory (this module is imported before anything is patched): a Condition's
 # watched lock wraps one.
 _plain_rlock = threading.RLock
@@ -59,15 +61,33 @@ def _calls_notify(kind: type) -> bool:
 
 
 def _signal_hooks(cond: Any, state: Any) -> None:
-    """Give ``cond`` its own ``notify`` (and ``notify_all``, unless it calls ``notify``)."""
+    """Give ``cond`` its own ``notify`` (and ``notify_all``, unless it calls ``notify``);
+    ``state`` finds the calling worker's state (None: the calling thread's)."""
     d = cond.__dict__
     notify = cond.notify
 
     def _notify(n: int = 1) -> None:
         notify(n)  # raises when the lock is not held: then it signalled nothing
-        st = state()
-        if not st.in_lockwatch:
-            gave(st, d["_lockwatch_class"], -1)
+        # A signal (_signal_waits.gave, inlined: a condition never takes, so it has no hold to
+        # pair; this runs on every notify).
+        try:
+            if state is None:
+                try:
+                    st = _tls.st
+                except AttributeError:
+                    st = RECORDER.thread_state()
+            else:
+                st = state()
+            if st.in_lockwatch:
+                return
+            cls = d["_lockwatch_class"]
+            s = st.signals.get(cls)
+            if s is None:
+                s = signal_stats(st, cls)
+            s.gives += 1
+            st.last = _pc()
+        except Exception as exc:
+            OUTBOX.failed(exc)
 
     _notify.__doc__ = notify.__doc__
     cond.notify = _notify
@@ -76,9 +96,12 @@ def _signal_hooks(cond: Any, state: Any) -> None:
 
         def _notify_all() -> None:
             notify_all()
-            st = state()
-            if not st.in_lockwatch:
-                gave(st, d["_lockwatch_class"], -1)
+            try:
+                st = thread_state() if state is None else state()
+                if not st.in_lockwatch:
+                    gave(st, d["_lockwatch_class"], -1)
+            except Exception as exc:
+                OUTBOX.failed(exc)
 
         _notify_all.__doc__ = notify_all.__doc__
         cond.notify_all = _notify_all
@@ -118,7 +141,7 @@ def watch_condition(cond: Any, cls: LockClass) -> None:
     _wait.__doc__ = wait.__doc__
     cond._acquire_restore = _acquire_restore
     cond.wait = _wait
-    _signal_hooks(cond, thread_state)
+    _signal_hooks(cond, None)
 
 
 def condition_init_factory(original: Any) -> Any:

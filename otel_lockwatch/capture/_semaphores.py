@@ -26,7 +26,7 @@ from time import perf_counter_ns as _pc
 from typing import Any
 
 from ..record._outbox import OUTBOX
-from ..record._recorder import WorkerState
+from ..record._recorder import RECORDER, WorkerState
 from ._bookkeeping import current_context, record_try, stats_of
 from ._naming import LockClass, lock_class, watched_site
 from ._signal_waits import (
@@ -34,8 +34,6 @@ from ._signal_waits import (
     signal_stats,
     skip_frames_of,
     task_state,
-    thread_state,
-    took,
     waited,
 )
 
@@ -46,6 +44,8 @@ __all__ = [
     "threading_acquire_factory",
     "threading_release_factory",
 ]
+
+_tls = RECORDER.tls  # never replaced: Recorder.reset() keeps it
 
 
 def semaphore_init_factory(original: Any, kind: str) -> Any:
@@ -66,8 +66,20 @@ def semaphore_init_factory(original: Any, kind: str) -> Any:
 
 
 def _took_permit(sem: Any, st: WorkerState, cls: LockClass) -> None:
+    # A checkout (_signal_waits.took, inlined: this runs on every acquire).
     try:
-        took(st, cls, sem._value, sem.__dict__.get("_lw_capacity", -1))
+        now = _pc()
+        s = st.signals.get(cls)
+        if s is None:
+            s = signal_stats(st, cls)
+        s.takes += 1
+        s.pending.append(now)
+        left = sem._value
+        if left < s.fewest:
+            s.fewest = left
+        if s.most < 0:
+            s.most = sem.__dict__.get("_lw_capacity", -1)
+        st.last = now
     except Exception as exc:  # a subclass without the stdlib's fields
         OUTBOX.failed(exc)
 
@@ -95,10 +107,15 @@ def threading_acquire_factory(original: Any) -> Any:
         cls = self.__dict__.get("_lockwatch_class")
         if cls is None or (timeout is not None and not blocking):
             return original(self, blocking, timeout)
-        st = thread_state()
+        try:
+            st = _tls.st
+        except AttributeError:
+            st = RECORDER.thread_state()
         if st.in_lockwatch:
             return original(self, blocking, timeout)
-        s = stats_of(st, cls)
+        s = st.stats.get(cls)
+        if s is None:
+            s = stats_of(st, cls)
         if not blocking:
             ok = record_try(s, original(self, False))
             if ok:
@@ -125,10 +142,36 @@ def threading_release_factory(original: Any) -> Any:
     def release(self: Any, n: int = 1) -> None:
         original(self, n)  # raises when a bounded semaphore is released too often: no checkin
         cls = self.__dict__.get("_lockwatch_class")
-        if cls is not None:
-            st = thread_state()
-            if not st.in_lockwatch:
-                gave(st, cls, -1)
+        if cls is None:
+            return
+        try:
+            st = _tls.st
+        except AttributeError:
+            st = RECORDER.thread_state()
+        if st.in_lockwatch:
+            return
+        # A checkin (_signal_waits.gave, inlined: this runs on every release).
+        try:
+            now = _pc()
+            s = st.signals.get(cls)
+            if s is None:
+                s = signal_stats(st, cls)
+            s.gives += 1
+            pending = s.pending
+            if pending:
+                h = now - pending.pop()
+                s.hold_total_ns += h
+                b = h.bit_length()
+                b = ((b - 5) << 4) + (h >> (b - 5)) if b > 5 else h
+                hist = s.hold_histogram
+                hist[b] = hist.get(b, 0) + 1
+                if h > s.hold_max_ns:
+                    s.hold_max_ns = h
+                if h < s.hold_min_ns:
+                    s.hold_min_ns = h
+            st.last = now
+        except Exception as exc:
+            OUTBOX.failed(exc)
 
     return release
 

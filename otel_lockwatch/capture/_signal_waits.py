@@ -149,7 +149,9 @@ def gave(st: WorkerState, cls: LockClass, held: int) -> None:
     """A give (a checkin, a signal): ``held`` items are in the queue now (-1: not a queue)."""
     try:
         now = _pc()
-        s = signal_stats(st, cls)
+        s = st.signals.get(cls)
+        if s is None:
+            s = signal_stats(st, cls)
         s.gives += 1
         pending = s.pending
         if pending:
