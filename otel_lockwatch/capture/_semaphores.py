@@ -123,7 +123,22 @@ def threading_acquire_factory(original: Any) -> Any:
             return ok
         if original(self, False):
             s.acquisitions += 1
-            _took_permit(self, st, cls)
+            # A checkout (_took_permit, inlined: this is the uncontended path).
+            try:
+                now = _pc()
+                sig = st.signals.get(cls)
+                if sig is None:
+                    sig = signal_stats(st, cls)
+                sig.takes += 1
+                sig.pending.append(now)
+                left = self._value
+                if left < sig.fewest:
+                    sig.fewest = left
+                if sig.most < 0:
+                    sig.most = self.__dict__.get("_lw_capacity", -1)
+                st.last = now
+            except Exception as exc:  # a subclass without the stdlib's fields
+                OUTBOX.failed(exc)
             return True
         ctx = current_context()
         t0 = _pc()
