@@ -34,6 +34,7 @@ from ._signal_waits import (
     signal_stats,
     skip_frames_of,
     task_state,
+    took,
     waited,
 )
 
@@ -66,22 +67,13 @@ def semaphore_init_factory(original: Any, kind: str) -> Any:
 
 
 def _took_permit(sem: Any, st: WorkerState, cls: LockClass) -> None:
-    # A checkout (_signal_waits.took, inlined: this runs on every acquire).
+    """A checkout of a permit of ``sem`` (the permits left read after it)."""
     try:
-        now = _pc()
-        s = st.signals.get(cls)
-        if s is None:
-            s = signal_stats(st, cls)
-        s.takes += 1
-        s.pending.append(now)
-        left = sem._value
-        if left < s.fewest:
-            s.fewest = left
-        if s.most < 0:
-            s.most = sem.__dict__.get("_lw_capacity", -1)
-        st.last = now
+        left, capacity = sem._value, sem.__dict__.get("_lw_capacity", -1)
     except Exception as exc:  # a subclass without the stdlib's fields
         OUTBOX.failed(exc)
+        return
+    took(st, cls, left, capacity)
 
 
 def _waited_for_permit(
@@ -123,7 +115,7 @@ def threading_acquire_factory(original: Any) -> Any:
             return ok
         if original(self, False):
             s.acquisitions += 1
-            # A checkout (_took_permit, inlined: this is the uncontended path).
+            # A checkout (_signal_waits.took, inlined: this is the uncontended path).
             try:
                 now = _pc()
                 sig = st.signals.get(cls)
