@@ -351,6 +351,48 @@ def test_asyncio_semaphores(watched):
     assert (lock["pool"]["capacity"], lock["pool"]["checkouts"]) == (1, 3)
 
 
+# -- live gauges ---------------------------------------------------------------------------
+@pytest.mark.parametrize("kind", ["queue", "semaphore", "condition"])
+def test_workers_blocked_on_a_pool_are_waiting_in_the_live_gauges(watched, kind):
+    """Three threads blocked on an empty pool count as waiting on its class while they block,
+    and no longer once they got a slot."""
+    if kind == "queue":
+        pool: queue.Queue[int] = name_lock(queue.Queue(), "pool")
+        take, give = pool.get, (lambda: pool.put(1))
+    elif kind == "semaphore":
+        sem = name_lock(threading.Semaphore(0), "pool")
+        take, give = sem.acquire, sem.release
+    else:
+        cond = name_lock(threading.Condition(), "pool")
+        slots: list[int] = []
+
+        def take():
+            with cond:
+                cond.wait_for(lambda: slots)
+                slots.pop()
+
+        def give():
+            with cond:
+                slots.append(1)
+                cond.notify()
+
+    threads = [_thread(take, f"taker-{i}") for i in range(3)]
+    _until(lambda: RECORDER.live().get(("pool", _locks_kind(kind)), (0, 0))[0] == 3)
+    for _ in threads:
+        give()
+    for t in threads:
+        t.join()
+    assert RECORDER.live()[("pool", _locks_kind(kind))][0] == 0
+
+
+def _locks_kind(kind: str) -> str:
+    return {
+        "queue": "queue.Queue",
+        "semaphore": "threading.Semaphore",
+        "condition": "threading.Condition",
+    }[kind]
+
+
 # -- spans -----------------------------------------------------------------------------------
 def test_a_long_signal_wait_is_a_lock_wait_span_under_the_task(watched):
     tracer = watched.tracer_provider.get_tracer("t")

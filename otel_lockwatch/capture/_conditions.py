@@ -126,15 +126,19 @@ def watch_condition(cond: Any, cls: LockClass) -> None:
         ctx = current_context()
         me = _get_ident()
         wakes.pop(me, None)
+        cls = d["_lockwatch_class"]
+        before, st.waiting = st.waiting, cls  # for the live gauges, as _bookkeeping.timed_wait
         t0 = _pc()
         try:
             ok = wait(timeout)
         except BaseException:
             woken = wakes.pop(me, 0)
             if woken:  # it waited, then gave up (an exception while waiting)
-                waited(st, d["_lockwatch_class"], t0, woken, False, ctx, False)
+                waited(st, cls, t0, woken, False, ctx, False)
             raise  # else it never waited (the lock was not held)
-        waited(st, d["_lockwatch_class"], t0, wakes.pop(me, 0) or _pc(), ok, ctx, False)
+        finally:
+            st.waiting = before
+        waited(st, cls, t0, wakes.pop(me, 0) or _pc(), ok, ctx, False)
         return ok
 
     _wait.__doc__ = wait.__doc__
@@ -192,15 +196,19 @@ def _watch_async(cond: Any, cls: LockClass) -> None:
             return await wait()
         ctx = current_context()
         wakes[st] = 0
+        cls = d["_lockwatch_class"]
+        before, st.waiting = st.waiting, cls  # for the live gauges
         t0 = _pc()
         try:
             result = await wait()
         except BaseException:  # cancelled (a timeout around it): it gave up
             woken = wakes.pop(st, 0)
             if woken:
-                waited(st, d["_lockwatch_class"], t0, woken, False, ctx, False)
+                waited(st, cls, t0, woken, False, ctx, False)
             raise
-        waited(st, d["_lockwatch_class"], t0, wakes.pop(st, 0) or _pc(), True, ctx, False)
+        finally:
+            st.waiting = before
+        waited(st, cls, t0, wakes.pop(st, 0) or _pc(), True, ctx, False)
         return result
 
     _wait.__doc__ = wait.__doc__

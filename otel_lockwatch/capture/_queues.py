@@ -160,12 +160,15 @@ def _time_waits(cond: Any, d: dict, give: bool) -> None:
         except Exception as exc:
             OUTBOX.failed(exc)
         ctx = current_context()
+        before, st.waiting = st.waiting, cls  # for the live gauges, as _bookkeeping.timed_wait
         t0 = _pc()
         try:
             ok = wait(timeout)
         except BaseException:  # interrupted while waiting: it gave up
             waited(st, cls, t0, _pc(), False, ctx, give)
             raise
+        finally:
+            st.waiting = before
         waited(st, cls, t0, _pc(), ok, ctx, give)
         return ok
 

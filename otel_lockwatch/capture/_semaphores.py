@@ -133,8 +133,12 @@ def threading_acquire_factory(original: Any) -> Any:
                 OUTBOX.failed(exc)
             return True
         ctx = current_context()
+        before, st.waiting = st.waiting, cls  # for the live gauges, as _bookkeeping.timed_wait
         t0 = _pc()
-        ok = original(self, True, timeout)
+        try:
+            ok = original(self, True, timeout)
+        finally:
+            st.waiting = before
         if ok:
             s.acquisitions += 1
         _waited_for_permit(self, st, cls, t0, _pc(), ok, ctx)
@@ -201,12 +205,15 @@ def async_acquire_factory(original: Any) -> Any:
             _took_permit(self, st, cls)
             return result
         ctx = current_context()
+        before, st.waiting = st.waiting, cls  # for the live gauges
         t0 = _pc()
         try:
             result = await original(self)
         except BaseException:  # cancelled (a timeout around it): it gave up
             _waited_for_permit(self, st, cls, t0, _pc(), False, ctx)
             raise
+        finally:
+            st.waiting = before
         s.acquisitions += 1
         _waited_for_permit(self, st, cls, t0, _pc(), True, ctx)
         return result
