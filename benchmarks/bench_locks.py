@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import queue
 import sys
 import threading
 import time
@@ -58,6 +59,30 @@ def section_pair(sections, key):
     def run():
         with sections.lock(key):
             pass
+
+    return run
+
+
+def queue_pair(q):
+    def run():
+        q.put(1)
+        q.get()
+
+    return run
+
+
+def semaphore_pair(sem):
+    def run():
+        with sem:
+            pass
+
+    return run
+
+
+def notify(cond):
+    def run():
+        with cond:
+            cond.notify()
 
     return run
 
@@ -161,6 +186,7 @@ def main() -> None:
     raw_lock = threading.Lock()
     raw_outer = threading.Lock()
     raw_inner = threading.Lock()
+    raw_queue: queue.Queue[int] = queue.Queue()  # created before instrumenting: never watched
     sections = StripedSections(256, name="emitter")
     sections.index(key)
 
@@ -180,6 +206,9 @@ def main() -> None:
     rlock = threading.RLock()
     outer = threading.Lock()
     inner = threading.Lock()
+    watched_queue: queue.Queue[int] = queue.Queue()
+    semaphore = threading.BoundedSemaphore(2)
+    condition = threading.Condition()
     tracer = tracer_provider.get_tracer("naive")
     meter = meter_provider.get_meter("naive")
     naive = naive_baseline(
@@ -191,6 +220,7 @@ def main() -> None:
         "raw threading.Lock": pair(raw_lock),
         "raw nested Lock pair": nested(raw_outer, raw_inner),
         "section, uninstrumented": section_pair(sections, key),
+        "raw queue.Queue put+get": queue_pair(raw_queue),
     }
     watched = {
         "section, instrumented": section_pair(
@@ -199,6 +229,10 @@ def main() -> None:
         "instrumented threading.Lock": pair(lock),
         "instrumented threading.RLock": pair(rlock),
         "instrumented nested Lock pair (order check)": nested(outer, inner),
+        "unwatched queue.Queue put+get, instrumented": queue_pair(raw_queue),
+        "watched queue.Queue put+get": queue_pair(watched_queue),
+        "watched BoundedSemaphore acquire+release": semaphore_pair(semaphore),
+        "watched Condition: with cond: notify()": notify(condition),
     }
     # Rows are measured in interleaved rounds (the instrumentation switched on and off each round),
     # so that every row sees the same machine; each row keeps its best round.
@@ -243,6 +277,10 @@ def main() -> None:
     print(f"instrumented section / uninstrumented:      {section_ratio:.2f}x (target <= 2.5)")
     print(f"the order check of a nested acquisition (nested pair - 2 single pairs): {check:.0f} ns")
     print(f"naive baseline / instrumented Lock:         {naive_ratio:.1f}x")
+    unwatched_queue = (
+        rows["unwatched queue.Queue put+get, instrumented"] / rows["raw queue.Queue put+get"]
+    )
+    print(f"unwatched queue, instrumented / raw:        {unwatched_queue:.2f}x (target 1.0)")
     print(
         f"contended acquisition, added to its wait on the waiting thread: {waiting:.1f} us "
         "(target <= 20 us)"

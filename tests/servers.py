@@ -81,6 +81,9 @@ def redis_server(workdir: Path, timeout_s: float = 10.0) -> Iterator[int]:
 class _SlowHandler(http.server.BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     delay_s = 0.01
+    # The headers and the body go out in two writes: with Nagle's algorithm the body waits for
+    # the client's delayed ACK (40 ms), four times the delay a request is meant to take.
+    disable_nagle_algorithm = True
 
     def do_GET(self) -> None:
         time.sleep(self.delay_s)  # the server's work: the client holds its connection meanwhile

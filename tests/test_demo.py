@@ -126,6 +126,19 @@ def test_demo_sections_serialize_publishes_and_the_subscriber_never_regresses(de
     assert re.search(r"^  sweeper +\d+ sweeps of 256 entities with try_lock", out, re.M)
 
 
+def test_demo_reports_its_connection_pool(demo_run):
+    """Two users of a LifoQueue of two connections: a resource pool that never runs dry, listed
+    with what its capacity supports, and no finding of its own."""
+    rc, path, out, _ = demo_run
+    doc = load_manifest(path).to_dict()
+    (pool,) = doc["resource_pools"]
+    assert (pool["name"], pool["kind"], pool["capacity"]) == ("connections", "queue.LifoQueue", 2)
+    assert pool["waits"]["count"] == 0 and not pool["hot"] and doc["idle_waits"] == []
+    assert pool["checkouts"] > 0 and pool["hold"]["count"] > 0
+    assert pool["workers_supported"] >= 2
+    assert re.search(r"^resource pools\n  pool +kind", out, re.M)
+
+
 def test_demo_prints_the_report_exactly_as_report_does(demo_run, capsys):
     rc, path, out, _ = demo_run
     assert "CYCLIC_ORDERING_DETECTED" in out

@@ -341,9 +341,15 @@ def test_a_producer_and_idle_consumers_are_low_contention(watched):
 def test_ten_batches_of_four_threads_are_a_pool_of_four(watched):
     """No executor, no setting: the nominal size is the most workers alive at once."""
     lock = name_lock(threading.Lock(), "batch_lock")
+    barrier = threading.Barrier(4)
 
     def work():
-        for _ in range(3):
+        with lock:
+            pass
+        # The four of a batch run side by side: without this, a thread that takes its three locks
+        # within one switch interval is gone before the next one of its batch starts.
+        barrier.wait()
+        for _ in range(2):
             with lock:
                 pass
 

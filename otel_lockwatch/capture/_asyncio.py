@@ -1,4 +1,4 @@
-"""Watched asyncio locks: ``asyncio.Lock``, ``asyncio.Semaphore`` and ``AsyncStripedSections``.
+"""Watched asyncio locks: ``asyncio.Lock`` and ``AsyncStripedSections``.
 
 The same bookkeeping as every other lock (``_bookkeeping``), with one difference: the worker is
 the *task*, so the held-lock stack and the statistics belong to ``asyncio.current_task()``. A lock
@@ -34,7 +34,6 @@ __all__ = [
     "async_section_release_factory",
     "lock_acquire_factory",
     "lock_release_factory",
-    "semaphore_acquire_factory",
 ]
 
 _getframe = sys._getframe
@@ -133,26 +132,6 @@ def lock_release_factory(original: Any) -> Any:
             untrack(st, d["_lw_entry"], d["_lw_stats"], d["_lw_start_ns"], d["_lw_context"], None)
 
     return release
-
-
-def semaphore_acquire_factory(original: Any) -> Any:
-    """The patched ``asyncio.Semaphore.acquire``: waits and counts (no owner)."""
-
-    async def acquire(self: Any) -> bool:
-        cls = self.__dict__.get("_lockwatch_class")
-        if cls is None:
-            return await original(self)
-        st = _state()
-        if st.in_lockwatch:
-            return await original(self)
-        s = stats_of(st, cls)
-        if not self.locked():
-            result = await original(self)
-            s.acquisitions += 1
-            return result
-        return await _timed_wait(original(self), st, s, cls, _caller(_LOCKS_GLOBALS))
-
-    return acquire
 
 
 def async_section_acquire_factory(original: Any) -> Any:

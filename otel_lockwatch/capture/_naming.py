@@ -9,15 +9,27 @@ name.
 
 Locks created by OpenTelemetry, ``logging`` and otel-lockwatch itself are never watched: the SDK
 creates a ``Lock`` for every span, so watching them would recurse.
+
+A lock the standard library creates on the user's behalf (``http.cookiejar.CookieJar()`` creating
+its lock) is named after the first frame outside the standard library, where the user built it;
+the standard library's frame becomes the class's *role* (``record._lock_class.ROLES``), not part
+of its name. A module is in the standard library when its file lies under ``sysconfig``'s
+``stdlib`` path and not under a site-packages directory (frozen modules count too).
+
+Two locks created on one line (``a, b = Lock(), Lock()``) are two classes: the column of the call
+(Python 3.11+) is added to the name of every lock created at a column other than the first one
+seen on that line (``app:setup:12:col17``), so locks created one per line keep their names.
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
 import sys
+import sysconfig
 from typing import Any, TypeVar
 
-from ..record._lock_class import LockClass, lock_class
+from ..record._lock_class import LockClass, lock_class, note_role
 
 __all__ = ["LockClass", "lock_class", "name_lock", "site_of", "watched_site"]
 
@@ -39,6 +51,7 @@ _INTERNAL_PACKAGES = EXCLUDED_PACKAGES + (
     "threading",
     "concurrent.futures",
     "asyncio",
+    "queue",
     "multiprocessing",
     "importlib",
     "_weakrefset",
@@ -61,21 +74,95 @@ def site_of(frame: Any) -> str:
     return f"{_module_of(frame)}:{frame.f_code.co_name}:{frame.f_lineno}"
 
 
+def _prefix(path: str) -> str:
+    return os.path.join(os.path.normcase(os.path.abspath(path)), "")
+
+
+_paths = sysconfig.get_paths()
+_STDLIB = tuple({_prefix(_paths[k]) for k in ("stdlib", "platstdlib") if _paths.get(k)})
+_SITE = tuple({_prefix(_paths[k]) for k in ("purelib", "platlib") if _paths.get(k)})
+_stdlib_files: dict[str, bool] = {}
+
+
+def _in_stdlib(frame: Any) -> bool:
+    """Whether the frame runs code of the standard library (its file, once per file)."""
+    filename = frame.f_code.co_filename
+    known = _stdlib_files.get(filename)
+    if known is None:
+        if filename.startswith("<frozen "):
+            known = True
+        else:
+            path = os.path.normcase(os.path.abspath(filename))
+            known = path.startswith(_STDLIB) and not path.startswith(_SITE)
+        _stdlib_files[filename] = known
+    return known
+
+
+def _role(frame: Any) -> str:
+    """``module.qualified_name`` of a standard-library frame: what it made the lock for."""
+    code = frame.f_code
+    return f"{_module_of(frame)}.{getattr(code, 'co_qualname', code.co_name)}"
+
+
+_columns: dict[tuple[Any, int], int | None] = {}  # (code, instruction offset) -> column
+_first_column: dict[tuple[str, int], int | None] = {}  # (file, line) -> first column created at
+
+
+def _column(frame: Any) -> int | None:
+    """The column of the call the frame is making (None before Python 3.11)."""
+    code, lasti = frame.f_code, frame.f_lasti
+    key = (code, lasti)
+    try:
+        return _columns[key]
+    except KeyError:
+        pass
+    column = None
+    positions = getattr(code, "co_positions", None)
+    if positions is not None and lasti >= 0:
+        for i, position in enumerate(positions()):
+            if i == lasti // 2:
+                column = position[2]
+                break
+    _columns[key] = column
+    return column
+
+
+def creation_site(frame: Any) -> str:
+    """The site of a lock created by the call ``frame`` is making: ``module:function:line``, and
+    ``:col<N>`` when a lock was created on that line before at another column."""
+    site = site_of(frame)
+    column = _column(frame)
+    if column is None:
+        return site
+    first = _first_column.setdefault((frame.f_code.co_filename, frame.f_lineno), column)
+    return site if first == column else f"{site}:col{column}"
+
+
 def watched_site(depth: int = 1) -> str | None:
     """The creation site of a lock being created now, or None when it must not be watched.
 
-    A lock is not watched when the code creating it belongs to OpenTelemetry, ``logging``,
-    otel-lockwatch or the standard library's own concurrency machinery (``threading``,
-    ``concurrent.futures``, ``asyncio``, ``multiprocessing``: their internal locks are plumbing,
-    and the primitives they build are watched where they are patched), or when OpenTelemetry or
-    otel-lockwatch is among the few callers above it (an exporter creating a ``queue.Queue``).
+    The site is the creating frame's (:func:`creation_site`), or, for a lock the standard
+    library creates, the first frame outside it (the standard library's frame is noted as the
+    class's role). A lock is not watched when the code creating it belongs to OpenTelemetry,
+    ``logging``, otel-lockwatch or the standard library's own concurrency machinery
+    (``threading``, ``concurrent.futures``, ``asyncio``, ``multiprocessing``, ``queue``: their
+    internal locks are plumbing, and the primitives they build are watched where they are
+    patched), or when OpenTelemetry or otel-lockwatch is among the few callers above it (an
+    exporter creating a ``queue.Queue``).
 
     Args:
         depth: 1 when the caller of this function is the factory called by the creating code.
     """
-    frame = sys._getframe(depth + 1)
+    frame: Any = sys._getframe(depth + 1)
     if _in(_module_of(frame), _INTERNAL_PACKAGES):
         return None
+    creator = None
+    while frame is not None and _in_stdlib(frame):  # made on the user's behalf: name the user
+        if creator is None:
+            creator = frame
+        frame = frame.f_back
+        if frame is None or _in(_module_of(frame), _INTERNAL_PACKAGES):
+            return None  # the standard library's own (no user frame), or its machinery's
     probe = frame.f_back
     for _ in range(_EXCLUSION_DEPTH):
         if probe is None:
@@ -83,7 +170,10 @@ def watched_site(depth: int = 1) -> str | None:
         if _in(_module_of(probe), EXCLUDED_PACKAGES):
             return None
         probe = probe.f_back
-    return site_of(frame)
+    site = creation_site(frame)
+    if creator is not None:
+        note_role(site, _role(creator))
+    return site
 
 
 def name_lock(lock: T, name: str) -> T:
@@ -110,8 +200,12 @@ def name_lock(lock: T, name: str) -> T:
         return lock
     cls = getattr(lock, "_lockwatch_class", None)
     if isinstance(cls, LockClass):
+        named = lock_class(name, cls.kind, cls.site)
         with contextlib.suppress(AttributeError):  # a type without room for it: nothing to name
-            lock._lockwatch_class = lock_class(name, cls.kind, cls.site)  # type: ignore[attr-defined]
+            lock._lockwatch_class = named  # type: ignore[attr-defined]
+        inner = getattr(lock, "_lock", None)  # a Condition's own lock, of the Condition's class
+        if inner is not None and getattr(inner, "_lockwatch_class", None) is cls:
+            inner._lockwatch_class = named
         return lock
     sections_name = getattr(lock, "_name", None)
     if isinstance(sections_name, str) and hasattr(lock, "_release") and hasattr(lock, "index"):

@@ -20,10 +20,14 @@ What is patched:
   code is a proxy that records; locks created before, and by OpenTelemetry, ``logging``,
   otel-lockwatch and the stdlib's own machinery, are the plain locks they always were.
   (``from threading import Lock`` done before instrumenting keeps the plain factory.)
-- ``threading.Condition.__init__``: its lock (an RLock unless one is given) is watched.
-- ``threading.Semaphore`` / ``BoundedSemaphore``, ``asyncio.Lock`` / ``asyncio.Semaphore``, and
-  ``multiprocessing``'s ``SemLock``: ``__init__`` tags an instance created by watched code with
-  its lock class, and the methods record tagged instances only.
+- ``threading.Condition.__init__`` and ``asyncio.Condition.__init__``: a condition created by
+  watched code gets its own ``wait`` and ``notify`` (signal waits and signals); a threading one
+  made without a lock gets a watched RLock.
+- ``queue.Queue.__init__`` (``LifoQueue`` and ``PriorityQueue`` inherit it): a queue created by
+  watched code gets its own storage hooks and condition waits; other queues are untouched.
+- ``threading.Semaphore`` / ``BoundedSemaphore``, ``asyncio.Lock`` / ``asyncio.Semaphore`` /
+  ``BoundedSemaphore``, and ``multiprocessing``'s ``SemLock``: ``__init__`` tags an instance
+  created by watched code with its lock class, and the methods record tagged instances only.
 - ``ThreadPoolExecutor``, ``ProcessPoolExecutor`` and ``multiprocessing.Pool``: their size is the
   pool's nominal size.
 """
@@ -34,6 +38,7 @@ import asyncio.locks
 import functools
 import multiprocessing.pool
 import multiprocessing.synchronize as _sync
+import queue
 import threading
 import types
 from collections.abc import Callable
@@ -44,7 +49,7 @@ from typing import Any
 from ..record._outbox import OUTBOX
 from ..sections._asyncio import AsyncStripedSections
 from ..sections._threaded import StripedSections
-from . import _asyncio, _mp_locks, _sections, _threading
+from . import _asyncio, _conditions, _mp_locks, _queues, _sections, _semaphores, _threading
 from ._multiprocess import pool_init_factory
 from ._naming import lock_class, watched_site
 
@@ -77,6 +82,8 @@ class Patch:
     args: tuple = ()
 
 
+_sem_init = _semaphores.semaphore_init_factory
+
 PATCHES: tuple[Patch, ...] = (
     # section arrays
     Patch(StripedSections, "_acquire", _sections.section_acquire_factory),
@@ -86,23 +93,26 @@ PATCHES: tuple[Patch, ...] = (
     # threading
     Patch(threading, "Lock", _threading.proxy_factory, ("threading.Lock", _threading.LockProxy)),
     Patch(threading, "RLock", _threading.proxy_factory, ("threading.RLock", _threading.RLockProxy)),
-    Patch(threading.Condition, "__init__", _threading.condition_init_factory),
-    Patch(threading.Semaphore, "__init__", tag_init_factory, ("threading.Semaphore",)),
-    Patch(
-        threading.BoundedSemaphore, "__init__", tag_init_factory, ("threading.BoundedSemaphore",)
-    ),
-    Patch(threading.Semaphore, "acquire", _threading.semaphore_acquire_factory),
+    Patch(threading.Condition, "__init__", _conditions.condition_init_factory),
+    Patch(threading.Semaphore, "__init__", _sem_init, ("threading.Semaphore",)),
+    Patch(threading.BoundedSemaphore, "__init__", _sem_init, ("threading.BoundedSemaphore",)),
+    Patch(threading.Semaphore, "acquire", _semaphores.threading_acquire_factory),
     # `with` calls __enter__, which the class binds to the original acquire
-    Patch(threading.Semaphore, "__enter__", _threading.semaphore_acquire_factory),
-    Patch(threading.Semaphore, "release", _threading.semaphore_release_factory),
-    Patch(threading.BoundedSemaphore, "release", _threading.semaphore_release_factory),
+    Patch(threading.Semaphore, "__enter__", _semaphores.threading_acquire_factory),
+    Patch(threading.Semaphore, "release", _semaphores.threading_release_factory),
+    Patch(threading.BoundedSemaphore, "release", _semaphores.threading_release_factory),
     Patch(ThreadPoolExecutor, "__init__", _threading.executor_init_factory),
+    # queue
+    Patch(queue.Queue, "__init__", _queues.queue_init_factory),
     # asyncio
     Patch(asyncio.locks.Lock, "__init__", tag_init_factory, ("asyncio.Lock",)),
     Patch(asyncio.locks.Lock, "acquire", _asyncio.lock_acquire_factory),
     Patch(asyncio.locks.Lock, "release", _asyncio.lock_release_factory),
-    Patch(asyncio.locks.Semaphore, "__init__", tag_init_factory, ("asyncio.Semaphore",)),
-    Patch(asyncio.locks.Semaphore, "acquire", _asyncio.semaphore_acquire_factory),
+    Patch(asyncio.locks.Semaphore, "__init__", _sem_init, ("asyncio.Semaphore",)),
+    Patch(asyncio.locks.BoundedSemaphore, "__init__", _sem_init, ("asyncio.BoundedSemaphore",)),
+    Patch(asyncio.locks.Semaphore, "acquire", _semaphores.async_acquire_factory),
+    Patch(asyncio.locks.Semaphore, "release", _semaphores.async_release_factory),
+    Patch(asyncio.locks.Condition, "__init__", _conditions.async_condition_init_factory),
     # multiprocessing
     Patch(_sync.SemLock, "__init__", _mp_locks.semlock_init_factory),
     Patch(_sync.SemLock, "__getstate__", _mp_locks.semlock_getstate_factory),

@@ -1,4 +1,4 @@
-"""Watched ``threading`` locks: the ``Lock`` / ``RLock`` proxies and the ``Semaphore`` methods.
+"""Watched ``threading`` locks: the ``Lock`` / ``RLock`` proxies.
 
 A ``threading.Lock`` or ``RLock`` created by watched code while instrumented is a ``__slots__``
 proxy around the real lock (not a ``wrapt.ObjectProxy``: a method on one costs about 0.6 us
@@ -7,8 +7,7 @@ more), with the lock's own methods, results, exceptions and ``repr``. Its hot pa
 :class:`_PyLockBase` / :class:`_PyRLockBase` here, the reference, which also serves every call the
 C path hands back. Either way the bookkeeping is ``_bookkeeping``'s.
 
-A ``Condition`` made without a lock gets a watched ``RLock``; a ``Semaphore`` counts permits and
-has no owner, so it is timed and counted but has no hold and takes no part in the lock order.
+Conditions (``_conditions``) and semaphores (``_semaphores``) have modules of their own.
 
 The ``*_factory`` functions build what the patch table (``_patches``) installs.
 """
@@ -18,7 +17,6 @@ from __future__ import annotations
 import _thread
 import sys
 import threading
-from time import perf_counter_ns as _pc
 from typing import TYPE_CHECKING, Any
 
 from ..record._outbox import OUTBOX
@@ -27,11 +25,7 @@ from . import _ordered
 from ._bookkeeping import (
     HOLD_FIELDS,
     acquire_tracked,
-    caller_frame,
     discard,
-    record_try,
-    stats_of,
-    timed_wait,
     untrack,
 )
 from ._fast_path import speedups
@@ -40,19 +34,13 @@ from ._naming import LockClass, lock_class, watched_site
 __all__ = [
     "LockProxy",
     "RLockProxy",
-    "condition_init_factory",
     "executor_init_factory",
     "proxy_factory",
-    "semaphore_acquire_factory",
-    "semaphore_release_factory",
 ]
 
 _getframe = sys._getframe
 _tls = RECORDER.tls  # never replaced: Recorder.reset() keeps it
 _TIMEOUT_MAX = threading.TIMEOUT_MAX
-# The plain RLock factory (this module is imported before anything is patched): a Condition's
-# watched lock wraps one.
-_plain_rlock = threading.RLock
 
 # Frames that are not the acquisition site: RLockProxy.acquire / _acquire_restore calling
 # LockProxy.acquire, threading.Condition's __enter__ / wait() calling its lock's methods, and
@@ -367,64 +355,6 @@ def proxy_factory(original: Any, kind: str, proxy: type[LockProxy]) -> Any:
             return lock
 
     return factory
-
-
-def condition_init_factory(original: Any) -> Any:
-    """The patched ``Condition.__init__``: without a lock given, a watched ``RLock``."""
-
-    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
-        lock = args[0] if args else kwargs.get("lock")
-        if lock is None:
-            try:
-                site = watched_site(1)
-                if site is not None:
-                    lock = RLockProxy.watch(
-                        _plain_rlock(), lock_class(site, "threading.Condition", site)
-                    )
-                    args, kwargs = (lock,), {}
-            except Exception as exc:
-                OUTBOX.failed(exc)
-        original(self, *args, **kwargs)
-        if type(lock) is LockProxy:
-            # Condition's own _is_owned() would try-acquire the lock: ask the proxy instead.
-            self._is_owned = lock._lw_is_owned
-
-    return __init__
-
-
-def semaphore_acquire_factory(original: Any) -> Any:
-    """The patched ``Semaphore.acquire`` (and ``__enter__``) for instances created while
-    instrumented: waits and counts."""
-
-    def acquire(self: Any, blocking: bool = True, timeout: float | None = None) -> bool:
-        cls = self.__dict__.get("_lockwatch_class")
-        if cls is None or (timeout is not None and not blocking):
-            return original(self, blocking, timeout)
-        st = RECORDER.thread_state()
-        if st.in_lockwatch:
-            return original(self, blocking, timeout)
-        s = stats_of(st, cls)
-        if not blocking:
-            return record_try(s, original(self, False))
-        if original(self, False):
-            s.acquisitions += 1
-            return True
-        return timed_wait(original, (self, True, timeout), st, s, cls, caller_frame())
-
-    return acquire
-
-
-def semaphore_release_factory(original: Any) -> Any:
-    """The patched ``Semaphore.release``: it ends the worker's observed time."""
-
-    def release(self: Any, n: int = 1) -> None:
-        original(self, n)
-        if "_lockwatch_class" in self.__dict__:
-            st = getattr(_tls, "st", None)
-            if st is not None:
-                st.last = _pc()
-
-    return release
 
 
 def executor_init_factory(original: Any) -> Any:

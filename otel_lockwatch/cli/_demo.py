@@ -439,6 +439,11 @@ def _summary(workload: ModuleType, pool: Any, counts: dict[str, int], written: P
             "accounts -> ledger once; later publisher-03 ledger -> accounts: no deadlock",
         ),
         (
+            "connections",
+            f"a LifoQueue of {workload.CONNECTIONS}: the sweeper loads, the reporter writes "
+            f"its snapshots over one ({counts['sweeps'] + counts['snapshots']:,} checkouts)",
+        ),
+        (
             "subscriber",
             f"{counts['received']:,} sends received for {keys} entities, "
             f"{counts['regressions']} regressions (a view moving backward)",

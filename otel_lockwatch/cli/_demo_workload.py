@@ -21,6 +21,10 @@ size), each given a role by its index:
 ``compactor`` (worker 2)
     A low-priority background job holding ``stats_snapshot`` ``COMPACT_HOLD_S`` at a time. Once,
     first thing, it takes ``accounts`` then ``ledger``.
+``connections``
+    A connection pool: a ``queue.LifoQueue`` of ``CONNECTIONS`` (2) connections. The sweeper
+    loads each sweep's entities over one, the reporter writes each snapshot over one: two users
+    of two connections, a pool that never runs dry, reported with what its capacity supports.
 ``publisher-NN`` (workers 3 and up)
     The event path: re-read the configuration under ``global_config`` (one lock for the whole
     pool: it becomes the hot lock), then change an entity and publish it under its section with
@@ -45,6 +49,7 @@ created on a line of its own.
 from __future__ import annotations
 
 import itertools
+import queue
 import random
 import threading
 import time
@@ -68,12 +73,15 @@ SEND_S = 0.0005
 #: How long the compactor holds ``stats_snapshot``, and how long it lets go between holds.
 COMPACT_HOLD_S = 0.02
 COMPACT_PAUSE_S = 0.001
-#: How long the reporter works between two snapshots.
+#: How long the reporter works between two snapshots (writing each out included).
 REPORT_PAUSE_S = 0.1
 #: Time between two sweeps; a sweep loads the entities in batches, each load taking a moment.
 SWEEP_INTERVAL_S = 0.02
 SWEEP_BATCH = 32
 SWEEP_BATCH_LOAD_S = 0.0002
+#: The connection pool's size, and how long the reporter holds a connection to write a snapshot.
+CONNECTIONS = 2
+REPORT_WRITE_S = 0.002
 #: How long publisher-03 waits at most for the compactor's accounts -> ledger.
 ORDERING_WAIT_S = 10.0
 
@@ -114,6 +122,9 @@ class Pool:
         self.stats_lock = name_lock(threading.Lock(), "stats_snapshot")
         self.accounts = name_lock(threading.Lock(), "accounts")
         self.ledger = name_lock(threading.Lock(), "ledger")
+        self.connections: queue.LifoQueue[int] = name_lock(queue.LifoQueue(), "connections")
+        for connection in range(CONNECTIONS):
+            self.connections.put(connection)
         self.store: dict[str, int] = dict.fromkeys(self.keys, 0)
         self.last_sent: dict[str, int] = {}
         self.subscriber = Subscriber(self.keys)
@@ -148,14 +159,18 @@ class Pool:
 
     def sweep(self) -> None:
         """The periodic path: skip a held section rather than queue behind it."""
-        for i, key in enumerate(self.keys):
-            if i % SWEEP_BATCH == 0:
-                time.sleep(SWEEP_BATCH_LOAD_S)  # loading the next batch of entities
-            with self.sections.try_lock(key) as held:
-                if not held:
-                    self.sweep_skips += 1
-                    continue
-                self._send(key)
+        connection = self.connections.get()  # the entities are loaded over a connection
+        try:
+            for i, key in enumerate(self.keys):
+                if i % SWEEP_BATCH == 0:
+                    time.sleep(SWEEP_BATCH_LOAD_S)  # loading the next batch of entities
+                with self.sections.try_lock(key) as held:
+                    if not held:
+                        self.sweep_skips += 1
+                        continue
+                    self._send(key)
+        finally:
+            self.connections.put(connection)
         self.sweeps += 1
 
     # -- the roles -------------------------------------------------------------------------
@@ -183,7 +198,10 @@ class Pool:
         while self._running():
             with self._task("snapshot"), self.stats_lock:
                 self.snapshots += 1
-            time.sleep(REPORT_PAUSE_S)
+            connection = self.connections.get()
+            time.sleep(REPORT_WRITE_S)  # hold: writing the snapshot out (part of the pause)
+            self.connections.put(connection)
+            time.sleep(REPORT_PAUSE_S - REPORT_WRITE_S)
 
     def compactor(self, worker: int) -> None:
         # Nested, not `with a, b:`, so the two acquisitions have sites of their own.

@@ -37,6 +37,7 @@ __all__ = [
     "LogHistogram",
     "bucket_bounds",
     "bucket_of",
+    "from_buckets",
     "nearest_rank",
 ]
 
@@ -337,3 +338,25 @@ class LogHistogram:
             f"<LogHistogram count={self.count} min={self.min} "
             f"p50={self.percentile(0.5)} max={self.max}>"
         )
+
+
+def from_buckets(
+    counts: dict[int, int], total: int, lo: int, hi: int, zeros: int = 0
+) -> LogHistogram:
+    """A recorder's bucket dict (``bucket_of(ns) -> count``) as a ``LogHistogram``, with
+    ``zeros`` extra samples of 0.
+
+    Set field by field (the histogram's documented attributes), without ``from_json``'s
+    consistency checks: a snapshot reads counters that other threads may be writing, and a total
+    one sample ahead of its buckets is still a usable histogram.
+    """
+    h = LogHistogram()
+    buckets = dict(counts)  # one C-level copy: the owner thread may be adding to it
+    n = sum(buckets.values())
+    if zeros > 0:
+        buckets[0] = buckets.get(0, 0) + zeros
+        n += zeros
+        lo = 0
+    if n:
+        h.counts, h.count, h.sum, h.min, h.max = buckets, n, total, max(lo, 0), hi
+    return h

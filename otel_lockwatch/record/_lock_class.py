@@ -3,7 +3,9 @@
 Lockdep's rule: every lock created at one code site is one *class*. Statistics, spans, metrics
 and the lock-order graph are kept per class, so their cardinality is bounded by the code, never
 by the data. How a lock gets its class name (its creation site, or ``name_lock``) is decided by
-``capture._naming``; this module only interns the classes.
+``capture._naming``; this module only interns the classes, and keeps their *roles*: what the
+standard library made a class for when it made it on the user's behalf (``queue.Queue.__init__``
+creating a lock for the ``Queue()`` the user built), an attribute beside the name, never in it.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ from __future__ import annotations
 import _thread
 import os
 
-__all__ = ["LockClass", "lock_class"]
+__all__ = ["ROLES", "LockClass", "lock_class", "note_role"]
 
 
 class LockClass:
@@ -56,3 +58,15 @@ def lock_class(name: str, kind: str, site: str = "") -> LockClass:
             if cls is None:
                 cls = _classes[key] = LockClass(name, kind, site or name)
     return cls
+
+
+#: class name -> role. Kept for the life of the process, like the classes; when one name was
+#: given several, the least is kept, so the choice does not depend on the order of creation.
+ROLES: dict[str, str] = {}
+
+
+def note_role(name: str, role: str) -> None:
+    """Remember that the class ``name`` was created by the standard library as ``role``."""
+    known = ROLES.get(name)
+    if known is None or role < known:
+        ROLES[name] = role

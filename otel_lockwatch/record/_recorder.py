@@ -25,9 +25,11 @@ from itertools import chain
 from typing import Any
 
 from ._data import WorkerTotals, expand_lock_workers, merge_data
-from ._histogram import LogHistogram
+from ._histogram import from_buckets
 from ._live import live_counts
-from ._lock_class import LockClass
+from ._lock_class import ROLES, LockClass
+from ._peak import PeakWorkers
+from ._signals import SignalStats, merge_signals, signal_parts
 
 __all__ = [
     "MAX_WORKERS",
@@ -118,6 +120,7 @@ WORKER_FIELDS = (
     "thread",  # the thread or task it belongs to, weakly (an ended one is folded away)
     "retired",  # observed time (ns) of the ended workers folded into this state
     "waiting",  # the lock class this worker is blocked on right now (set by the slow path), or None
+    "signals",  # lock class -> SignalStats (record._signals)
 )
 
 
@@ -143,6 +146,7 @@ class WorkerState:
         self.thread = weakref.ref(thread) if thread is not None else None
         self.retired = 0
         self.waiting: LockClass | None = None
+        self.signals: dict[LockClass, SignalStats] = {}
 
     def alive(self) -> bool:
         """Whether the thread or task this state belongs to can still record."""
@@ -163,6 +167,7 @@ class WorkerState:
                 mine.merge(s)
         for key, n in other.spans.items():
             self.spans[key] = self.spans.get(key, 0) + n
+        merge_signals(self.signals, other.signals)
 
     def clear(self) -> None:
         """Forget what was recorded, the held stack included (a release of a lock held across
@@ -171,6 +176,7 @@ class WorkerState:
         self.stats.clear()
         self.chain.clear()
         self.spans.clear()
+        self.signals.clear()
         self.first = self.last = time.perf_counter_ns()
 
 
@@ -180,27 +186,6 @@ def _iso(ns: int) -> str:
         .isoformat(timespec="milliseconds")
         .replace("+00:00", "Z")
     )
-
-
-def _histogram(
-    counts: dict[int, int], total: int, lo: int, hi: int, zeros: int = 0
-) -> LogHistogram:
-    """A worker's bucket dict as a ``LogHistogram``, with ``zeros`` extra samples of 0.
-
-    Set field by field (the histogram's documented attributes), without ``from_json``'s
-    consistency checks: a snapshot reads counters that other threads may be writing, and a total
-    one sample ahead of its buckets is still a usable histogram.
-    """
-    h = LogHistogram()
-    buckets = dict(counts)  # one C-level copy: the owner thread may be adding to it
-    n = sum(buckets.values())
-    if zeros > 0:
-        buckets[0] = buckets.get(0, 0) + zeros
-        n += zeros
-        lo = 0
-    if n:
-        h.counts, h.count, h.sum, h.min, h.max = buckets, n, total, max(lo, 0), hi
-    return h
 
 
 class _ForeignThread:
@@ -251,6 +236,7 @@ class Recorder:
         # Lock class name -> how many of its locks were gone while held (their held-stack
         # entries dropped by the order check): lockdep's "held lock freed".
         self.held_locks_freed: dict[str, int] = {}
+        self.peak = PeakWorkers()  # the most workers alive at once
         self.reset()
         if hasattr(os, "register_at_fork"):
             os.register_at_fork(after_in_child=self._after_fork_in_child)
@@ -279,6 +265,7 @@ class Recorder:
             self.start_ns = time.time_ns()
             self.graph = LockOrderGraph()
             self.held_locks_freed = {}
+            self.peak.reset(keep)
 
     def _register(self, worker: str, owner: Any = None) -> WorkerState:
         with self._lock:
@@ -295,6 +282,7 @@ class Recorder:
             self._names.add(worker)
             state = WorkerState(worker, thread=owner)
             self._states.append(state)
+            self.peak.started(state, owner, self.tls)
             return state
 
     def _compact(self) -> None:
@@ -366,6 +354,7 @@ class Recorder:
             self._states.append(fresh)
             self._names.add(fresh.worker)
             self.tls.st = fresh
+        self.peak.after_fork_in_child(self.tls.st if current is not None else None)
 
     def note_array(self, track: Any) -> None:
         """Remember a section array's tracking (its count and the most sections held at once)."""
@@ -412,6 +401,7 @@ class Recorder:
             chain(
                 chain.from_iterable(_state_parts(state, now) for state in states),
                 ({"sections": {t.name: _track_section(t)}} for t in tracks),
+                signal_parts(states),
             )
         )
         expand_lock_workers(data)
@@ -423,7 +413,10 @@ class Recorder:
         data["lock_order"] = (
             self.graph.to_json() if self.graph is not None else {"edges": [], "cycles": []}
         )
+        for name in data["locks"].keys() & ROLES.keys():
+            data["locks"][name]["role"] = ROLES[name]
         data["pool"] = {"nominal": self.pool_size, "source": self.pool_source}
+        data["pool"]["peak_workers"] = self.peak.peak()
         data["process"] = {
             "pid": os.getpid(),
             "start": _iso(self.start_ns),
@@ -466,14 +459,14 @@ def _stats_data(kind: str, worker: str, s: Stats) -> dict[str, Any]:
         "contentions": s.contentions,
         "skipped": s.skipped,
         "timeouts": s.timeouts,
-        "wait_ns": _histogram(
+        "wait_ns": from_buckets(
             s.wait_histogram,
             s.wait_total_ns,
             s.wait_min_ns if s.wait_histogram else 0,
             s.wait_max_ns,
             zeros=blocking - s.contentions,
         ),
-        "hold_ns": _histogram(
+        "hold_ns": from_buckets(
             s.hold_histogram,
             s.hold_total_ns,
             s.hold_min_ns if s.hold_histogram else 0,

@@ -1,0 +1,179 @@
+"""Watched queues: a ``queue.Queue`` is one lock class, its blocking ``get`` / ``put`` signal waits.
+
+A connection pool built on a queue (urllib3's ``HTTPConnectionPool``, redis-py's
+``BlockingConnectionPool``: a ``LifoQueue`` of connections) checks out with ``get`` and checks in
+with ``put``. A ``queue.Queue``, ``LifoQueue`` or ``PriorityQueue`` created by watched code while
+instrumented is one lock class, named by where it was created (kind ``queue.Queue``,
+``queue.LifoQueue``, ``queue.PriorityQueue``); its mutex and conditions are the queue's
+internals, not classes of their own (the ``queue`` module's locks are never watched, like
+``threading``'s). The C ``queue.SimpleQueue`` is not patched.
+
+- A ``get`` that finds the queue empty waits on the queue's ``not_empty`` condition: a signal
+  wait (to *take*), ended by a ``put``; a ``put`` that finds a bounded queue full waits on
+  ``not_full``: a signal wait (to *give*), ended by a ``get``. A wait that times out is counted.
+- Every item taken is a take (a checkout): the items left after it, and the hold until the
+  same worker's next ``put``; every item put is a give (a checkin, and the signal of the
+  get-waiters): the items held after it (the capacity is the most the queue held).
+
+**Where it hooks: per queue, not per class.** Only ``Queue.__init__`` is patched. A watched
+queue gets, as attributes of its own, a wrapper around its ``_get`` and ``_put`` (the storage
+hooks that ``get`` and ``put`` call under the queue's mutex once an item moves, so the sizes
+read there are exact) and around its two conditions' ``wait`` (called only when ``get`` or
+``put`` must block: the clock is read for a wait only then). ``get`` and ``put`` themselves run
+unchanged, with the caller's arguments, and a subclass's overrides run as they always did. A
+queue that is not watched (OpenTelemetry's, ``logging``'s, lockwatch's own, every queue created
+before instrumenting) is not touched at all and pays nothing. The wait includes re-taking the
+queue's mutex, which is not watched: nothing is counted twice. Like a lock proxy, a queue
+created while instrumented keeps recording after ``uninstrument()``.
+"""
+
+from __future__ import annotations
+
+import queue
+from time import perf_counter_ns as _pc
+from typing import Any
+
+from ..record._outbox import OUTBOX
+from ..record._recorder import RECORDER
+from ._bookkeeping import current_context
+from ._naming import LockClass, lock_class, watched_site
+from ._signal_waits import signal_stats, skip_frames_of, thread_state, waited
+
+__all__ = ["queue_init_factory", "watch_queue"]
+
+_tls = RECORDER.tls  # never replaced: Recorder.reset() keeps it
+_KINDS = ((queue.PriorityQueue, "queue.PriorityQueue"), (queue.LifoQueue, "queue.LifoQueue"))
+# The stdlib's own _qsize: len(self.queue). A queue with one of them is measured with len(), a
+# call less; any other (a subclass's) is called.
+_LEN_OF_QUEUE = {
+    vars(kind)["_qsize"]
+    for kind in (queue.Queue, queue.LifoQueue, queue.PriorityQueue)
+    if "_qsize" in vars(kind)
+}
+
+
+def _kind(q: Any) -> str:
+    for base, kind in _KINDS:
+        if isinstance(q, base):
+            return kind
+    return "queue.Queue"
+
+
+def queue_init_factory(original: Any) -> Any:
+    """The patched ``queue.Queue.__init__`` (``LifoQueue`` and ``PriorityQueue`` inherit it): a
+    queue created by watched code is one watched class."""
+
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        original(self, *args, **kwargs)
+        try:
+            site = watched_site(1)
+            if site is not None:
+                watch_queue(self, lock_class(site, _kind(self), site))
+        except Exception as exc:  # never into the host: the queue works unwatched
+            OUTBOX.failed(exc)
+
+    return __init__
+
+
+def watch_queue(q: Any, cls: LockClass) -> None:
+    """Make ``q`` a watched queue of class ``cls`` (called at its creation)."""
+    d = q.__dict__
+    d["_lockwatch_class"] = cls
+    get, put, size = q._get, q._put, q._qsize
+    sized = type(q)._qsize in _LEN_OF_QUEUE
+
+    def _get() -> Any:
+        item = get()
+        try:  # a checkout (_signal_waits.took, inlined: this runs on every get)
+            try:
+                st = _tls.st
+            except AttributeError:
+                st = RECORDER.thread_state()
+            if st.in_lockwatch:
+                return item
+            now = _pc()
+            cls = d["_lockwatch_class"]
+            s = st.signals.get(cls)
+            if s is None:
+                s = signal_stats(st, cls)
+            s.takes += 1
+            s.pending.append(now)
+            left = len(d["queue"]) if sized else size()
+            if left < s.fewest:
+                s.fewest = left
+            st.last = now
+        except Exception as exc:
+            OUTBOX.failed(exc)
+        return item
+
+    def _put(item: Any) -> None:
+        put(item)
+        try:  # a checkin and a signal (_signal_waits.gave, inlined: this runs on every put)
+            try:
+                st = _tls.st
+            except AttributeError:
+                st = RECORDER.thread_state()
+            if st.in_lockwatch:
+                return
+            now = _pc()
+            cls = d["_lockwatch_class"]
+            s = st.signals.get(cls)
+            if s is None:
+                s = signal_stats(st, cls)
+            s.gives += 1
+            pending = s.pending
+            if pending:
+                h = now - pending.pop()
+                s.hold_total_ns += h
+                b = h.bit_length()
+                b = ((b - 5) << 4) + (h >> (b - 5)) if b > 5 else h
+                hist = s.hold_histogram
+                hist[b] = hist.get(b, 0) + 1
+                if h > s.hold_max_ns:
+                    s.hold_max_ns = h
+                if h < s.hold_min_ns:
+                    s.hold_min_ns = h
+            held = len(d["queue"]) if sized else size()
+            if held > s.most:  # every item came in through a watched put: the most it held
+                s.most = held
+            st.last = now
+        except Exception as exc:
+            OUTBOX.failed(exc)
+
+    q._get = _get
+    q._put = _put
+    _time_waits(q.not_empty, d, give=False)
+    _time_waits(q.not_full, d, give=True)
+
+
+def _time_waits(cond: Any, d: dict, give: bool) -> None:
+    """Time every ``wait`` on one of the queue's conditions as a signal wait of the queue."""
+    wait = cond.wait
+
+    def _wait(timeout: float | None = None) -> bool:
+        st = thread_state()
+        if st.in_lockwatch:
+            return wait(timeout)
+        cls = d["_lockwatch_class"]
+        try:  # a worker of the class from now: it counts as alive while it waits
+            signal_stats(st, cls)
+        except Exception as exc:
+            OUTBOX.failed(exc)
+        ctx = current_context()
+        before, st.waiting = st.waiting, cls  # for the live gauges, as _bookkeeping.timed_wait
+        t0 = _pc()
+        try:
+            ok = wait(timeout)
+        except BaseException:  # interrupted while waiting: it gave up
+            waited(st, cls, t0, _pc(), False, ctx, give)
+            raise
+        finally:
+            st.waiting = before
+        waited(st, cls, t0, _pc(), ok, ctx, give)
+        return ok
+
+    _wait.__doc__ = wait.__doc__
+    cond.wait = _wait
+
+
+skip_frames_of(globals())

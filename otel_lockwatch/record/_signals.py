@@ -1,0 +1,220 @@
+"""Signal waits and the pools they guard, per worker: what the condition, queue and semaphore
+paths leave behind.
+
+A *signal wait* ends only when another worker signals: ``Condition.wait`` ends at a ``notify``,
+a ``get`` on an empty queue at a ``put`` (a ``put`` on a full one at a ``get``), a semaphore's
+blocking ``acquire`` at a ``release``. The mutex paths record into the worker's ``Stats``; these
+paths record into the worker's ``signals``, one :class:`SignalStats` per lock class, kept apart so
+that a signal wait is never a mutex wait (the evaluation decides which signal waits are
+contention: ``manifest._pools``).
+
+Every operation is seen from two sides, a *take* and a *give*:
+
+==============  ==============================  ==============================
+class           take (a checkout; may wait)     give (a signal; may wait)
+==============  ==============================  ==============================
+Condition       ``wait`` (not counted as take)  ``notify`` / ``notify_all``
+queue           ``get``                         ``put`` (waits when full)
+semaphore       ``acquire``                     ``release``
+==============  ==============================  ==============================
+
+A worker's ``signals`` in the data part are the gives that end the waits it made, direction by
+direction: a worker that waited to take signals by giving (it puts back the connection it got),
+a worker that waited to give (a producer on a full queue) signals by taking. A worker that waited
+both ways counts both directions when it both took and gave, else the direction it waited longer
+in. A worker that never waited reports its gives.
+
+For queues and semaphores the pool is kept too: the capacity (a queue: the most items it held;
+a semaphore: its initial value), the fewest items or permits left after a take, the takes, and
+the hold from a take to the same worker's next give (paired last in, first out, so nested
+checkouts pair as they nest; the last :data:`PENDING_MAX` takes are remembered, since a consumer
+never gives back). Capacity and the fewest left are merged over the class's workers before the
+peak in use is computed: one worker may only ever put, another only ever get.
+
+A worker's statistics are written by that worker only, like its ``Stats``; :func:`signal_parts`
+turns every worker's into data parts when a snapshot is asked for.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+from ._histogram import LogHistogram, from_buckets
+
+__all__ = ["PENDING_MAX", "POOLED_KINDS", "SignalStats", "merge_signals", "signal_parts"]
+
+#: Takes remembered per worker and class for their hold time.
+PENDING_MAX = 16
+#: The kinds whose classes are pools of items or permits (a bare condition has no capacity).
+POOLED_KINDS = (
+    "queue.Queue",
+    "queue.LifoQueue",
+    "queue.PriorityQueue",
+    "threading.Semaphore",
+    "threading.BoundedSemaphore",
+    "asyncio.Semaphore",
+    "asyncio.BoundedSemaphore",
+)
+_NONE = 1 << 62  # the minimum of no sample
+
+
+class SignalStats:
+    """One worker's signal waits and pool use on one lock class."""
+
+    __slots__ = (
+        "waits",
+        "wait_ns",
+        "give_waits",
+        "give_wait_ns",
+        "timeouts",
+        "wait_histogram",
+        "wait_min_ns",
+        "wait_max_ns",
+        "takes",
+        "gives",
+        "most",
+        "fewest",
+        "pending",
+        "hold_total_ns",
+        "hold_histogram",
+        "hold_min_ns",
+        "hold_max_ns",
+    )
+
+    def __init__(self) -> None:
+        self.waits = 0  # blocked signal waits to take (Condition.wait, get on empty, acquire)
+        self.wait_ns = 0  # their total
+        self.give_waits = 0  # blocked signal waits to give (put on a full queue)
+        self.give_wait_ns = 0
+        self.timeouts = 0  # waits (either way) that gave up
+        self.wait_histogram: dict[int, int] = {}  # every blocked signal wait: bucket -> count
+        self.wait_min_ns = _NONE
+        self.wait_max_ns = 0
+        self.takes = 0  # gets, acquires
+        self.gives = 0  # puts, releases, notifies
+        self.most = -1  # the capacity seen (-1: unknown)
+        self.fewest = _NONE  # the fewest items or permits left after a take
+        self.pending: deque[int] = deque(maxlen=PENDING_MAX)  # takes not given back yet
+        self.hold_total_ns = 0  # take -> give
+        self.hold_histogram: dict[int, int] = {}
+        self.hold_min_ns = _NONE
+        self.hold_max_ns = 0
+
+    def merge(self, other: SignalStats) -> None:
+        """Add ``other``'s counts to these (an ended worker folded into a retired state)."""
+        for name in (
+            "waits",
+            "wait_ns",
+            "give_waits",
+            "give_wait_ns",
+            "timeouts",
+            "takes",
+            "gives",
+            "hold_total_ns",
+        ):
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+        for mine, theirs in (
+            (self.wait_histogram, other.wait_histogram),
+            (self.hold_histogram, other.hold_histogram),
+        ):
+            for bucket, n in list(theirs.items()):
+                mine[bucket] = mine.get(bucket, 0) + n
+        self.wait_min_ns = min(self.wait_min_ns, other.wait_min_ns)
+        self.wait_max_ns = max(self.wait_max_ns, other.wait_max_ns)
+        self.hold_min_ns = min(self.hold_min_ns, other.hold_min_ns)
+        self.hold_max_ns = max(self.hold_max_ns, other.hold_max_ns)
+        self.most = max(self.most, other.most)
+        self.fewest = min(self.fewest, other.fewest)
+
+    def signals(self) -> int:
+        """The worker's signals by the rule of the module docstring."""
+        if self.waits and self.give_waits:
+            if self.takes and self.gives:
+                return self.takes + self.gives
+            return self.gives if self.wait_ns >= self.give_wait_ns else self.takes
+        return self.takes if self.give_waits else self.gives
+
+
+def merge_signals(into: dict[Any, SignalStats], other: dict[Any, SignalStats]) -> None:
+    """Add a worker's signal statistics (lock class -> :class:`SignalStats`) to ``into``'s."""
+    for cls, s in list(other.items()):
+        mine = into.get(cls)
+        if mine is None:
+            mine = into[cls] = SignalStats()
+        mine.merge(s)
+
+
+def _empty_lock(kind: str) -> dict[str, Any]:
+    return {
+        "kind": kind,
+        "acquisitions": 0,
+        "contentions": 0,
+        "skipped": 0,
+        "timeouts": 0,
+        "wait_ns": LogHistogram(),
+        "hold_ns": LogHistogram(),
+        "workers": {},
+    }
+
+
+def signal_parts(states: Iterable[Any]) -> Iterator[dict[str, Any]]:
+    """The data parts of every worker's signal waits and pool use (merged by ``merge_data``).
+
+    One part per (worker, class) with that worker's ``signal_waits`` (and ``pool`` checkouts and
+    holds); then one part per pooled class with its ``capacity`` and ``in_use_peak``, from the
+    capacity and the fewest left over all its workers.
+
+    Args:
+        states: the ``WorkerState`` of every worker (their ``signals`` are read).
+    """
+    extent: dict[Any, list[int]] = {}  # pooled class -> [most, fewest]
+    for state in states:
+        for cls, s in list(state.signals.items()):
+            pooled = cls.kind in POOLED_KINDS
+            waits = s.waits + s.give_waits
+            signals = s.signals()
+            lock = _empty_lock(cls.kind)
+            lock["signal_waits"] = {
+                "count": waits,
+                "timeouts": s.timeouts,
+                "wait_ns": from_buckets(
+                    s.wait_histogram, s.wait_ns + s.give_wait_ns, s.wait_min_ns, s.wait_max_ns
+                ),
+                "workers": (
+                    {
+                        state.worker: {
+                            "waits": waits,
+                            "wait_ns": s.wait_ns + s.give_wait_ns,
+                            "signals": signals,
+                        }
+                    }
+                    if waits or signals
+                    else {}
+                ),
+            }
+            if pooled:
+                lock["pool"] = {
+                    "capacity": None,
+                    "in_use_peak": None,
+                    "checkouts": s.takes,
+                    "hold_ns": from_buckets(
+                        s.hold_histogram, s.hold_total_ns, s.hold_min_ns, s.hold_max_ns
+                    ),
+                }
+                known = extent.setdefault(cls, [-1, _NONE])
+                known[0] = max(known[0], s.most)
+                known[1] = min(known[1], s.fewest)
+            yield {"locks": {cls.name: lock}}
+    for cls, (most, fewest) in extent.items():
+        capacity = most if most >= 0 else None
+        in_use = None if capacity is None or fewest == _NONE else max(0, capacity - fewest)
+        lock = _empty_lock(cls.kind)
+        lock["pool"] = {
+            "capacity": capacity,
+            "in_use_peak": in_use,
+            "checkouts": 0,
+            "hold_ns": LogHistogram(),
+        }
+        yield {"locks": {cls.name: lock}}
