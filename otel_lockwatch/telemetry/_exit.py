@@ -22,6 +22,7 @@ truncated manifest, and the previous one survives.
 
 from __future__ import annotations
 
+import itertools
 import logging
 import os
 import threading
@@ -138,7 +139,9 @@ class ManifestExporter(SpanExporter):
         self._span_sent = False
         self._stop = threading.Event()
         self._checkpointer: threading.Thread | None = None
-        self._lock = _raw_lock()
+        self._lock = _raw_lock()  # one file write at a time; never held while evaluating
+        self._tickets = itertools.count(1)  # the order writes began evaluating in
+        self._on_disk = 0  # the ticket of the evaluation on disk
         self.last_path: Path | None = None
         self.writes = 0
 
@@ -172,6 +175,8 @@ class ManifestExporter(SpanExporter):
         manifest span not yet sent, and its own checkpoint thread when an interval is set."""
         _HOOKS.after_fork_in_child()
         self._lock = _raw_lock()
+        self._tickets = itertools.count(1)
+        self._on_disk = 0
         self._span_sent = False
         self.last_path = None
         self.writes = 0
@@ -211,14 +216,22 @@ class ManifestExporter(SpanExporter):
                 _shutdown_processors(self._provider, budget)
 
     def write(self, final: bool) -> Path | None:
-        """Evaluate and write the manifest now; ``final`` also sends the manifest span once."""
+        """Evaluate and write the manifest now; ``final`` also sends the manifest span once.
+
+        The evaluation runs outside the exporter's lock, which guards only the file and the
+        span: the SIGTERM handler may run this on a main thread that holds a recorder lock
+        (interrupted inside the recorder), and a checkpoint holding the exporter's lock while
+        it waited for that recorder lock would never let the handler in. Two writes evaluated
+        concurrently leave the later evaluation on disk.
+        """
         if _multiprocess.skip_write():  # a child process that recorded no lock activity
             return None
         st = RECORDER.thread_state()
         was_in_lockwatch = st.in_lockwatch
         st.in_lockwatch = True
         try:
-            with _HOOKS.signals_deferred(), self._lock:
+            with _HOOKS.signals_deferred():
+                ticket = next(self._tickets)
                 name = _service_name(self._provider)
                 manifest = evaluate(service_name=name) if name else evaluate()
                 path = (
@@ -226,26 +239,31 @@ class ManifestExporter(SpanExporter):
                     if self._path is None
                     else _multiprocess.manifest_path(self._path)  # a child's own file
                 )
-                self.last_path = written = _io.dump_manifest(manifest, path)
-                self.writes += 1
-                if final and _HOOKS.exiting:
-                    _HOOKS.arm_second_signal()  # the manifest is on disk: a 2nd signal may end it
-                if final and not self._span_sent:
-                    self._span_sent = True
-                    # The manifest first, the telemetry after, within a deadline: the SDK's
-                    # export may block as long as its exporter retries a collector that is down.
-                    sent = TELEMETRY.flush(
-                        _exit_timeout_s(),
-                        lambda: _send_manifest_span(manifest, written, self._provider),
-                    )
-                    if not sent:
-                        logger.warning(
-                            "otel-lockwatch: spans still unsent after %g s were dropped "
-                            "(the manifest is written to %s)",
+                with self._lock:
+                    if ticket > self._on_disk or self.last_path is None:
+                        self.last_path = _io.dump_manifest(manifest, path)
+                        self._on_disk = ticket
+                        self.writes += 1
+                    written = self.last_path  # else a later evaluation is on disk already
+                    if final and _HOOKS.exiting:
+                        _HOOKS.arm_second_signal()  # the manifest is on disk: a 2nd signal ends it
+                    if final and not self._span_sent:
+                        self._span_sent = True
+                        # The manifest first, the telemetry after, within a deadline: the SDK's
+                        # export may block as long as its exporter retries a collector that is
+                        # down.
+                        sent = TELEMETRY.flush(
                             _exit_timeout_s(),
-                            written,
+                            lambda: _send_manifest_span(manifest, written, self._provider),
                         )
-                return self.last_path
+                        if not sent:
+                            logger.warning(
+                                "otel-lockwatch: spans still unsent after %g s were dropped "
+                                "(the manifest is written to %s)",
+                                _exit_timeout_s(),
+                                written,
+                            )
+                    return written
         except OSError as exc:  # the path's fault, not lockwatch's: say so at every failed write
             logger.warning("otel-lockwatch: could not write the manifest: %s", exc)
             return None
