@@ -41,12 +41,15 @@ VERDICT_SEVERITY = {
     "HOT_LOCK_DETECTED": "warn",
     "STARVATION_OBSERVED": "bad",
     "CYCLIC_ORDERING_DETECTED": "bad",
+    "LEASE_OVERRUN_DETECTED": "bad",
 }
 _VERDICT_MEANING = {
     "LOW_CONTENTION": "no hot lock, no starvation, no cyclic ordering: the pool size can be kept",
     "HOT_LOCK_DETECTED": "one lock takes most of the waiting: shard it or shrink the pool",
     "STARVATION_OBSERVED": "a worker waited far longer than its peers on one lock",
     "CYCLIC_ORDERING_DETECTED": "locks were taken in conflicting orders: a deadlock is possible",
+    "LEASE_OVERRUN_DETECTED": "a distributed lock's lease ran out while it was held: two workers "
+    "may have held it at once",
 }
 
 

@@ -25,6 +25,7 @@ from itertools import chain
 from typing import Any
 
 from ._data import WorkerTotals, expand_lock_workers, merge_data
+from ._distributed import DISTRIBUTED
 from ._histogram import LogHistogram
 from ._lock_class import LockClass
 
@@ -272,6 +273,7 @@ class Recorder:
             self.pool_source = None
             self.start_ns = time.time_ns()
             self.graph = LockOrderGraph()
+            DISTRIBUTED.reset()
 
     def _register(self, worker: str, owner: Any = None) -> WorkerState:
         with self._lock:
@@ -403,6 +405,7 @@ class Recorder:
                 ({"sections": {t.name: _track_section(t)}} for t in tracks),
             )
         )
+        DISTRIBUTED.attach(data["locks"])  # key templates, leases, release failures
         expand_lock_workers(data)
         sections = data["sections"]
         for state in states:  # contended waits on a colliding key, joined to the arrays

@@ -309,8 +309,7 @@ class Telemetry:
     ) -> None:
         offset = time.time_ns() - time.perf_counter_ns()  # perf_counter -> epoch, read now
         attrs: dict[str, Any] = {
-            "lockwatch.lock.name": cls.name,
-            "lockwatch.lock.kind": cls.kind,
+            **cls.attrs,  # name, kind (and a distributed lock's key template)
             "thread.name": thread_name,
             "thread.id": thread_id or 0,
         }

@@ -1,0 +1,385 @@
+"""Distributed locks: what a Redis lock and a file lock share, recorded as a local lock is.
+
+A distributed lock is a local lock whose holder may be another process or host. Its wrappers
+(``_redis``, ``_filelock``) run the same steps as every other lock, through the same routines
+(``_bookkeeping``): the order check before a blocking acquire made while locks are held, the
+wait recorded only when the acquisition was contended, the hold tracked on the worker's held
+stack (so a local lock taken under a Redis lock, or the reverse, is a lock-order edge as any
+other), the hold recorded at the release. What differs:
+
+- **Contention** is decided by the library's own retry loop: an acquisition is contended when
+  its *first attempt* failed (redis-py's ``do_acquire`` returned False, filelock's ``_acquire``
+  left the file unlocked). The wrappers of those attempt methods mark the acquisition in progress
+  (a context variable, so threads and asyncio tasks each see their own). The clock is read once
+  at the start of every acquire: one ``perf_counter_ns`` is a few hundredths of a percent of a
+  Redis round trip or a ``flock`` call, and it makes the wait exact from the caller's first
+  attempt.
+- **Names** have bounded cardinality (:func:`key_template`): the key's runs of digits, hex ids
+  and UUIDs become ``*``. A lock's class is its creation site (the first frame outside redis-py,
+  filelock, the standard library and lockwatch) and its key template:
+  ``lock:order:* @ app.orders:reserve:42``. So one helper that makes the locks of several entity
+  kinds gives one class per kind, and processes that run the same code name a lock alike, which
+  is what lets their merged lock-order graphs meet. ``name_lock`` gives a chosen name. At most
+  :data:`MAX_SITE_TEMPLATES` templates per site; later ones share ``(other)``. The raw key or
+  path is never a name, an attribute or a manifest field.
+- **Leases** (Redis only): a lock taken with ``timeout`` holds a lease that Redis ends by
+  expiring the key. The lease starts when the successful attempt was sent (never later than
+  Redis set the key), is moved by ``extend()`` (added to, or replaced) and ``reacquire()``, and a
+  hold that outlives it, or an ``extend`` / ``reacquire`` that came after it, is a **lease
+  overrun** (counted once per hold, on the client's clock: within a round trip of the server's).
+- **Release failures**: a release the lock refused (``LockNotOwnedError``, ``LockError``) is
+  counted; the exception still reaches the application.
+
+Overruns and failures also become span events on the span current at the time
+(``lockwatch.lease_overrun``, ``lockwatch.release_failed``); they are rare, slow-path events.
+Nothing here raises into the host program.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import re
+import sys
+import sysconfig
+from time import perf_counter_ns as _pc
+from typing import Any
+
+from opentelemetry import trace
+
+from ..exceptions import PotentialDeadlockError
+from ..record._distributed import DISTRIBUTED
+from ..record._outbox import OUTBOX
+from ..record._recorder import WorkerState
+from ._asyncio import _state
+from ._bookkeeping import (
+    HOLD_FIELDS,
+    check_order,
+    current_context,
+    record_try,
+    record_wait,
+    stats_of,
+    track_hold,
+    untrack,
+)
+from ._naming import LockClass, lock_class
+
+__all__ = [
+    "MAX_SITE_TEMPLATES",
+    "Acquisition",
+    "DistHold",
+    "abandon",
+    "attempt_failed",
+    "attempt_started",
+    "begin",
+    "classify",
+    "creation_site",
+    "finish",
+    "key_template",
+    "lease_moved",
+    "release_begin",
+    "release_end",
+]
+
+#: Key templates per creation site; later ones are named ``(other)`` (bounded cardinality).
+MAX_SITE_TEMPLATES = 16
+#: The packages whose frames are never a creation or acquisition site.
+_SKIPPED = ("redis", "filelock", "otel_lockwatch", "contextlib")
+_STDLIB = tuple({p for p in (sysconfig.get_paths().get(k) for k in ("stdlib", "platstdlib")) if p})
+_getframe = sys._getframe
+
+# A UUID, a hex id (six hex digits or more, with a digit, standing alone), a run of digits.
+_IDS = re.compile(
+    r"[0-9A-Fa-f]{8}-?[0-9A-Fa-f]{4}-?[0-9A-Fa-f]{4}-?[0-9A-Fa-f]{4}-?[0-9A-Fa-f]{12}"
+    r"|(?<![0-9A-Za-z])(?=[A-Fa-f]*[0-9])[0-9A-Fa-f]{6,}(?![0-9A-Za-z])"
+    r"|[0-9]+"
+)
+_STARS = re.compile(r"\*{2,}")
+
+
+def key_template(key: Any) -> str:
+    """The template of a Redis key or a file name: runs of digits, hex ids and UUIDs become
+    ``*`` (``lock:order:8121`` -> ``lock:order:*``; ``cache-3f9a0c1e.lock`` -> ``cache-*.lock``).
+
+    A key that is not text (bytes, a ``memoryview``) is decoded as UTF-8, undecodable bytes
+    replaced."""
+    if isinstance(key, memoryview):
+        key = key.tobytes()
+    if isinstance(key, (bytes, bytearray)):
+        key = bytes(key).decode("utf-8", "replace")
+    elif not isinstance(key, str):
+        key = str(key)
+    return _STARS.sub("*", _IDS.sub("*", key))
+
+
+def _skipped(frame: Any) -> bool:
+    name = frame.f_globals.get("__name__", "")
+    if any(name == p or name.startswith(p + ".") for p in _SKIPPED):
+        return True
+    filename = frame.f_code.co_filename
+    return (
+        filename.startswith(_STDLIB)
+        and "site-packages" not in filename
+        and "dist-packages" not in filename
+    )
+
+
+def _outside(depth: int) -> Any:
+    """The first frame, from ``depth`` up, outside the lock's library, the standard library and
+    lockwatch (the outermost frame when every frame is inside)."""
+    try:
+        f: Any = _getframe(depth + 1)
+    except ValueError:
+        f = _getframe(1)
+    last = f
+    while f is not None and _skipped(f):
+        last = f
+        f = f.f_back
+    return f if f is not None else last
+
+
+def creation_site(depth: int = 1) -> str:
+    """``module:function:line`` of the code creating a lock (``depth``: 1 from the patched
+    ``__init__``)."""
+    f = _outside(depth + 1)
+    return f"{f.f_globals.get('__name__', '?')}:{f.f_code.co_name}:{f.f_lineno}"
+
+
+_site_templates: dict[str, set[str]] = {}
+
+
+def classify(lock: Any, kind: str, key: Any, site: str) -> None:
+    """Give a new lock its class (``<key template> @ <site>``) and template."""
+    template = key_template(key)
+    seen = _site_templates.setdefault(site, set())
+    if template not in seen:
+        if len(seen) >= MAX_SITE_TEMPLATES:
+            template = "(other)"
+        seen.add(template)
+    cls = lock_class(f"{template} @ {site}", kind, site)
+    d = lock.__dict__
+    d["_lockwatch_class"] = cls
+    d["_lw_template"] = template
+
+
+def _template_of(lock: Any, cls: LockClass) -> str:
+    template = lock.__dict__.get("_lw_template", "")
+    if "lockwatch.lock.key_template" not in cls.attrs:  # once per class: metric attributes
+        cls.attrs["lockwatch.lock.key_template"] = template
+        DISTRIBUTED.template(cls, template)
+    return template
+
+
+# -- the acquire -----------------------------------------------------------------------------
+class Acquisition:
+    """One acquire in progress: who, where, since when, and whether an attempt failed."""
+
+    __slots__ = ("lock", "st", "cls", "f", "t0", "ctx", "failed", "sent_ns", "token")
+
+    def __init__(self, lock: Any, st: WorkerState, cls: LockClass, f: Any) -> None:
+        self.lock = lock
+        self.st = st
+        self.cls = cls
+        self.f = f
+        self.failed = False
+        self.sent_ns = 0  # when the last attempt was sent (a lease starts no later)
+        self.ctx = current_context()
+        self.token: Any = _CURRENT.set(self)
+        self.t0 = _pc()
+
+
+_CURRENT: contextvars.ContextVar[Acquisition | None] = contextvars.ContextVar(
+    "lockwatch_distributed_acquisition", default=None
+)
+
+
+def begin(lock: Any, blocking: bool) -> Acquisition | None:
+    """Start recording an acquire of ``lock`` (None: not watched, or lockwatch itself runs).
+
+    Raises:
+        PotentialDeadlockError: under the ``raise`` policy, the acquire would close a cycle.
+    """
+    try:
+        cls = lock.__dict__.get("_lockwatch_class")
+        if cls is None:
+            return None
+        st = _state()
+        if st.in_lockwatch:
+            return None
+        f = _outside(2)
+        if blocking and st.held:
+            check_order(st, cls, f, lock, False)
+        return Acquisition(lock, st, cls, f)
+    except PotentialDeadlockError:  # the raise policy: refused on purpose
+        raise
+    except Exception as exc:  # never into the host: the lock is taken unrecorded
+        OUTBOX.failed(exc)
+        return None
+
+
+def attempt_started(lock: Any) -> None:
+    """The lock's library sends an attempt (called by the wrapped attempt method)."""
+    acq = _CURRENT.get()
+    if acq is not None and acq.lock is lock:
+        acq.sent_ns = _pc()
+
+
+def attempt_failed(lock: Any) -> None:
+    """The attempt found the lock held: the acquisition is contended."""
+    acq = _CURRENT.get()
+    if acq is not None and acq.lock is lock:
+        acq.failed = True
+
+
+class DistHold:
+    """One hold of a distributed lock by one worker (fields: :data:`HOLD_FIELDS`, the lease)."""
+
+    __slots__ = (*HOLD_FIELDS, "deadline_ns", "lease_ns", "overran")
+    _lw_holder: WorkerState | None
+    _lw_entry: tuple
+    _lw_stats: Any
+    _lw_start_ns: int
+    _lw_context: Any
+
+    def __init__(self) -> None:
+        self._lw_holder: WorkerState | None = None
+        self.deadline_ns: int | None = None
+        self.lease_ns = 0
+        self.overran = False
+
+
+def finish(acq: Acquisition, ok: bool, blocking: bool, lease_s: Any = None) -> None:
+    """End an acquire: ``ok``, it got the lock (False: refused, or timed out); ``lease_s``,
+    the lease it was taken with (seconds; None or 0 for none)."""
+    _CURRENT.reset(acq.token)
+    t1 = _pc()
+    st, cls, lock = acq.st, acq.cls, acq.lock
+    try:
+        s = stats_of(st, cls)
+        template = _template_of(lock, cls)
+        if not blocking:
+            record_try(s, ok)
+        elif acq.failed:
+            extra = {"lockwatch.lock.key_template": template}
+            record_wait(st, s, cls, acq.t0, t1, ok, acq.ctx, acq.f, extra)
+        elif ok:
+            s.acquisitions += 1
+        if not ok:
+            return
+        hold = DistHold()
+        if lease_s:
+            hold.lease_ns = int(lease_s * 1_000_000_000)
+            hold.deadline_ns = (acq.sent_ns or acq.t0) + hold.lease_ns
+            DISTRIBUTED.leased(cls)
+        f = acq.f
+        lock.__dict__.setdefault("_lw_holds", {})[st] = hold
+        track_hold(hold, st, s, (cls, f, f.f_lasti, hold, False))
+    except Exception as exc:  # never into the host: the lock is held all the same
+        OUTBOX.failed(exc)
+
+
+def abandon(acq: Acquisition) -> None:
+    """An acquire that raised (cancelled, a connection error): nothing is recorded."""
+    _CURRENT.reset(acq.token)
+
+
+# -- the hold and the release ----------------------------------------------------------------
+def _event(name: str, cls: LockClass, attrs: dict[str, Any]) -> None:
+    span = trace.get_current_span()
+    if span.is_recording():
+        span.add_event(
+            name,
+            {
+                "lockwatch.lock.name": cls.name,
+                "lockwatch.lock.kind": cls.kind,
+                "lockwatch.lock.key_template": cls.attrs.get("lockwatch.lock.key_template", ""),
+                **attrs,
+            },
+        )
+
+
+def _overrun(hold: DistHold, now: int, late: str) -> None:
+    """Count the hold's overrun once, if its lease ended before ``now``."""
+    deadline = hold.deadline_ns
+    if hold.overran or deadline is None or now <= deadline:
+        return
+    hold.overran = True
+    st = hold._lw_holder
+    cls = hold._lw_entry[0]
+    worker = st.worker if st is not None else "?"
+    DISTRIBUTED.overrun(cls, worker, now - deadline)
+    _event(
+        "lockwatch.lease_overrun",
+        cls,
+        {
+            "lockwatch.worker": worker,
+            "lockwatch.lease_ms": hold.lease_ns / 1e6,
+            "lockwatch.overrun_ms": (now - deadline) / 1e6,
+            "lockwatch.detected_at": late,
+        },
+    )
+
+
+def _hold_of(lock: Any) -> DistHold | None:
+    holds = lock.__dict__.get("_lw_holds")
+    if not holds:
+        return None
+    hold = holds.get(_state())
+    if hold is None and len(holds) == 1:  # released by another worker (a shared token)
+        hold = next(iter(holds.values()))
+    return hold
+
+
+def release_begin(lock: Any) -> tuple[DistHold | None, int]:
+    """Before a release: the calling worker's hold of ``lock`` (or the only one), and now; an
+    ended lease is an overrun."""
+    now = _pc()
+    try:
+        hold = _hold_of(lock)
+        if hold is not None:
+            _overrun(hold, now, "release")
+        return hold, now
+    except Exception as exc:
+        OUTBOX.failed(exc)
+        return None, now
+
+
+def release_end(lock: Any, hold: DistHold | None, ended: bool, failure: str | None) -> None:
+    """After a release: ``ended``, the hold is over (the lock forgot its token); ``failure``,
+    how the release failed (``not_owned``, ``lock_error``) or None."""
+    try:
+        cls = lock.__dict__.get("_lockwatch_class")
+        if failure is not None and cls is not None:
+            DISTRIBUTED.release_failed(cls, failure)
+            _event("lockwatch.release_failed", cls, {"lockwatch.failure": failure})
+        if hold is None or not ended:
+            return
+        st = hold._lw_holder
+        if st is None:
+            return
+        hold._lw_holder = None
+        holds = lock.__dict__.get("_lw_holds", {})
+        for key, value in list(holds.items()):
+            if value is hold:
+                del holds[key]
+        untrack(st, hold._lw_entry, hold._lw_stats, hold._lw_start_ns, hold._lw_context, None)
+    except Exception as exc:
+        OUTBOX.failed(exc)
+
+
+def lease_moved(lock: Any, sent_ns: int, seconds: Any, replace: bool, ok: bool) -> None:
+    """``extend`` / ``reacquire`` sent at ``sent_ns``: the lease becomes ``seconds`` from then
+    (``replace``) or ``seconds`` longer. One sent after the lease ended is an overrun (and so is
+    one the lock refused: the lease was gone)."""
+    try:
+        hold = _hold_of(lock)
+        if hold is None or hold.deadline_ns is None:
+            return
+        if not ok:
+            _overrun(hold, max(_pc(), hold.deadline_ns + 1), "extend")
+            return
+        _overrun(hold, sent_ns, "extend")
+        add = int(seconds * 1_000_000_000)
+        hold.deadline_ns = sent_ns + add if replace else hold.deadline_ns + add
+        hold.lease_ns = hold.deadline_ns - hold._lw_start_ns
+    except Exception as exc:
+        OUTBOX.failed(exc)
