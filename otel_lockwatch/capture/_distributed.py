@@ -15,12 +15,16 @@ other), the hold recorded at the release. What differs:
   Redis round trip or a ``flock`` call, and it makes the wait exact from the caller's first
   attempt.
 - **Names** have bounded cardinality (:func:`key_template`): the key's runs of digits, hex ids
-  and UUIDs become ``*``. A lock's class is its creation site (the first frame outside redis-py,
-  filelock, the standard library and lockwatch) and its key template:
-  ``lock:order:* @ app.orders:reserve:42``. So one helper that makes the locks of several entity
-  kinds gives one class per kind, and processes that run the same code name a lock alike, which
-  is what lets their merged lock-order graphs meet. ``name_lock`` gives a chosen name. At most
-  :data:`MAX_SITE_TEMPLATES` templates per site; later ones share ``(other)``. The raw key or
+  and UUIDs become ``*``, and a distributed lock's class is its key template (``lock:order:*``;
+  for a file lock, the template of its file name, never the directory). The creation site (the
+  first frame outside redis-py, filelock, the standard library and lockwatch) is the class's
+  site. Why not the site, as for a local lock: a local lock is one object, made at one site and
+  shared by every path that takes it, so its site names it. A Redis lock object is a throwaway
+  handle made where it is taken; what two paths, two processes or two hosts share is the *key*.
+  Named by site, ``with r.lock(f"lock:order:{id}")`` in ``checkout()`` and in ``restock()``
+  would be two unrelated locks, and an ABBA between them (within a process, or across hosts in
+  merged manifests) could never close a cycle. ``name_lock`` gives a chosen name. At most
+  :data:`MAX_TEMPLATES_PER_KIND` templates per kind; later ones share ``(other)``. The raw key or
   path is never a name, an attribute or a manifest field.
 - **Leases** (Redis only): a lock taken with ``timeout`` holds a lease that Redis ends by
   expiring the key. The lease starts when the successful attempt was sent (never later than
@@ -64,7 +68,7 @@ from ._bookkeeping import (
 from ._naming import LockClass, lock_class
 
 __all__ = [
-    "MAX_SITE_TEMPLATES",
+    "MAX_TEMPLATES_PER_KIND",
     "Acquisition",
     "DistHold",
     "abandon",
@@ -80,8 +84,8 @@ __all__ = [
     "release_end",
 ]
 
-#: Key templates per creation site; later ones are named ``(other)`` (bounded cardinality).
-MAX_SITE_TEMPLATES = 16
+#: Lock classes (key templates) per kind; later ones are named ``(other)`` (bounded cardinality).
+MAX_TEMPLATES_PER_KIND = 256
 #: The packages whose frames are never a creation or acquisition site.
 _SKIPPED = ("redis", "filelock", "otel_lockwatch", "contextlib")
 _STDLIB = tuple({p for p in (sysconfig.get_paths().get(k) for k in ("stdlib", "platstdlib")) if p})
@@ -144,18 +148,19 @@ def creation_site(depth: int = 1) -> str:
     return f"{f.f_globals.get('__name__', '?')}:{f.f_code.co_name}:{f.f_lineno}"
 
 
-_site_templates: dict[str, set[str]] = {}
+_templates: dict[str, set[str]] = {}  # kind -> the templates that name a class
 
 
 def classify(lock: Any, kind: str, key: Any, site: str) -> None:
-    """Give a new lock its class (``<key template> @ <site>``) and template."""
+    """Give a new lock its class (named by its key template; ``site``, where it was created,
+    is the class's site) and template."""
     template = key_template(key)
-    seen = _site_templates.setdefault(site, set())
+    seen = _templates.setdefault(kind, set())
     if template not in seen:
-        if len(seen) >= MAX_SITE_TEMPLATES:
+        if len(seen) >= MAX_TEMPLATES_PER_KIND:
             template = "(other)"
         seen.add(template)
-    cls = lock_class(f"{template} @ {site}", kind, site)
+    cls = lock_class(template, kind, site)
     d = lock.__dict__
     d["_lockwatch_class"] = cls
     d["_lw_template"] = template
