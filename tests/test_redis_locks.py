@@ -24,7 +24,6 @@ from otel_lockwatch.record._recorder import RECORDER
 
 redis = pytest.importorskip("redis")
 from redis.exceptions import LockError, LockNotOwnedError  # noqa: E402
-
 from servers import redis_server  # noqa: E402
 
 WORKER = Path(__file__).parent / "data" / "distributed_worker.py"

@@ -69,10 +69,12 @@ elif mode == "redis-abba":
 
     port, first, second = int(args[0]), args[1], args[2]
     client = redis.Redis(port=port)
-    with tracer.start_as_current_span("move"):
-        with redis_lock(client, f"lock:{first}:{pid}", timeout=30):
-            with redis_lock(client, f"lock:{second}:{pid}", timeout=30):
-                result["rounds"] += 1
+    with (
+        tracer.start_as_current_span("move"),
+        redis_lock(client, f"lock:{first}:{pid}", timeout=30),
+        redis_lock(client, f"lock:{second}:{pid}", timeout=30),
+    ):
+        result["rounds"] += 1
 elif mode == "file-hot":
     import filelock
 
