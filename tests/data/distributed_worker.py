@@ -5,7 +5,8 @@
 Every mode instruments with in-memory exporters, does its work, then writes into OUT_DIR (names
 carry the pid): ``manifest.<pid>.json`` (``write_manifest``), ``spans.<pid>.json`` (every finished
 span, OTLP-JSON-like), ``metrics.<pid>.json`` (the metric reader's data) and ``result.<pid>.json``
-(what the worker measured itself).
+(what the worker measured itself: the wall-clock time of its ``acquire`` calls, in total and
+each).
 
 MODE:
 - ``redis-hot PORT KEY ROUNDS HOLD_S``: waits at a barrier (a Redis list every worker pops once
@@ -14,8 +15,8 @@ MODE:
 - ``redis-abba PORT FIRST SECOND``: takes ``lock:FIRST:<pid>`` then, holding it,
   ``lock:SECOND:<pid>`` (keys of its own: the two processes never wait for each other, so they
   can never deadlock), once.
-- ``file-hot PATH ROUNDS HOLD_S KIND``: the barrier is a file the parent creates (polled, with a
-  deadline); then ROUNDS times takes ``filelock.FileLock(PATH)`` (``KIND`` ``soft``:
+- ``file-hot PATH ROUNDS HOLD_S KIND``: prints ``ready`` and waits for a line on its standard
+  input (the barrier); then ROUNDS times takes ``filelock.FileLock(PATH)`` (``KIND`` ``soft``:
   ``SoftFileLock``), holds it, releases it.
 """
 
@@ -26,6 +27,7 @@ import os
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 from opentelemetry.test.test_base import TestBase
 
@@ -41,7 +43,7 @@ LockwatchInstrumentor().instrument(
 )
 tracer = tracer_provider.get_tracer("distributed_worker")
 pid = os.getpid()
-result: dict[str, float] = {"acquire_wall_ns": 0, "rounds": 0}
+result: dict[str, Any] = {"acquire_wall_ns": 0, "rounds": 0, "walls_ns": []}
 
 
 def redis_lock(client, key, **kwargs):
@@ -81,15 +83,12 @@ elif mode == "file-hot":
     path, rounds, hold_s, kind = args[0], int(args[1]), float(args[2]), args[3]
     make = filelock.SoftFileLock if kind == "soft" else filelock.FileLock
     lock = make(path, poll_interval=0.002)
-    go = Path(path + ".go")
-    Path(f"{path}.ready.{pid}").touch()
-    deadline = time.monotonic() + 60
-    while not go.exists() and time.monotonic() < deadline:
-        time.sleep(0.005)  # ok: polling the parent's start signal, with a deadline
+    print("ready", flush=True)
+    sys.stdin.readline()  # the barrier: every worker starts together
     for _ in range(rounds):
         t0 = time.perf_counter_ns()
         lock.acquire()
-        result["acquire_wall_ns"] += time.perf_counter_ns() - t0
+        result["walls_ns"].append(time.perf_counter_ns() - t0)
         time.sleep(hold_s)
         lock.release()
         result["rounds"] += 1
