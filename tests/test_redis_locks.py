@@ -133,6 +133,10 @@ def test_a_hold_past_its_lease_is_an_overrun_and_the_application_keeps_its_error
     assert events["lockwatch.lease_overrun"]["lockwatch.worker"] == "MainThread"
     assert events["lockwatch.release_failed"]["lockwatch.failure"] == "not_owned"
     assert RECORDER.thread_state().held == []
+    [point] = watched.points("lockwatch.lock.lease_overruns")
+    assert point.value == 1 and point.attributes["lockwatch.lock.name"] == "lock:invoice:*"
+    [point] = watched.points("lockwatch.lock.release_failures")
+    assert point.value == 1 and point.attributes["lockwatch.failure"] == "not_owned"
 
 
 def test_extend_moves_the_lease_and_a_late_extend_is_an_overrun(watched, client):

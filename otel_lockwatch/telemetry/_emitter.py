@@ -21,7 +21,8 @@ lock path, and a contended acquisition costs a few microseconds beyond its wait.
   but recording each through the SDK would cost more than the hold itself (the SDK's histogram
   takes a lock per measurement).
 - ``lockwatch.lock.acquisitions`` / ``lockwatch.lock.contentions``: exact counters, observed
-  from the recorder.
+  from the recorder; ``lockwatch.lock.lease_overruns`` / ``lockwatch.lock.release_failures``
+  for distributed locks (``_distributed``).
 
 Attributes are bounded by the code: ``lockwatch.lock.name`` (a lock class), ``.kind``, the
 outcome, and on spans the section index (< the array's count), thread and code site. An entity
@@ -43,6 +44,7 @@ from opentelemetry.trace import Tracer
 
 from .._version import __version__
 from ..record._outbox import OUTBOX
+from ._distributed import distributed_counters
 
 __all__ = ["TELEMETRY", "Telemetry"]
 
@@ -258,6 +260,7 @@ class Telemetry:
                 description="Blocking acquisitions that had to wait for another holder.",
             ),
         ]
+        self._observables += distributed_counters(meter)
 
     def disable(self) -> None:
         OUTBOX.accepting = False
