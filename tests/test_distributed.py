@@ -141,7 +141,6 @@ def _leased(overruns: int = 1) -> dict[str, Any]:
     return {
         "key_templates": ["lock:order:*"],
         "lease": {
-            "holds": 2,
             "overruns": overruns,
             "overrun_ns": 500_000_000 * overruns,
             "overrun_max_ns": 500_000_000 if overruns else 0,
@@ -224,8 +223,8 @@ def test_merging_the_new_fields_does_not_depend_on_order(order):
     ("change", "message"),
     [
         (
-            lambda e: e["lease"].update(overruns=5),
-            r"locks\['l'\]\.lease\.overruns must be at most its holds 2",
+            lambda e: e["lease"].update(overrun_max_ns=10**12),
+            r"locks\['l'\]\.lease\.overrun_max_ns must be at most its overrun_ns",
         ),
         (
             lambda e: e["lease"]["workers"]["w1"].update(overruns=-1),

@@ -41,6 +41,7 @@ Nothing here raises into the host program.
 
 from __future__ import annotations
 
+import asyncio
 import contextvars
 import re
 import sys
@@ -53,8 +54,7 @@ from opentelemetry import trace
 from ..exceptions import PotentialDeadlockError
 from ..record._distributed import DISTRIBUTED
 from ..record._outbox import OUTBOX
-from ..record._recorder import WorkerState
-from ._asyncio import _state
+from ..record._recorder import RECORDER, WorkerState
 from ._bookkeeping import (
     HOLD_FIELDS,
     check_order,
@@ -77,11 +77,13 @@ __all__ = [
     "begin",
     "classify",
     "creation_site",
+    "current_acquisition",
     "finish",
     "key_template",
     "lease_moved",
     "release_begin",
-    "release_end",
+    "release_failed",
+    "released",
 ]
 
 #: Lock classes (key templates) per kind; later ones are named ``(other)`` (bounded cardinality).
@@ -90,6 +92,23 @@ MAX_TEMPLATES_PER_KIND = 256
 _SKIPPED = ("redis", "filelock", "otel_lockwatch", "contextlib")
 _STDLIB = tuple({p for p in (sysconfig.get_paths().get(k) for k in ("stdlib", "platstdlib")) if p})
 _getframe = sys._getframe
+_running_loop = asyncio._get_running_loop  # None outside a loop, without raising
+_current_task = asyncio.current_task
+_tls = RECORDER.tls
+leased_classes = DISTRIBUTED.leased_classes
+
+
+def _state() -> WorkerState:
+    """The calling worker's state: the asyncio task's in a running loop, else the thread's."""
+    loop = _running_loop()
+    task = _current_task(loop) if loop is not None else None
+    if task is None:
+        try:
+            return _tls.st
+        except AttributeError:
+            return RECORDER.thread_state()
+    return RECORDER.task_state(task)
+
 
 # A UUID, a hex id (six hex digits or more, with a digit, standing alone), a run of digits.
 _IDS = re.compile(
@@ -115,16 +134,23 @@ def key_template(key: Any) -> str:
     return _STARS.sub("*", _IDS.sub("*", key))
 
 
+_skipped_files: dict[str, bool] = {}  # a code object's file -> whether its frames are skipped
+
+
 def _skipped(frame: Any) -> bool:
-    name = frame.f_globals.get("__name__", "")
-    if any(name == p or name.startswith(p + ".") for p in _SKIPPED):
-        return True
-    filename = frame.f_code.co_filename
-    return (
-        filename.startswith(_STDLIB)
-        and "site-packages" not in filename
-        and "dist-packages" not in filename
-    )
+    code = frame.f_code
+    skipped = _skipped_files.get(code.co_filename)
+    if skipped is None:
+        name = frame.f_globals.get("__name__", "")
+        filename = code.co_filename
+        skipped = _skipped_files[filename] = any(
+            name == p or name.startswith(p + ".") for p in _SKIPPED
+        ) or (
+            filename.startswith(_STDLIB)
+            and "site-packages" not in filename
+            and "dist-packages" not in filename
+        )
+    return skipped
 
 
 def _outside(depth: int) -> Any:
@@ -135,10 +161,16 @@ def _outside(depth: int) -> Any:
     except ValueError:
         f = _getframe(1)
     last = f
-    while f is not None and _skipped(f):
+    known = _skipped_files
+    while f is not None:
+        skipped = known.get(f.f_code.co_filename)
+        if skipped is None:
+            skipped = _skipped(f)
+        if not skipped:
+            return f
         last = f
         f = f.f_back
-    return f if f is not None else last
+    return last
 
 
 def creation_site(depth: int = 1) -> str:
@@ -166,12 +198,12 @@ def classify(lock: Any, kind: str, key: Any, site: str) -> None:
     d["_lw_template"] = template
 
 
-def _template_of(lock: Any, cls: LockClass) -> str:
+def _template_of(lock: Any, cls: LockClass) -> None:
+    """A class's first acquisition: its key template becomes a metric attribute, and is noted
+    for the manifest."""
     template = lock.__dict__.get("_lw_template", "")
-    if "lockwatch.lock.key_template" not in cls.attrs:  # once per class: metric attributes
-        cls.attrs["lockwatch.lock.key_template"] = template
-        DISTRIBUTED.template(cls, template)
-    return template
+    cls.attrs["lockwatch.lock.key_template"] = template
+    DISTRIBUTED.template(cls, template)
 
 
 # -- the acquire -----------------------------------------------------------------------------
@@ -221,6 +253,9 @@ def begin(lock: Any, blocking: bool) -> Acquisition | None:
         return None
 
 
+current_acquisition = _CURRENT.get  # the acquire in progress in this thread or task, or None
+
+
 def attempt_started(lock: Any) -> None:
     """The lock's library sends an attempt (called by the wrapped attempt method)."""
     acq = _CURRENT.get()
@@ -259,12 +294,15 @@ def finish(acq: Acquisition, ok: bool, blocking: bool, lease_s: Any = None) -> N
     t1 = _pc()
     st, cls, lock = acq.st, acq.cls, acq.lock
     try:
-        s = stats_of(st, cls)
-        template = _template_of(lock, cls)
+        s = st.stats.get(cls)
+        if s is None:
+            s = stats_of(st, cls)
+        if "lockwatch.lock.key_template" not in cls.attrs:  # a new class: once
+            _template_of(lock, cls)
         if not blocking:
             record_try(s, ok)
         elif acq.failed:
-            extra = {"lockwatch.lock.key_template": template}
+            extra = {"lockwatch.lock.key_template": cls.attrs["lockwatch.lock.key_template"]}
             record_wait(st, s, cls, acq.t0, t1, ok, acq.ctx, acq.f, extra)
         elif ok:
             s.acquisitions += 1
@@ -272,11 +310,16 @@ def finish(acq: Acquisition, ok: bool, blocking: bool, lease_s: Any = None) -> N
             return
         hold = DistHold()
         if lease_s:
-            hold.lease_ns = int(lease_s * 1_000_000_000)
-            hold.deadline_ns = (acq.sent_ns or acq.t0) + hold.lease_ns
-            DISTRIBUTED.leased(cls)
+            hold.lease_ns = lease_ns = int(lease_s * 1_000_000_000)
+            hold.deadline_ns = (acq.sent_ns or acq.t0) + lease_ns
+            if cls not in leased_classes:
+                DISTRIBUTED.leased(cls)
         f = acq.f
-        lock.__dict__.setdefault("_lw_holds", {})[st] = hold
+        d = lock.__dict__
+        holds = d.get("_lw_holds")
+        if holds is None:
+            holds = d["_lw_holds"] = {}
+        holds[st] = hold
         track_hold(hold, st, s, (cls, f, f.f_lasti, hold, False))
     except Exception as exc:  # never into the host: the lock is held all the same
         OUTBOX.failed(exc)
@@ -325,50 +368,62 @@ def _overrun(hold: DistHold, now: int, late: str) -> None:
 
 
 def _hold_of(lock: Any) -> DistHold | None:
+    """The calling worker's hold of ``lock``; the only hold when there is one (the caller knows
+    the lock holds a token, and a token shared across workers is released by any of them)."""
     holds = lock.__dict__.get("_lw_holds")
     if not holds:
         return None
-    hold = holds.get(_state())
-    if hold is None and len(holds) == 1:  # released by another worker (a shared token)
-        hold = next(iter(holds.values()))
-    return hold
+    if len(holds) == 1:
+        for hold in holds.values():
+            return hold
+    return holds.get(_state())
 
 
-def release_begin(lock: Any) -> tuple[DistHold | None, int]:
-    """Before a release: the calling worker's hold of ``lock`` (or the only one), and now; an
-    ended lease is an overrun."""
-    now = _pc()
+def release_begin(lock: Any) -> DistHold | None:
+    """Before a release of a lock that holds a token: the hold it ends; an ended lease is an
+    overrun."""
     try:
         hold = _hold_of(lock)
         if hold is not None:
-            _overrun(hold, now, "release")
-        return hold, now
+            deadline = hold.deadline_ns
+            if deadline is not None and not hold.overran:
+                now = _pc()
+                if now > deadline:
+                    _overrun(hold, now, "release")
+        return hold
     except Exception as exc:
         OUTBOX.failed(exc)
-        return None, now
+        return None
 
 
-def release_end(lock: Any, hold: DistHold | None, ended: bool, failure: str | None) -> None:
-    """After a release: ``ended``, the hold is over (the lock forgot its token); ``failure``,
-    how the release failed (``not_owned``, ``lock_error``) or None."""
+def released(lock: Any, hold: DistHold) -> None:
+    """After a release that unlocked: the hold is over."""
+    try:
+        st = hold._lw_holder
+        if st is None:
+            return
+        hold._lw_holder = None
+        lock.__dict__["_lw_holds"].pop(st, None)  # keyed by the holder (see finish)
+        entry = hold._lw_entry
+        hold._lw_entry = ()  # the entry holds the hold: no cycle left for the collector
+        untrack(st, entry, hold._lw_stats, hold._lw_start_ns, hold._lw_context, None)
+    except Exception as exc:
+        OUTBOX.failed(exc)
+
+
+def release_failed(lock: Any, hold: DistHold | None, ended: bool, failure: str | None) -> None:
+    """After a release that raised: ``failure``, how the lock refused it (``not_owned``,
+    ``lock_error``; None for another error, a lost connection); ``ended``, the lock forgot its
+    token all the same (the hold is over)."""
     try:
         cls = lock.__dict__.get("_lockwatch_class")
         if failure is not None and cls is not None:
             DISTRIBUTED.release_failed(cls, failure)
             _event("lockwatch.release_failed", cls, {"lockwatch.failure": failure})
-        if hold is None or not ended:
-            return
-        st = hold._lw_holder
-        if st is None:
-            return
-        hold._lw_holder = None
-        holds = lock.__dict__.get("_lw_holds", {})
-        for key, value in list(holds.items()):
-            if value is hold:
-                del holds[key]
-        untrack(st, hold._lw_entry, hold._lw_stats, hold._lw_start_ns, hold._lw_context, None)
     except Exception as exc:
         OUTBOX.failed(exc)
+    if hold is not None and ended:
+        released(lock, hold)
 
 
 def lease_moved(lock: Any, sent_ns: int, seconds: Any, replace: bool, ok: bool) -> None:

@@ -25,13 +25,14 @@ from typing import Any
 from ..record._outbox import OUTBOX
 from ._distributed import (
     abandon,
-    attempt_failed,
     begin,
     classify,
     creation_site,
+    current_acquisition,
     finish,
     release_begin,
-    release_end,
+    release_failed,
+    released,
 )
 
 __all__ = ["KIND", "SOFT_KIND", "targets"]
@@ -61,8 +62,9 @@ def attempt_factory(original: Any) -> Any:
 
     def _acquire(self: Any) -> None:
         original(self)
-        if not self.is_locked and "_lockwatch_class" in self.__dict__:
-            attempt_failed(self)
+        acq = current_acquisition()
+        if acq is not None and acq.lock is self and not self.is_locked:
+            acq.failed = True
 
     return _acquire
 
@@ -99,13 +101,14 @@ def release_factory(original: Any) -> Any:
     def release(self: Any, *args: Any, **kwargs: Any) -> None:
         if "_lw_holds" not in self.__dict__:
             return original(self, *args, **kwargs)
-        hold, _ = release_begin(self)
+        hold = release_begin(self)
         try:
             original(self, *args, **kwargs)
         except BaseException:
-            release_end(self, hold, not self.is_locked, "lock_error")
+            release_failed(self, hold, not self.is_locked, "lock_error")
             raise
-        release_end(self, hold, not self.is_locked, None)
+        if hold is not None and not self.is_locked:  # the release that unlocked the file
+            released(self, hold)
         return None
 
     return release

@@ -28,15 +28,15 @@ from typing import Any
 from ..record._outbox import OUTBOX
 from ._distributed import (
     abandon,
-    attempt_failed,
-    attempt_started,
     begin,
     classify,
     creation_site,
+    current_acquisition,
     finish,
     lease_moved,
     release_begin,
-    release_end,
+    release_failed,
+    released,
 )
 
 __all__ = ["KIND", "ASYNC_KIND", "targets"]
@@ -48,11 +48,6 @@ ASYNC_KIND = "redis.asyncio.Lock"
 def _blocking_index(original: Callable[..., Any]) -> int:
     """The position of ``blocking`` among ``acquire``'s arguments after ``self``."""
     return list(inspect.signature(original).parameters).index("blocking") - 1
-
-
-def _blocking(lock: Any, index: int, args: tuple, kwargs: dict) -> bool:
-    blocking = args[index] if len(args) > index else kwargs.get("blocking")
-    return bool(lock.blocking if blocking is None else blocking)
 
 
 def _failure(exc: BaseException, not_owned: type[BaseException]) -> str:
@@ -76,10 +71,13 @@ def init_factory(original: Any, kind: str) -> Any:
 # -- redis.lock.Lock -------------------------------------------------------------------------
 def do_acquire_factory(original: Any) -> Any:
     def do_acquire(self: Any, token: Any) -> bool:
-        attempt_started(self)
+        acq = current_acquisition()
+        if acq is None or acq.lock is not self:
+            return original(self, token)
+        acq.sent_ns = _pc()
         ok = original(self, token)
         if not ok:
-            attempt_failed(self)
+            acq.failed = True
         return ok
 
     return do_acquire
@@ -91,7 +89,9 @@ def acquire_factory(original: Any) -> Any:
     def acquire(self: Any, *args: Any, **kwargs: Any) -> bool:
         if "_lockwatch_class" not in self.__dict__:
             return original(self, *args, **kwargs)
-        blocking = _blocking(self, index, args, kwargs)
+        blocking = args[index] if len(args) > index else kwargs.get("blocking")
+        if blocking is None:
+            blocking = self.blocking
         acq = begin(self, blocking)
         if acq is None:
             return original(self, *args, **kwargs)
@@ -112,16 +112,17 @@ def release_factory(
     def release(self: Any) -> None:
         if "_lockwatch_class" not in self.__dict__:
             return original(self)
-        hold, _ = release_begin(self)
+        hold = release_begin(self) if self.local.token is not None else None
         try:
             original(self)
         except lock_error as exc:
-            release_end(self, hold, self.local.token is None, _failure(exc, not_owned))
+            release_failed(self, hold, self.local.token is None, _failure(exc, not_owned))
             raise
         except BaseException:
-            release_end(self, hold, self.local.token is None, None)
+            release_failed(self, hold, self.local.token is None, None)
             raise
-        release_end(self, hold, True, None)
+        if hold is not None:
+            released(self, hold)
         return None
 
     return release
@@ -162,10 +163,13 @@ def reacquire_factory(original: Any, not_owned: type[BaseException]) -> Any:
 # -- redis.asyncio.lock.Lock -----------------------------------------------------------------
 def async_do_acquire_factory(original: Any) -> Any:
     async def do_acquire(self: Any, token: Any) -> bool:
-        attempt_started(self)
+        acq = current_acquisition()
+        if acq is None or acq.lock is not self:
+            return await original(self, token)
+        acq.sent_ns = _pc()
         ok = await original(self, token)
         if not ok:
-            attempt_failed(self)
+            acq.failed = True
         return ok
 
     return do_acquire
@@ -177,7 +181,9 @@ def async_acquire_factory(original: Any) -> Any:
     async def acquire(self: Any, *args: Any, **kwargs: Any) -> bool:
         if "_lockwatch_class" not in self.__dict__:
             return await original(self, *args, **kwargs)
-        blocking = _blocking(self, index, args, kwargs)
+        blocking = args[index] if len(args) > index else kwargs.get("blocking")
+        if blocking is None:
+            blocking = self.blocking
         acq = begin(self, blocking)
         if acq is None:
             return await original(self, *args, **kwargs)
@@ -198,16 +204,17 @@ def async_release_factory(
     async def release(self: Any) -> None:
         if "_lockwatch_class" not in self.__dict__:
             return await original(self)
-        hold, _ = release_begin(self)
+        hold = release_begin(self) if self.local.token is not None else None
         try:
             await original(self)
         except lock_error as exc:
-            release_end(self, hold, self.local.token is None, _failure(exc, not_owned))
+            release_failed(self, hold, self.local.token is None, _failure(exc, not_owned))
             raise
         except BaseException:  # cancelled mid-release: the token is kept, the hold goes on
-            release_end(self, hold, self.local.token is None, None)
+            release_failed(self, hold, self.local.token is None, None)
             raise
-        release_end(self, hold, True, None)
+        if hold is not None:
+            released(self, hold)
         return None
 
     return release

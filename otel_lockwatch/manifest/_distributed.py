@@ -6,9 +6,8 @@ fields, which this module checks (:func:`with_distributed_fields`, called by the
 reports (:func:`distributed_reports`):
 
 - ``key_templates``: the templates of its keys (``lock:order:*``), at most 16, sorted;
-- ``lease`` (Redis locks taken with a ``timeout``): ``holds`` (holds with a lease),
-  ``overruns``, ``overrun_ns`` (their total past the lease), ``overrun_max_ns``, and per worker
-  ``{overruns, overrun_ns}``;
+- ``lease`` (Redis locks taken with a ``timeout``): ``overruns``, ``overrun_ns`` (their total
+  past the lease), ``overrun_max_ns``, and per worker ``{overruns, overrun_ns}``;
 - ``release_failures``: ``{not_owned, lock_error}``.
 
 **A lease overrun is a correctness fault**, not a slowdown: Redis expired the key while its
@@ -32,7 +31,7 @@ __all__ = ["DISTRIBUTED_DERIVED_FIELDS", "distributed_reports", "with_distribute
 DISTRIBUTED_DERIVED_FIELDS = ("lease_overruns", "release_failures")
 
 _NS_PER_MS = 1_000_000
-_LEASE_COUNTS = ("holds", "overruns", "overrun_ns", "overrun_max_ns")
+_LEASE_COUNTS = ("overruns", "overrun_ns", "overrun_max_ns")
 
 
 def _count(v: object, where: str) -> int:
@@ -58,8 +57,8 @@ def _templates(v: object, where: str) -> list[str]:
 def _lease(v: object, where: str) -> dict[str, Any]:
     v = _mapping(v, where)
     out: dict[str, Any] = {k: _count(v.get(k), f"{where}.{k}") for k in _LEASE_COUNTS}
-    if out["overruns"] > out["holds"]:
-        raise ValueError(f"{where}.overruns must be at most its holds {out['holds']}")
+    if out["overrun_max_ns"] > out["overrun_ns"]:
+        raise ValueError(f"{where}.overrun_max_ns must be at most its overrun_ns")
     workers: dict[str, dict[str, int]] = {}
     for worker, w in _mapping(v.get("workers", {}), f"{where}.workers").items():
         at = f"{where}.workers[{worker!r}]"

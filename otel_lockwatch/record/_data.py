@@ -211,9 +211,9 @@ def _merge_distributed_fields(acc: dict[str, Any], lock: Mapping[str, Any]) -> N
     if lease is not None:
         into = acc.setdefault(
             "lease",
-            {"holds": 0, "overruns": 0, "overrun_ns": 0, "overrun_max_ns": 0, "workers": {}},
+            {"overruns": 0, "overrun_ns": 0, "overrun_max_ns": 0, "workers": {}},
         )
-        for key in ("holds", "overruns", "overrun_ns"):
+        for key in ("overruns", "overrun_ns"):
             into[key] += lease[key]
         into["overrun_max_ns"] = max(into["overrun_max_ns"], lease["overrun_max_ns"])
         for worker, w in lease["workers"].items():

@@ -45,7 +45,7 @@ __all__ = [
 class _ClassRecord:
     __slots__ = (
         "templates",
-        "holds",
+        "leased",
         "overruns",
         "overrun_ns",
         "overrun_max_ns",
@@ -55,7 +55,7 @@ class _ClassRecord:
 
     def __init__(self) -> None:
         self.templates: set[str] = set()
-        self.holds = 0  # holds taken with a lease
+        self.leased = False  # taken with a lease (a Redis lock with a timeout)
         self.overruns = 0
         self.overrun_ns = 0
         self.overrun_max_ns = 0
@@ -65,7 +65,7 @@ class _ClassRecord:
 
 def empty_lease() -> dict[str, Any]:
     """A lease entry with nothing recorded."""
-    return {"holds": 0, "overruns": 0, "overrun_ns": 0, "overrun_max_ns": 0, "workers": {}}
+    return {"overruns": 0, "overrun_ns": 0, "overrun_max_ns": 0, "workers": {}}
 
 
 def empty_lock(kind: str) -> dict[str, Any]:
@@ -88,17 +88,20 @@ class DistributedRecord:
     def __init__(self) -> None:
         self._lock = _thread.RLock()
         self._classes: dict[LockClass, _ClassRecord] = {}
+        self.leased_classes: set[LockClass] = set()
         if hasattr(os, "register_at_fork"):
             os.register_at_fork(after_in_child=self._after_fork_in_child)
 
     def _after_fork_in_child(self) -> None:
         self._lock = _thread.RLock()  # another thread may have held it at the fork
         self._classes = {}  # the child's manifest holds only the child's work
+        self.leased_classes.clear()  # the same set: the acquire path keeps a reference to it
 
     def reset(self) -> None:
         """Forget everything (with the recorder)."""
         with self._lock:
             self._classes = {}
+            self.leased_classes.clear()
 
     def _of(self, cls: LockClass) -> _ClassRecord:
         rec = self._classes.get(cls)
@@ -114,9 +117,11 @@ class DistributedRecord:
                 rec.templates.add(template)
 
     def leased(self, cls: LockClass) -> None:
-        """A hold of ``cls`` began with a lease."""
+        """``cls`` was taken with a lease (noted once per class: :attr:`leased_classes` says
+        which are, and is read without the lock on the acquire path)."""
         with self._lock:
-            self._of(cls).holds += 1
+            self._of(cls).leased = True
+            self.leased_classes.add(cls)
 
     def overrun(self, cls: LockClass, worker: str, over_ns: int) -> None:
         """A hold of ``cls`` by ``worker`` outlived its lease by ``over_ns``."""
@@ -161,10 +166,9 @@ class DistributedRecord:
             failures = entry.setdefault("release_failures", dict.fromkeys(FAILURE_KINDS, 0))
             for kind, n in rec.failures.items():
                 failures[kind] += n
-            if not (rec.holds or rec.overruns):
+            if not (rec.leased or rec.overruns):
                 continue  # a lock without a lease (a file lock)
             lease = entry.setdefault("lease", empty_lease())
-            lease["holds"] += rec.holds
             lease["overruns"] += rec.overruns
             lease["overrun_ns"] += rec.overrun_ns
             lease["overrun_max_ns"] = max(lease["overrun_max_ns"], rec.overrun_max_ns)
