@@ -10,6 +10,9 @@ never calls the OpenTelemetry SDK. Its modules, lowest first:
 - ``_bookkeeping``: the one routine per step of a lock's life (the order check, the try, the
   timed wait, the hold, the release), shared by every wrapper below.
 - ``_threading``, ``_sections``, ``_asyncio``, ``_mp_locks``: the wrappers of each kind of lock.
+- ``_distributed``: what distributed locks share (key templates, contention from the first
+  attempt, leases, release failures); ``_redis`` and ``_filelock``: their wrappers, patched only
+  where redis-py or filelock is installed.
 - ``_multiprocess``: child processes' manifests, the spawn / forkserver bootstrap, pool sizes.
 - ``_patches``: the one table of patch targets, installed and removed as a whole.
 """
