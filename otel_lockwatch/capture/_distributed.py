@@ -72,8 +72,6 @@ __all__ = [
     "Acquisition",
     "DistHold",
     "abandon",
-    "attempt_failed",
-    "attempt_started",
     "begin",
     "classify",
     "creation_site",
@@ -253,21 +251,10 @@ def begin(lock: Any, blocking: bool) -> Acquisition | None:
         return None
 
 
-current_acquisition = _CURRENT.get  # the acquire in progress in this thread or task, or None
-
-
-def attempt_started(lock: Any) -> None:
-    """The lock's library sends an attempt (called by the wrapped attempt method)."""
-    acq = _CURRENT.get()
-    if acq is not None and acq.lock is lock:
-        acq.sent_ns = _pc()
-
-
-def attempt_failed(lock: Any) -> None:
-    """The attempt found the lock held: the acquisition is contended."""
-    acq = _CURRENT.get()
-    if acq is not None and acq.lock is lock:
-        acq.failed = True
+#: The acquire in progress in this thread or task, or None. A wrapped attempt method (redis-py's
+#: ``do_acquire``, filelock's ``_acquire``) notes on it, when its lock is the one being acquired,
+#: when it sent the attempt (``sent_ns``) and whether it failed (``failed``).
+current_acquisition = _CURRENT.get
 
 
 class DistHold:

@@ -35,7 +35,7 @@ import multiprocessing.pool
 import multiprocessing.synchronize as _sync
 import threading
 import types
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -121,9 +121,9 @@ OPTIONAL: tuple[tuple[str, Callable[[], tuple[tuple, ...]]], ...] = (
 )
 
 
-def _targets() -> Iterator[Patch]:
-    """:data:`PATCHES`, then the targets of every importable library of :data:`OPTIONAL`."""
-    yield from PATCHES
+def _optional_targets() -> list[Patch]:
+    """The targets of every importable library of :data:`OPTIONAL` (importing it)."""
+    out: list[Patch] = []
     for module, targets in OPTIONAL:
         try:
             found = importlib.util.find_spec(module) is not None
@@ -136,7 +136,8 @@ def _targets() -> Iterator[Patch]:
         except Exception as exc:  # a version that lacks what is patched: its locks go unwatched
             OUTBOX.failed(exc)
             continue
-        yield from (Patch(*target) for target in optional)
+        out.extend(Patch(*target) for target in optional)
+    return out
 
 
 _ABSENT = object()  # what an attribute that did not exist is restored to: nothing
@@ -157,8 +158,11 @@ def install() -> None:
     """
     if _found:
         return
+    # The optional libraries are imported before anything is patched: the locks they make at
+    # import are their own plumbing, and stay plain.
+    targets = [*PATCHES, *_optional_targets()]
     try:
-        for patch in _targets():
+        for patch in targets:
             original = vars(patch.owner).get(patch.name, _ABSENT)
             inherited = getattr(patch.owner, patch.name, None)
             replacement = patch.build(inherited if original is _ABSENT else original, *patch.args)
