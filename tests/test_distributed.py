@@ -276,3 +276,21 @@ def test_a_forged_verdict_without_overruns_is_refused(tmp_path):
     path.write_text(json.dumps(doc), encoding="utf-8")
     with pytest.raises(ManifestError, match=r"does not agree with its data: verdict is"):
         load_manifest(path)
+
+
+def test_the_report_shows_overruns_and_release_failures(tmp_path, capsys):
+    """``otel-lockwatch report`` names the verdict, each overrun's worker and lock, and the
+    refused releases."""
+    from otel_lockwatch.cli import main
+
+    path = tmp_path / "m.json"
+    path.write_text(
+        evaluate(_data(**{"lock:order:*": _lock("redis.Lock", **_leased())})).to_json(),
+        encoding="utf-8",
+    )
+    assert main(["report", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "LEASE_OVERRUN_DETECTED" in out
+    assert "two workers may have held it at once" in out
+    assert "  w1 held lock:order:* past its lease 1 time, 500 ms in all\n" in out
+    assert "  lock:order:*: 1 not owned, 0 lock errors\n" in out
