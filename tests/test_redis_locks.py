@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from otel_lockwatch import Verdict, merge_manifests, name_lock
+from otel_lockwatch import PotentialDeadlockError, Verdict, merge_manifests, name_lock
 from otel_lockwatch.manifest._evaluate import evaluate
 from otel_lockwatch.record._recorder import RECORDER
 
@@ -296,3 +296,40 @@ def test_an_abba_across_two_processes_is_a_cycle_in_the_merged_manifest(tmp_path
     assert set(witnessed) == {("lock:order:*", "lock:stock:*"), ("lock:stock:*", "lock:order:*")}
     pids = {w.split("/")[0] for w in witnessed.values()}
     assert len(pids) == 2  # each edge witnessed in its own process
+
+
+def test_under_the_raise_policy_a_redis_acquire_that_closes_a_cycle_is_refused(
+    make_watched, client
+):
+    """``on_cycle=raise``: the Redis acquire that would close a cycle raises before its first
+    attempt, so the key is never set."""
+    make_watched(on_cycle="raise")
+    local = name_lock(threading.Lock(), "cache")
+    with make_lock(client, "lock:order:1", timeout=5), local:
+        pass
+    lock = make_lock(client, "lock:order:2", timeout=5)
+    with local, pytest.raises(PotentialDeadlockError):
+        lock.acquire()
+    assert client.get("lock:order:2") is None
+    assert RECORDER.thread_state().held == []
+
+
+def test_asyncio_extend_in_time_is_no_overrun(watched, port):
+    import redis.asyncio as aioredis
+
+    async def main():
+        client = aioredis.Redis(port=port)
+        lock = client.lock("lock:cart:9", timeout=0.2)
+        assert await lock.acquire()
+        await asyncio.sleep(0.1)
+        assert await lock.extend(0.4)
+        await asyncio.sleep(0.2)  # past the first lease, within the extended one
+        assert await lock.reacquire()
+        await asyncio.sleep(0.1)
+        await lock.release()
+        await client.aclose()
+
+    asyncio.run(main())
+    doc = manifest()
+    assert doc["lease_overruns"] == [] and doc["release_failures"] == []
+    assert doc["locks"]["lock:cart:*"]["lease"]["overruns"] == 0
