@@ -76,9 +76,9 @@ def acquire_factory(original: Any, timeout_error: type[BaseException]) -> Any:
         timeout = args[0] if args else kwargs.get("timeout")
         blocking = kwargs.get("blocking")
         if blocking is None:
-            blocking = self.blocking
+            blocking = getattr(self, "blocking", True)  # an instance default since filelock 3.13
         if timeout is None:
-            timeout = self.timeout
+            timeout = getattr(self, "timeout", -1)
         blocking = bool(blocking) and timeout != 0
         acq = begin(self, blocking)
         if acq is None:
