@@ -216,7 +216,8 @@ class Acquisition:
         self.cls = cls
         self.f = f
         self.failed = False
-        self.sent_ns = 0  # when the last attempt was sent (a lease starts no later)
+        self.sent_ns = 0  # when the last attempt was sent (a lease starts no later); a file
+        # lock, which has no lease, only notes that one was (1)
         self.ctx = current_context()
         self.token: Any = _CURRENT.set(self)
         self.t0 = _pc()
@@ -278,7 +279,6 @@ def finish(acq: Acquisition, ok: bool, blocking: bool, lease_s: Any = None) -> N
     """End an acquire: ``ok``, it got the lock (False: refused, or timed out); ``lease_s``,
     the lease it was taken with (seconds; None or 0 for none)."""
     _CURRENT.reset(acq.token)
-    t1 = _pc()
     st, cls, lock = acq.st, acq.cls, acq.lock
     try:
         s = st.stats.get(cls)
@@ -288,9 +288,9 @@ def finish(acq: Acquisition, ok: bool, blocking: bool, lease_s: Any = None) -> N
             _template_of(lock, cls)
         if not blocking:
             record_try(s, ok)
-        elif acq.failed:
+        elif acq.failed or not ok:  # a blocking acquire that failed waited (and timed out)
             extra = {"lockwatch.lock.key_template": cls.attrs["lockwatch.lock.key_template"]}
-            record_wait(st, s, cls, acq.t0, t1, ok, acq.ctx, acq.f, extra)
+            record_wait(st, s, cls, acq.t0, _pc(), ok, acq.ctx, acq.f, extra)
         elif ok:
             s.acquisitions += 1
         if not ok:

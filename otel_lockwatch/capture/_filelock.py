@@ -6,8 +6,8 @@ targets only when ``filelock`` is importable. A file lock is recorded like a Red
 
 - ``BaseFileLock.__init__``: a lock created while instrumented gets its class (its creation site
   and the template of its file *name*: the directory is never part of it);
-- the backends' ``_acquire`` (one attempt): an attempt that left the file unlocked marks the
-  acquisition contended;
+- the backends' ``_acquire`` (one attempt): a second attempt marks the acquisition contended
+  (the first failed);
 - ``BaseFileLock.acquire``: the acquisition. A file lock is re-entrant per object (per thread,
   by default): only the outermost acquire is recorded, and the release that unlocks the file
   ends the hold. ``blocking=False`` or ``timeout=0`` is a try; ``Timeout`` after a wait is a
@@ -61,10 +61,15 @@ def attempt_factory(original: Any) -> Any:
     """A backend's ``_acquire``: one attempt."""
 
     def _acquire(self: Any) -> None:
-        original(self)
+        # An attempt after the first means the first failed (so does a wait that timed out:
+        # see _distributed.finish); asking the lock whether it is held costs more than this.
         acq = current_acquisition()
-        if acq is not None and acq.lock is self and not self.is_locked:
-            acq.failed = True
+        if acq is not None and acq.lock is self:
+            if acq.sent_ns:
+                acq.failed = True
+            else:
+                acq.sent_ns = 1
+        original(self)
 
     return _acquire
 
