@@ -257,6 +257,7 @@ def test_core_suites_pass_on_the_pure_python_path():
         "tests/test_sections.py",
         "tests/test_async_sections.py",
         "tests/test_scenarios.py",
+        "tests/test_live_gauges.py",
     ]
     proc = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-x", *suites],

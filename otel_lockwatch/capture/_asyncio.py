@@ -81,12 +81,15 @@ async def _timed_wait(
     """``_bookkeeping.timed_wait`` for an awaitable: a cancelled wait is recorded as one that
     did not get the lock."""
     ctx = current_context()
+    before, st.waiting = st.waiting, cls  # for the live gauges, as _bookkeeping.timed_wait
     t0 = _pc()
     try:
         ok = await acquiring
     except BaseException:
         record_wait(st, s, cls, t0, _pc(), False, ctx, f, extra)
         raise
+    finally:
+        st.waiting = before
     record_wait(st, s, cls, t0, _pc(), ok, ctx, f, extra)
     return ok
 

@@ -9,7 +9,8 @@ the C fast path (``_fast_path``) runs the uncontended steps in C and calls these
   set lookup).
 - The non-blocking acquire is tried first; :func:`record_try` counts a try-acquire.
 - :func:`timed_wait` (:func:`lock_wait` for a lock's own ``acquire``): only when the try failed
-  is the clock read (lock_stat and Abseil record contention only on the slow path), and
+  is the clock read (lock_stat and Abseil record contention only on the slow path), the lock
+  class is noted as the worker's ``waiting`` while it blocks (the live gauges read it), and
   :func:`record_wait` counts the wait and queues it for OpenTelemetry.
 - :func:`track_hold`: the lock is held; its entry goes on the worker's held stack, and the object
   that keeps the hold notes what the release will need.
@@ -274,8 +275,13 @@ def timed_wait(
     """The slow path of a blocking acquire whose try failed: ``acquire(*args)``, timed, and the
     wait recorded. Returns what ``acquire`` returned."""
     ctx = current_context()
+    # Noted for the live gauges while the worker is blocked (restored: a wait may nest one).
+    before, st.waiting = st.waiting, cls
     t0 = _pc()
-    ok = acquire(*args)
+    try:
+        ok = acquire(*args)
+    finally:
+        st.waiting = before
     record_wait(st, s, cls, t0, _pc(), ok, ctx, f, extra)
     return ok
 

@@ -3,7 +3,8 @@ lockwatch finds.
 
 The demo instruments its own process (an SDK ``TracerProvider`` and ``MeterProvider``, with
 ``LockwatchInstrumentor``), runs the built-in workload of ``_demo_workload`` on a
-``ThreadPoolExecutor(max_workers=--workers)`` for ``--seconds``, shuts the providers down (the
+``ThreadPoolExecutor(max_workers=--workers)`` for ``--seconds`` (each unit of work in a task
+span, so that its lock waits are the task's children), shuts the providers down (the
 manifest exporter writes the manifest to ``--manifest`` then), prints what the pool did and the
 manifest's report (the same text as ``otel-lockwatch report``), and undoes the instrumentation.
 
@@ -294,15 +295,16 @@ def _live_findings(progress: _Progress) -> Iterator[_LiveFindings]:
 
 
 def _work(
-    workload: ModuleType, workers: int, seconds: float, progress: _Progress
+    workload: ModuleType, workers: int, seconds: float, progress: _Progress, tracer: Any
 ) -> dict[str, Any]:
-    """Run the workload in a thread of its own (see ``_demo_workload``), showing progress
-    until it ends; returns the box with its ``pool`` or its ``error``."""
+    """Run the workload in a thread of its own (see ``_demo_workload``), its units of work in
+    task spans of ``tracer``, showing progress until it ends; returns the box with its ``pool``
+    or its ``error``."""
     box: dict[str, Any] = {}
     pools: list[Any] = []
     thread = threading.Thread(
         target=workload.run_into,
-        args=(box, workers, seconds, pools.append),
+        args=(box, workers, seconds, pools.append, tracer),
         name="demo-driver",
         daemon=True,
     )
@@ -384,7 +386,8 @@ def run(args: argparse.Namespace, out: IO[str], err: IO[str]) -> int:
         )
         exporter = _exit.ACTIVE.exporter
         try:
-            box = _work(workload, args.workers, args.seconds, progress)
+            tracer = tracer_provider.get_tracer(WORKLOAD_MODULE)
+            box = _work(workload, args.workers, args.seconds, progress, tracer)
         finally:
             # The tracer provider's shutdown runs the manifest exporter first: it writes the
             # manifest and sends the lockwatch.manifest span while the OTLP exporter is still up.

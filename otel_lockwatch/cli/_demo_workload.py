@@ -28,6 +28,12 @@ size), each given a role by its index:
     compactor has released its pair: the A -> B / B -> A ordering precursor. The two never
     overlap, so the run never deadlocks, yet the lock-order graph has its cycle.
 
+Each unit of work (a publish, a sweep, a snapshot, a compaction, the one-off reconciliation of
+``accounts`` and ``ledger``) runs inside a task span of its own, named for it, as a traced
+service's requests would: exported to a collector, the ``lock.wait`` spans of a unit sit under
+its task span, not in one-span traces of their own. The tracer is the demo's (without one, the
+global tracer provider's: a no-op unless the caller set one up).
+
 Every send for an entity happens with the entity's section held, from loading the state to
 recording what was sent, so the subscriber's view of an entity never moves backward; the
 subscriber counts the sends that would have (``regressions``, always 0).
@@ -45,6 +51,8 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
+
+from opentelemetry import trace
 
 from otel_lockwatch import StripedSections, name_lock
 
@@ -94,10 +102,11 @@ class Subscriber:
 class Pool:
     """The shared state of one run: the locks, the entities, the subscriber, the counters."""
 
-    def __init__(self, workers: int, seconds: float) -> None:
+    def __init__(self, workers: int, seconds: float, tracer: Any = None) -> None:
         if workers < MIN_WORKERS:
             raise ValueError(f"workers must be at least {MIN_WORKERS}, got {workers}")
         self.workers = workers
+        self.tracer = tracer if tracer is not None else trace.get_tracer(__name__)
         self.seconds = seconds
         self.keys = [f"unit-{i}" for i in range(ENTITIES)]
         self.sections = StripedSections(SECTIONS, name="entity_sections")
@@ -153,41 +162,49 @@ class Pool:
     def _running(self) -> bool:
         return time.monotonic() < self.deadline
 
+    def _task(self, name: str) -> Any:
+        """The task span of one unit of work: its lock waits and holds become its children."""
+        return self.tracer.start_as_current_span(name)
+
     def sweeper(self, worker: int) -> None:
         rng = random.Random(worker)
         next_sweep = time.monotonic()
         while self._running():
             if time.monotonic() >= next_sweep:
-                self.sweep()
+                with self._task("sweep"):
+                    self.sweep()
                 next_sweep += SWEEP_INTERVAL_S
-            self.publish_event(worker, rng.choice(self.keys))
-        self.sweep()
+            with self._task("publish"):
+                self.publish_event(worker, rng.choice(self.keys))
+        with self._task("sweep"):
+            self.sweep()
 
     def reporter(self, worker: int) -> None:
         while self._running():
-            with self.stats_lock:
+            with self._task("snapshot"), self.stats_lock:
                 self.snapshots += 1
             time.sleep(REPORT_PAUSE_S)
 
     def compactor(self, worker: int) -> None:
         # Nested, not `with a, b:`, so the two acquisitions have sites of their own.
-        with self.accounts:  # noqa: SIM117
+        with self._task("reconcile"), self.accounts:  # noqa: SIM117
             with self.ledger:
                 pass
         self.ordering_first_done.set()
         while self._running():
-            with self.stats_lock:
+            with self._task("compact"), self.stats_lock:
                 time.sleep(COMPACT_HOLD_S)  # hold: compacting
             time.sleep(COMPACT_PAUSE_S)
 
     def publisher(self, worker: int) -> None:
         rng = random.Random(worker)
         if worker == 3 and self.ordering_first_done.wait(ORDERING_WAIT_S):
-            with self.ledger:  # noqa: SIM117
+            with self._task("reconcile"), self.ledger:  # noqa: SIM117
                 with self.accounts:
                     pass
         while self._running():
-            self.publish_event(worker, rng.choice(self.keys))
+            with self._task("publish"):
+                self.publish_event(worker, rng.choice(self.keys))
 
     def work(self, worker: int) -> None:
         """Worker ``worker``'s task: name the thread after its role, then play it."""
@@ -208,16 +225,16 @@ class Pool:
         }
 
 
-def run(workers: int, seconds: float, started: Callable[[Pool], None]) -> Pool:
+def run(workers: int, seconds: float, started: Callable[[Pool], None], tracer: Any = None) -> Pool:
     """Build the pool, hand it to ``started``, and run its workers to the deadline on a
-    ``ThreadPoolExecutor(max_workers=workers)``. Call it in a thread with no otel_lockwatch
-    frame above it (see the module docstring).
+    ``ThreadPoolExecutor(max_workers=workers)``, each unit of work in a task span of ``tracer``.
+    Call it in a thread with no otel_lockwatch frame above it (see the module docstring).
 
     Raises:
         ValueError: fewer than ``MIN_WORKERS`` workers.
         Exception: whatever a worker raised (the first one), after every worker has ended.
     """
-    pool = Pool(workers, seconds)
+    pool = Pool(workers, seconds, tracer)
     started(pool)
     with ThreadPoolExecutor(max_workers=pool.workers, thread_name_prefix="demo") as executor:
         futures = [executor.submit(pool.work, i) for i in range(pool.workers)]
@@ -227,12 +244,16 @@ def run(workers: int, seconds: float, started: Callable[[Pool], None]) -> Pool:
 
 
 def run_into(
-    box: dict[str, Any], workers: int, seconds: float, started: Callable[[Pool], None]
+    box: dict[str, Any],
+    workers: int,
+    seconds: float,
+    started: Callable[[Pool], None],
+    tracer: Any = None,
 ) -> None:
     """:func:`run` as a thread's target: the pool goes to ``box["pool"]``, an exception to
     ``box["error"]``. The target itself must live here: a thread whose target is a function of
     otel_lockwatch would make every lock of the workload look like otel-lockwatch's own."""
     try:
-        box["pool"] = run(workers, seconds, started)
+        box["pool"] = run(workers, seconds, started, tracer)
     except BaseException as exc:  # handed to the thread that waits for this one
         box["error"] = exc

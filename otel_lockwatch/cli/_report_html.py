@@ -4,20 +4,24 @@ The page has no script and no external resource: CSS and SVG are inline, generat
 the file can be mailed, attached to a CI run, or opened offline. It shows the model of
 ``_report_model`` in the same order as the terminal summary, with three charts: the share of the
 aggregate wait per lock, the hold-time distribution of each hot lock (from its histogram when
-the manifest carries one, else its p50/p95/max), and the lock-order graph on a circle, cycle
-edges in red; a table of the resource pools, with the way out of a pool that is the
-bottleneck. Its elements carry stable ids and classes (``#wait-share-chart``, ``.hold-chart``,
-``#lock-order-graph``, ``.edge.cycle``, ``#resource-pools``, ``.bottleneck``,
-``#idle-waits``) for tests and for anyone who wants to restyle it.
+the manifest carries one, else its p50/p95/max), and the lock-order graph in layers
+(``_report_graph``: labels never crossed, the size following the graph), cycle edges in red; a
+table of the resource pools, with the way out of a pool that is the bottleneck. Tables wrap long
+names in their cells rather than overflow the page. Its elements carry stable ids and classes
+(``#wait-share-chart``, ``.hold-chart``, ``#lock-order-graph``, ``.edge.cycle``,
+``#resource-pools``, ``.bottleneck``, ``#idle-waits``) for tests and for anyone who wants to
+restyle it.
 """
 
 from __future__ import annotations
 
 import html
 import math
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from otel_lockwatch.cli._report_graph import MAX_GRAPH_NODES, svg_lock_order
 from otel_lockwatch.cli._report_model import VERDICT_SEVERITY, build_report, finite_number
 from otel_lockwatch.cli._report_text import (
     MAX_CHART_LOCKS,
@@ -32,10 +36,6 @@ from otel_lockwatch.cli._report_text import (
 )
 
 __all__ = ["render_html"]
-
-#: How many locks the lock-order graph draws (cycle members first); a graph of thousands of
-#: nodes on a circle is unreadable, and the DOT output has them all.
-MAX_GRAPH_NODES = 40
 
 _CSS = """
 :root { --ok: #2e7d32; --warn: #ef6c00; --bad: #c62828; --ink: #1f2328; --muted: #59636e;
@@ -69,20 +69,29 @@ svg .threshold { stroke: var(--bad); stroke-dasharray: 4 3; }
 .hold-panel { background: var(--panel); border: 1px solid var(--rule); border-radius: 8px;
               padding: 12px; }
 svg.hold-chart .bar { fill: #0969da; }
-svg .node circle { fill: #ffffff; stroke: var(--bar); stroke-width: 1.5; }
-svg .node.cycle circle { stroke: var(--bad); stroke-width: 2.5; fill: #fff5f5; }
+svg .node rect { fill: #ffffff; stroke: var(--bar); stroke-width: 1.5; }
+svg .node.cycle rect { stroke: var(--bad); stroke-width: 2.5; fill: #fff5f5; }
 svg .edge { fill: none; stroke: var(--bar); stroke-width: 1.5; }
 svg .edge.cycle { stroke: var(--bad); stroke-width: 2.5; }
 svg .edge-label { font-size: 11px; fill: var(--muted); }
 svg .edge-label.cycle { fill: var(--bad); }
 table { border-collapse: collapse; width: 100%; font-size: 13px; }
-th, td { padding: 4px 8px; border-bottom: 1px solid var(--rule); text-align: right;
-         white-space: nowrap; }
-th.text, td.text { text-align: left; }
+th, td { padding: 4px 6px; border-bottom: 1px solid var(--rule); text-align: right;
+         vertical-align: top; }
+td { white-space: nowrap; }
+th { overflow-wrap: normal; }
+th.text, td.text { text-align: left; white-space: normal; overflow-wrap: anywhere;
+                   min-width: 5em; }
+@media (max-width: 960px) {
+  body { padding: 16px 16px 32px; }
+  table { font-size: 12px; }
+  th, td { padding: 3px 4px; }
+}
+code { overflow-wrap: anywhere; }
 th { color: var(--muted); font-weight: 600; }
 p.bottleneck { color: var(--warn); font-weight: 600; }
 pre { background: var(--panel); border: 1px solid var(--rule); border-radius: 8px; padding: 12px;
-      overflow-x: auto; font-size: 12.5px; white-space: pre-wrap; }
+      overflow-x: auto; font-size: 12.5px; white-space: pre-wrap; overflow-wrap: anywhere; }
 footer { margin-top: 40px; font-size: 12px; color: var(--muted); }
 """
 
@@ -90,12 +99,17 @@ _e = html.escape
 
 
 def _svg_wait_share(report: Mapping[str, Any]) -> str:
+    """One bar per waited-on lock. The names are right-aligned left of the plot, the figures in
+    a column right of it: the dashed threshold line, which crosses the plot, crosses no text."""
     rows = [row for row in report["locks"] if row["wait_ms_total"] > 0][:MAX_CHART_LOCKS]
     hot = {h["lock"] for h in report["hot_locks"]}
     threshold = finite_number(report["thresholds"].get("hot_lock_threshold_pct"))
-    label_w = min(260, max(80, 8 * max((len(r["lock"]) for r in rows), default=8) + 12))
-    bar_w, row_h, top = 560, 24, 24
-    width = label_w + bar_w + 140
+    char = 7.6  # an upper bound of a character's advance at 12 px, monospaced
+    longest = max((len(r["lock"]) for r in rows), default=8)
+    label_w = min(240, max(80, math.ceil(char * longest) + 14))
+    value_w, row_h, top = 132, 24, 24
+    width = 720  # fits the page's column at 800 px: the chart is never scaled down there
+    bar_w = width - label_w - value_w
     height = top + row_h * max(1, len(rows)) + 28
     parts = [
         f'<svg id="wait-share-chart" xmlns="http://www.w3.org/2000/svg" width="{width}" '
@@ -105,27 +119,25 @@ def _svg_wait_share(report: Mapping[str, Any]) -> str:
     parts.append(f'<text x="{label_w}" y="14" class="muted">share of the aggregate wait</text>')
     if not rows:
         parts.append(f'<text x="{label_w}" y="{top + 16}">no lock was waited on</text>')
+    fit = int((label_w - 14) // char)
     for i, row in enumerate(rows):
         y = top + i * row_h
         w = max(1.0, bar_w * row["wait_share_pct"] / 100.0)
         cls = "bar hot" if row["lock"] in hot else "bar"
-        name = (
-            row["lock"]
-            if len(row["lock"]) * 8 <= label_w - 12
-            else row["lock"][: (label_w - 12) // 8 - 1] + "…"
-        )
+        name = row["lock"] if len(row["lock"]) <= fit else row["lock"][: fit - 1] + "…"
         parts.append(
-            f'<text x="{label_w - 8}" y="{y + 16}" text-anchor="end">{_e(name)}</text>'
+            f'<text x="{label_w - 8}" y="{y + 16}" text-anchor="end">{_e(name)}'
+            f"<title>{_e(row['lock'])}</title></text>"
             f'<rect class="{cls}" data-lock="{_e(row["lock"])}" x="{label_w}" y="{y + 4}" '
             f'width="{w:.1f}" height="{row_h - 8}" rx="2"><title>{_e(row["lock"])}: '
             f"{_e(duration(row['wait_ms_total']))}, {row['wait_share_pct']:.1f} %</title></rect>"
-            f'<text x="{label_w + w + 6:.1f}" y="{y + 16}">{row["wait_share_pct"]:.1f} % · '
-            f"{_e(duration(row['wait_ms_total']))}</text>"
+            f'<text class="value" x="{width - 4}" y="{y + 16}" text-anchor="end">'
+            f"{row['wait_share_pct']:.1f} % · {_e(duration(row['wait_ms_total']))}</text>"
         )
     axis_y = top + row_h * max(1, len(rows)) + 2
     parts.append(f'<line class="axis" x1="{label_w}" y1="{top}" x2="{label_w}" y2="{axis_y}"/>')
     if threshold is not None and rows:
-        x = label_w + bar_w * threshold / 100.0
+        x = label_w + bar_w * min(threshold, 100.0) / 100.0
         parts.append(
             f'<line class="threshold" x1="{x:.1f}" y1="{top - 4}" x2="{x:.1f}" y2="{axis_y}"/>'
             f'<text x="{x:.1f}" y="{axis_y + 16}" text-anchor="middle" class="muted">'
@@ -217,83 +229,18 @@ def _svg_hold_chart(hot: Mapping[str, Any]) -> str:
     return "".join(parts)
 
 
-def _svg_lock_order(report: Mapping[str, Any]) -> str:
-    graph = report["lock_order"]
-    nodes = graph["nodes"][:MAX_GRAPH_NODES]
-    drawn = set(nodes)
-    edges = [e for e in graph["edges"] if e["holding"] in drawn and e["acquiring"] in drawn]
-    size = 560 if len(nodes) <= 12 else 760
-    cx = cy = size / 2
-    radius = size / 2 - 90 if len(nodes) > 1 else 0
-    node_r = 9
-    pos = {
-        name: (
-            cx + radius * math.cos(2 * math.pi * i / len(nodes) - math.pi / 2),
-            cy + radius * math.sin(2 * math.pi * i / len(nodes) - math.pi / 2),
-        )
-        for i, name in enumerate(nodes)
-    }
-    cycle_nodes = {n for e in edges if e["cycle"] for n in (e["holding"], e["acquiring"])}
-    parts = [
-        f'<svg id="lock-order-graph" xmlns="http://www.w3.org/2000/svg" width="{size}" '
-        f'height="{size}" viewBox="0 0 {size} {size}" role="img" '
-        f'aria-label="lock-order graph">',
-        "<defs>"
-        '<marker id="arrow" viewBox="0 0 10 10" refX="9" refY="5" markerWidth="7" markerHeight="7" '
-        'orient="auto-start-reverse"><path d="M0,0 L10,5 L0,10 z" fill="#6e7781"/></marker>'
-        '<marker id="arrow-cycle" viewBox="0 0 10 10" refX="9" refY="5" markerWidth="7" '
-        'markerHeight="7" orient="auto-start-reverse"><path d="M0,0 L10,5 L0,10 z" '
-        'fill="#c62828"/></marker></defs>',
-    ]
-    if not nodes:
-        parts.append(
-            f'<text x="{cx}" y="{cy}" text-anchor="middle">'
-            "no nested acquisition was recorded</text>"
-        )
-    for e in edges:
-        (x1, y1), (x2, y2) = pos[e["holding"]], pos[e["acquiring"]]
-        dx, dy = x2 - x1, y2 - y1
-        dist = math.hypot(dx, dy) or 1.0
-        ux, uy = dx / dist, dy / dist
-        # Bend every edge to its right: A->B and B->A then stay two visible arcs.
-        bend = 0.18 * dist
-        mx, my = (x1 + x2) / 2 - uy * bend, (y1 + y2) / 2 + ux * bend
-        sx, sy = x1 + ux * node_r, y1 + uy * node_r
-        ex, ey = x2 - ux * (node_r + 2), y2 - uy * (node_r + 2)
-        cls = "edge cycle" if e["cycle"] else "edge"
-        marker = "arrow-cycle" if e["cycle"] else "arrow"
-        tip = f"{e['worker'] or '?'} held {e['holding']} then acquired {e['acquiring']}"
-        if e["sites"][0] or e["sites"][1]:
-            tip += f" ({e['sites'][0] or '?'} -> {e['sites'][1] or '?'})"
-        parts.append(
-            f'<path class="{cls}" data-holding="{_e(e["holding"])}" '
-            f'data-acquiring="{_e(e["acquiring"])}" d="M{sx:.1f},{sy:.1f} Q{mx:.1f},{my:.1f} '
-            f'{ex:.1f},{ey:.1f}" marker-end="url(#{marker})"><title>{_e(tip)}</title></path>'
-        )
-        if e["worker"]:
-            lx, ly = (x1 + x2) / 2 - uy * bend * 0.55, (y1 + y2) / 2 + ux * bend * 0.55
-            label_cls = "edge-label cycle" if e["cycle"] else "edge-label"
-            parts.append(
-                f'<text class="{label_cls}" x="{lx:.1f}" y="{ly:.1f}" text-anchor="middle">'
-                f"{_e(str(e['worker']))}</text>"
-            )
-    for name in nodes:
-        x, y = pos[name]
-        cls = "node cycle" if name in cycle_nodes else "node"
-        # Labels point away from the centre so they do not sit on the edges.
-        anchor = "middle" if abs(x - cx) < 20 else ("start" if x > cx else "end")
-        lx = x + (14 if anchor == "start" else -14 if anchor == "end" else 0)
-        ly = y + (-14 if y < cy - 20 else 22 if y > cy + 20 else 4)
-        parts.append(
-            f'<g class="{cls}" data-lock="{_e(name)}"><circle cx="{x:.1f}" cy="{y:.1f}" '
-            f'r="{node_r}"/><text x="{lx:.1f}" y="{ly:.1f}" text-anchor="{anchor}">'
-            f"{_e(name)}</text></g>"
-        )
-    parts.append("</svg>")
-    return "".join(parts)
+_BREAK_AFTER = re.compile(r"([_.:/\\-]+)(?=\w)")
+
+
+def _wrappable(text: str) -> str:
+    """A name escaped, with a line-break opportunity after each of its separators (``_ . : /
+    -``): a long lock or site name wraps at a word of its own before anywhere else."""
+    return _BREAK_AFTER.sub(r"\1<wbr>", _e(text))
 
 
 def _html_table(headers: Sequence[str], rows: Iterable[Sequence[str]], text_cols: int = 1) -> str:
+    """A table whose first ``text_cols`` columns hold names (left-aligned, wrapping when long)
+    and the others figures (right-aligned, never wrapped)."""
     head = "".join(
         f'<th class="text">{_e(h)}</th>' if i < text_cols else f"<th>{_e(h)}</th>"
         for i, h in enumerate(headers)
@@ -301,7 +248,7 @@ def _html_table(headers: Sequence[str], rows: Iterable[Sequence[str]], text_cols
     body = "".join(
         "<tr>"
         + "".join(
-            f'<td class="text">{_e(c)}</td>' if i < text_cols else f"<td>{_e(c)}</td>"
+            f'<td class="text">{_wrappable(c)}</td>' if i < text_cols else f"<td>{_e(c)}</td>"
             for i, c in enumerate(row)
         )
         + "</tr>"
@@ -392,7 +339,7 @@ def render_html(manifest: Mapping[str, Any], *, title: str | None = None) -> str
         '<p class="muted">An arrow A → B: a worker acquired B while holding A. '
         "Red arrows close a cycle: workers taking them concurrently can deadlock.</p>"
     )
-    body.append(_svg_lock_order(r))
+    body.append(svg_lock_order(r["lock_order"]))
     if len(r["lock_order"]["nodes"]) > MAX_GRAPH_NODES:
         body.append(
             f'<p class="muted">{len(r["lock_order"]["nodes"]) - MAX_GRAPH_NODES} more locks '

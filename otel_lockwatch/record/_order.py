@@ -184,8 +184,10 @@ class LockOrderGraph:
         "_max_cycles",
         "_max_edges",
         "_nedges",
+        "_pending",
         "_succ",
         "_truncated",
+        "_version",
         "_warned",
         "_witnesses",
     )
@@ -213,6 +215,11 @@ class LockOrderGraph:
         self._cycle_keys: set[tuple[str, ...]] = set()
         self._truncated = False
         self._warned: set[str] = set()  # the caps already warned about, once each
+        # What a reader on this thread sees mid-update (a signal handler or a finalizer that
+        # runs inside add_edge, or between to_json's copies): the edges being added, and a
+        # count of completed additions. See to_json.
+        self._pending: list[tuple[str, str]] = []
+        self._version = 0
 
     # -- reading ---------------------------------------------------------------------------
 
@@ -339,14 +346,19 @@ class LockOrderGraph:
                 warning = self._reached(over)
             else:
                 cycle = self._closing(holding, acquiring, witness)
-                self._record(holding, acquiring, witness)
-                if cycle is not None and cycle.locks not in self._cycle_keys:
-                    result = cycle
-                    if len(self._cycles) < self._max_cycles:
-                        self._cycle_keys.add(cycle.locks)
-                        self._cycles.append(cycle)
-                    else:
-                        warning = self._reached("max_cycles")
+                self._pending.append((holding, acquiring))
+                try:
+                    self._record(holding, acquiring, witness)
+                    if cycle is not None and cycle.locks not in self._cycle_keys:
+                        result = cycle
+                        if len(self._cycles) < self._max_cycles:
+                            self._cycle_keys.add(cycle.locks)
+                            self._cycles.append(cycle)
+                        else:
+                            warning = self._reached("max_cycles")
+                finally:
+                    self._pending.pop()
+                    self._version += 1
         if warning is not None:  # logged outside the graph lock: handlers take locks
             _logger.warning("%s", warning)
         return result
@@ -395,11 +407,32 @@ class LockOrderGraph:
 
     def to_json(self) -> dict[str, Any]:
         """Return ``{"edges": [witness dicts in insertion order], "cycles": [cycle dicts in
-        discovery order]}``, the ``lock_order`` part of the recorder snapshot."""
+        discovery order]}``, the ``lock_order`` part of the recorder snapshot.
+
+        The lock keeps other threads out, not this one: a signal handler or a finalizer may add
+        an edge between any two bytecodes here, or this may run inside such an addition. So the
+        edges and cycles are copied (each copy one C call) until no addition completed between
+        the copies, and an edge still being added is left out with its cycles: every cycle's
+        edges are among the edges, and the edges close a cycle only when one is reported.
+        """
         with self._lock:
+            for _ in range(100):
+                version = self._version
+                cycles = list(self._cycles)
+                witnesses = list(self._witnesses)
+                pending = set(self._pending)
+                if version == self._version:
+                    break
+            if pending:
+                witnesses = [w for w in witnesses if (w.holding, w.acquiring) not in pending]
+                cycles = [
+                    c
+                    for c in cycles
+                    if not any((e.holding, e.acquiring) in pending for e in c.edges)
+                ]
             return {
-                "edges": [w.to_json() for w in self._witnesses],
-                "cycles": [c.to_json() for c in self._cycles],
+                "edges": [w.to_json() for w in witnesses],
+                "cycles": [c.to_json() for c in cycles],
             }
 
     @classmethod

@@ -27,6 +27,7 @@ from typing import Any
 from ._data import WorkerTotals, expand_lock_workers, merge_data
 from ._distributed import DISTRIBUTED
 from ._histogram import LogHistogram
+from ._live import live_counts
 from ._lock_class import LockClass
 
 __all__ = [
@@ -117,6 +118,7 @@ WORKER_FIELDS = (
     "spans",  # (lock name, span name) -> spans started under that lock
     "thread",  # the thread or task it belongs to, weakly (an ended one is folded away)
     "retired",  # observed time (ns) of the ended workers folded into this state
+    "waiting",  # the lock class this worker is blocked on right now (set by the slow path), or None
 )
 
 
@@ -141,6 +143,7 @@ class WorkerState:
         self.spans: dict[tuple[str, str], int] = {}
         self.thread = weakref.ref(thread) if thread is not None else None
         self.retired = 0
+        self.waiting: LockClass | None = None
 
     def alive(self) -> bool:
         """Whether the thread or task this state belongs to can still record."""
@@ -388,6 +391,10 @@ class Recorder:
                         key = (cls.name, cls.kind, outcome)
                         out[key] = out.get(key, 0) + n
         return out
+
+    def live(self) -> dict[tuple[str, str], tuple[int, int]]:
+        """Workers waiting on and holding each lock class right now (see ``_live``)."""
+        return live_counts(list(self._states))
 
     def snapshot(self) -> dict[str, Any]:
         """The mergeable data of a manifest (see docs/ARCHITECTURE.md, "Recorder snapshot").

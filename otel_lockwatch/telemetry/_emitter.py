@@ -23,6 +23,10 @@ lock path, and a contended acquisition costs a few microseconds beyond its wait.
 - ``lockwatch.lock.acquisitions`` / ``lockwatch.lock.contentions``: exact counters, observed
   from the recorder; ``lockwatch.lock.lease_overruns`` / ``lockwatch.lock.release_failures``
   for distributed locks (``_distributed``).
+- ``lockwatch.lock.waiting`` / ``lockwatch.lock.holders``: gauges of the threads and tasks
+  blocked on, and holding, each lock class at the moment of collection (a pile-up shows while it
+  happens). Observed from the workers' held stacks and the class a blocked worker's slow path
+  notes: the uncontended path does nothing more for them.
 
 Attributes are bounded by the code: ``lockwatch.lock.name`` (a lock class), ``.kind``, the
 outcome, and on spans the section index (< the array's count), thread and code site. An entity
@@ -244,6 +248,17 @@ class Telemetry:
                 if outcome == "contended"
             ]
 
+        def live(index: int) -> Callable[[CallbackOptions], list[Observation]]:
+            def observe(options: CallbackOptions) -> list[Observation]:
+                return [
+                    Observation(
+                        now[index], {"lockwatch.lock.name": name, "lockwatch.lock.kind": kind}
+                    )
+                    for (name, kind), now in recorder.live().items()
+                ]
+
+            return observe
+
         self._ensure_emitter()
         OUTBOX.accepting = True
         self._observables = [
@@ -258,6 +273,18 @@ class Telemetry:
                 callbacks=[contentions],
                 unit="{acquisition}",
                 description="Blocking acquisitions that had to wait for another holder.",
+            ),
+            meter.create_observable_gauge(
+                "lockwatch.lock.waiting",
+                callbacks=[live(0)],
+                unit="{worker}",
+                description="Threads and tasks blocked acquiring a lock of the class right now.",
+            ),
+            meter.create_observable_gauge(
+                "lockwatch.lock.holders",
+                callbacks=[live(1)],
+                unit="{worker}",
+                description="Threads and tasks holding a lock of the class right now.",
             ),
         ]
         self._observables += distributed_counters(meter)

@@ -2,12 +2,16 @@
 
 A workload subprocess (``workload.py``) runs task spans around a contended, named lock and
 exports to the session's Jaeger (collector-config/jaeger.yaml on free loopback ports); the
-tests read the traces back through Jaeger's HTTP query API, as a user's UI would.
+tests read the traces back through Jaeger's HTTP query API, as a user's UI would. So does
+``otel-lockwatch demo``, run as a user runs it, whose waits must sit under its task spans.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -122,3 +126,94 @@ def test_manifest_span_carries_the_verdict(lockwatch_run: dict[str, Any]) -> Non
         (lockwatch_run["workdir"] / attributes["lockwatch.manifest.path"]).read_text()
     )
     assert attributes["lockwatch.verdict"] == manifest["verdict"]
+
+
+# --------------------------------------------------------------------------------------------
+# otel-lockwatch demo
+
+#: The demo's task spans (one per unit of work) and the locks waited on under each.
+DEMO_TASKS = {"publish", "sweep", "snapshot", "compact", "reconcile"}
+#: How far two clocks' readings of one instant may disagree in Jaeger's microseconds.
+SKEW_US = 1000
+
+
+@pytest.fixture(scope="module")
+def demo_run(jaeger: Jaeger, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """``otel-lockwatch demo`` exporting to the session's Jaeger, run once; its ``lock.wait``
+    traces as Jaeger holds them, those of ``global_config`` and those of ``stats_snapshot``."""
+    service = unique_service("e2e-demo")
+    workdir = tmp_path_factory.mktemp("demo")
+    env = {
+        **os.environ,
+        "OTEL_SERVICE_NAME": service,
+        "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://{jaeger.otlp_grpc}",
+        "OTEL_EXPORTER_OTLP_INSECURE": "true",
+    }
+    argv = [sys.executable, "-m", "otel_lockwatch", "demo", "--workers", "6", "--seconds", "1"]
+    done = subprocess.run(
+        [*argv, "--manifest", str(workdir / "manifest.json")],
+        env=env,
+        cwd=workdir,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, f"demo exited {done.returncode}:\n{done.stderr[-3000:]}"
+
+    def parented_waits(lock: str):
+        """Ready when a ``lock.wait`` on ``lock`` came back and every wait's parent with it
+        (Jaeger stores the spans of one trace as their batches arrive)."""
+
+        def ready(traces: list[dict[str, Any]]) -> bool:
+            waits = 0
+            for t in traces:
+                ids = {s["spanID"] for s in t["spans"]}
+                for s in t["spans"]:
+                    if s["operationName"] == "lock.wait":
+                        waits += 1
+                        if parent_id(s) not in ids:
+                            return False
+            return waits > 0
+
+        return ready
+
+    # One query per lock: the 100 traces a query returns would all be publishes otherwise.
+    traces = [
+        trace
+        for lock in ("global_config", "stats_snapshot")
+        for trace in jaeger.wait_for_traces(
+            service,
+            parented_waits(lock),
+            operation="lock.wait",
+            tags=json.dumps({"lockwatch.lock.name": lock}),
+        )
+    ]
+    return {"service": service, "traces": traces}
+
+
+def test_demo_lock_waits_are_children_of_its_task_spans(demo_run: dict[str, Any]) -> None:
+    """Every ``lock.wait`` span the demo exported has a parent in its own trace, and that parent
+    is one of the demo's task spans: ``global_config`` is waited on by publishes (and the
+    sweeper's), ``stats_snapshot`` by the reporter's snapshots. No wait is a trace of its own."""
+    parents: dict[str, set[str]] = {}
+    for trace in demo_run["traces"]:
+        by_id = {s["spanID"]: s for s in trace["spans"]}
+        for span in trace["spans"]:
+            if span["operationName"] != "lock.wait":
+                continue
+            parent = by_id.get(parent_id(span) or "")
+            assert parent is not None, f"a lock.wait with no parent in its trace: {tags(span)}"
+            assert parent["operationName"] in DEMO_TASKS, parent["operationName"]
+            # Within the task, to the clocks' agreement: a wait's times are taken on the
+            # monotonic clock and moved to the epoch when the span is made, the task's on the
+            # epoch clock; a publish waits from its first microsecond.
+            assert parent["startTime"] - SKEW_US <= span["startTime"]
+            end, parent_end = (s["startTime"] + s["duration"] for s in (span, parent))
+            assert end <= parent_end + SKEW_US
+            parents.setdefault(tags(span)["lockwatch.lock.name"], set()).add(
+                parent["operationName"]
+            )
+    assert (
+        parents["global_config"] <= {"publish", "sweep"} and "publish" in parents["global_config"]
+    )
+    assert parents["stats_snapshot"] == {"snapshot"}
