@@ -333,3 +333,31 @@ def test_asyncio_extend_in_time_is_no_overrun(watched, port):
     doc = manifest()
     assert doc["lease_overruns"] == [] and doc["release_failures"] == []
     assert doc["locks"]["lock:cart:*"]["lease"]["overruns"] == 0
+
+
+def test_a_worker_polling_for_a_redis_lock_is_in_the_waiting_gauge(watched, client):
+    """While its first attempt has failed and it polls, the waiter counts in
+    ``lockwatch.lock.waiting`` for the class; once it holds, in ``lockwatch.lock.holders``."""
+    holder = make_lock(client, "lock:order:5", timeout=10)
+    assert holder.acquire()
+    got = threading.Event()
+
+    def waiter():
+        with make_lock(client, "lock:order:5", timeout=10, sleep=0.005):
+            got.set()
+
+    def gauge(name):
+        return {p.attributes["lockwatch.lock.name"]: p.value for p in watched.points(name)}.get(
+            "lock:order:*", 0
+        )
+
+    t = threading.Thread(target=waiter, name="waiter")
+    t.start()
+    deadline = time.monotonic() + 10
+    while gauge("lockwatch.lock.waiting") != 1 and time.monotonic() < deadline:
+        time.sleep(0.01)  # ok: polling the gauge, with a deadline
+    assert gauge("lockwatch.lock.waiting") == 1
+    assert gauge("lockwatch.lock.holders") == 1  # the main thread
+    holder.release()
+    t.join(10)
+    assert got.is_set() and gauge("lockwatch.lock.waiting") == 0

@@ -74,6 +74,7 @@ __all__ = [
     "abandon",
     "begin",
     "classify",
+    "contended",
     "creation_site",
     "current_acquisition",
     "finish",
@@ -208,7 +209,7 @@ def _template_of(lock: Any, cls: LockClass) -> None:
 class Acquisition:
     """One acquire in progress: who, where, since when, and whether an attempt failed."""
 
-    __slots__ = ("lock", "st", "cls", "f", "t0", "ctx", "failed", "sent_ns", "token")
+    __slots__ = ("lock", "st", "cls", "f", "t0", "ctx", "failed", "sent_ns", "token", "before")
 
     def __init__(self, lock: Any, st: WorkerState, cls: LockClass, f: Any) -> None:
         self.lock = lock
@@ -216,6 +217,7 @@ class Acquisition:
         self.cls = cls
         self.f = f
         self.failed = False
+        self.before: LockClass | None = None  # the worker's waiting class before this one's
         self.sent_ns = 0  # when the last attempt was sent (a lease starts no later); a file
         # lock, which has no lease, only notes that one was (1)
         self.ctx = current_context()
@@ -226,6 +228,21 @@ class Acquisition:
 _CURRENT: contextvars.ContextVar[Acquisition | None] = contextvars.ContextVar(
     "lockwatch_distributed_acquisition", default=None
 )
+
+
+def contended(acq: Acquisition) -> None:
+    """An attempt of ``acq`` failed: it is contended, and its worker is noted as waiting on its
+    class until it ends (the live gauges read it), as the local slow path does."""
+    if not acq.failed:
+        acq.failed = True
+        st = acq.st
+        acq.before, st.waiting = st.waiting, acq.cls
+
+
+def _done(acq: Acquisition) -> None:
+    _CURRENT.reset(acq.token)
+    if acq.failed:
+        acq.st.waiting = acq.before
 
 
 def begin(lock: Any, blocking: bool) -> Acquisition | None:
@@ -278,7 +295,7 @@ class DistHold:
 def finish(acq: Acquisition, ok: bool, blocking: bool, lease_s: Any = None) -> None:
     """End an acquire: ``ok``, it got the lock (False: refused, or timed out); ``lease_s``,
     the lease it was taken with (seconds; None or 0 for none)."""
-    _CURRENT.reset(acq.token)
+    _done(acq)
     st, cls, lock = acq.st, acq.cls, acq.lock
     try:
         s = st.stats.get(cls)
@@ -314,7 +331,7 @@ def finish(acq: Acquisition, ok: bool, blocking: bool, lease_s: Any = None) -> N
 
 def abandon(acq: Acquisition) -> None:
     """An acquire that raised (cancelled, a connection error): nothing is recorded."""
-    _CURRENT.reset(acq.token)
+    _done(acq)
 
 
 # -- the hold and the release ----------------------------------------------------------------

@@ -27,6 +27,7 @@ from ._distributed import (
     abandon,
     begin,
     classify,
+    contended,
     creation_site,
     current_acquisition,
     finish,
@@ -66,7 +67,7 @@ def attempt_factory(original: Any) -> Any:
         acq = current_acquisition()
         if acq is not None and acq.lock is self:
             if acq.sent_ns:
-                acq.failed = True
+                contended(acq)
             else:
                 acq.sent_ns = 1
         original(self)

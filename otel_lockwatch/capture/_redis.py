@@ -30,6 +30,7 @@ from ._distributed import (
     abandon,
     begin,
     classify,
+    contended,
     creation_site,
     current_acquisition,
     finish,
@@ -77,7 +78,7 @@ def do_acquire_factory(original: Any) -> Any:
         acq.sent_ns = _pc()
         ok = original(self, token)
         if not ok:
-            acq.failed = True
+            contended(acq)
         return ok
 
     return do_acquire
@@ -169,7 +170,7 @@ def async_do_acquire_factory(original: Any) -> Any:
         acq.sent_ns = _pc()
         ok = await original(self, token)
         if not ok:
-            acq.failed = True
+            contended(acq)
         return ok
 
     return do_acquire
