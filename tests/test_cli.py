@@ -222,7 +222,7 @@ def test_check_of_another_schema_exits_2(tmp_path, capsys):
     err = _one_error(capsys, main(["check", str(other), "-p", "4"]))
     assert err == (
         f"otel-lockwatch: error: manifest {other} has schema 'something/else/2', "
-        "expected 'otel-lockwatch/manifest/2'\n"
+        "expected 'otel-lockwatch/manifest/3'\n"
     )
 
 

@@ -643,7 +643,7 @@ def edited(tmp_path, change):
         (lambda p: write(p, "[1, 2]"), r"^manifest .*m\.json is not a JSON object$"),
         (
             lambda p: write(p, '{"schema": "other/2"}'),
-            r"^manifest .*m\.json has schema 'other/2', expected 'otel-lockwatch/manifest/2'$",
+            r"^manifest .*m\.json has schema 'other/2', expected 'otel-lockwatch/manifest/3'$",
         ),
         (
             lambda p: edited(p, lambda d: d.pop("thresholds")),

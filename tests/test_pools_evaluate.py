@@ -383,7 +383,7 @@ def test_a_manifest_written_before_the_pool_fields_still_loads(tmp_path):
     path = tmp_path / "old.json"
     path.write_text(json.dumps(doc), encoding="utf-8")
     old = load_manifest(path)
-    assert old.schema == "otel-lockwatch/manifest/2"  # evaluated again under today's rules
+    assert old.schema == "otel-lockwatch/manifest/3"  # evaluated again under today's rules
     again = evaluate(old.data).to_dict()
     for field in ("verdict", "hot_lock_register", "starvation_signatures", "nominal_pool_size"):
         assert again[field] == doc[field], field

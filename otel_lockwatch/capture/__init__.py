@@ -13,6 +13,9 @@ never calls the OpenTelemetry SDK. Its modules, lowest first:
 - ``_ordered``: ``ordered()``, several locks taken in one canonical order that the order check
   knows.
 - ``_threading``, ``_sections``, ``_asyncio``, ``_mp_locks``: the wrappers of each kind of lock.
+- ``_distributed``: what distributed locks share (key templates, contention from the first
+  attempt, leases, release failures); ``_redis`` and ``_filelock``: their wrappers, patched only
+  where redis-py or filelock is installed.
 - ``_multiprocess``: child processes' manifests, the spawn / forkserver bootstrap, pool sizes.
 - ``_patches``: the one table of patch targets, installed and removed as a whole.
 """

@@ -46,7 +46,8 @@ EXCLUDED_PACKAGES = (
     "google.protobuf",
 )
 # Locks created directly by these are never watched either: they are the internals of primitives
-# that are patched where users create them, or of the import machinery.
+# that are patched where users create them, or of the import machinery (filelock's are the
+# plumbing of a file lock, which is watched as itself).
 _INTERNAL_PACKAGES = EXCLUDED_PACKAGES + (
     "threading",
     "concurrent.futures",
@@ -55,6 +56,7 @@ _INTERNAL_PACKAGES = EXCLUDED_PACKAGES + (
     "multiprocessing",
     "importlib",
     "_weakrefset",
+    "filelock",
 )
 # How many frames above the creation site are searched for an excluded caller.
 _EXCLUSION_DEPTH = 6

@@ -30,12 +30,16 @@ What is patched:
   created by watched code with its lock class, and the methods record tagged instances only.
 - ``ThreadPoolExecutor``, ``ProcessPoolExecutor`` and ``multiprocessing.Pool``: their size is the
   pool's nominal size.
+- Distributed locks, where their library is installed (:data:`OPTIONAL`: the library is imported
+  at ``instrument()`` when it is importable, never required): redis-py's ``Lock`` and its asyncio
+  twin (``_redis``), filelock's ``FileLock`` and ``SoftFileLock`` (``_filelock``).
 """
 
 from __future__ import annotations
 
 import asyncio.locks
 import functools
+import importlib.util
 import multiprocessing.pool
 import multiprocessing.synchronize as _sync
 import queue
@@ -49,11 +53,21 @@ from typing import Any
 from ..record._outbox import OUTBOX
 from ..sections._asyncio import AsyncStripedSections
 from ..sections._threaded import StripedSections
-from . import _asyncio, _conditions, _mp_locks, _queues, _sections, _semaphores, _threading
+from . import (
+    _asyncio,
+    _conditions,
+    _filelock,
+    _mp_locks,
+    _queues,
+    _redis,
+    _sections,
+    _semaphores,
+    _threading,
+)
 from ._multiprocess import pool_init_factory
 from ._naming import lock_class, watched_site
 
-__all__ = ["PATCHES", "Patch", "install", "installed", "uninstall"]
+__all__ = ["OPTIONAL", "PATCHES", "Patch", "install", "installed", "uninstall"]
 
 
 def tag_init_factory(original: Any, kind: str) -> Any:
@@ -124,6 +138,33 @@ PATCHES: tuple[Patch, ...] = (
     Patch(multiprocessing.pool.Pool, "__init__", pool_init_factory, ("_processes",)),
 )
 
+#: Third-party locks: (the library's top-level module, a function returning its targets as
+#: ``(owner, name, build, args)``), patched only when the module is importable.
+OPTIONAL: tuple[tuple[str, Callable[[], tuple[tuple, ...]]], ...] = (
+    ("redis", _redis.targets),
+    ("filelock", _filelock.targets),
+)
+
+
+def _optional_targets() -> list[Patch]:
+    """The targets of every importable library of :data:`OPTIONAL` (importing it)."""
+    out: list[Patch] = []
+    for module, targets in OPTIONAL:
+        try:
+            found = importlib.util.find_spec(module) is not None
+        except (ImportError, ValueError):
+            found = False
+        if not found:
+            continue
+        try:
+            optional = targets()
+        except Exception as exc:  # a version that lacks what is patched: its locks go unwatched
+            OUTBOX.failed(exc)
+            continue
+        out.extend(Patch(*target) for target in optional)
+    return out
+
+
 _ABSENT = object()  # what an attribute that did not exist is restored to: nothing
 _found: list[tuple[Patch, Any]] = []  # each installed patch, with what it replaced
 
@@ -146,15 +187,19 @@ def installed() -> bool:
 
 
 def install() -> None:
-    """Replace every attribute of :data:`PATCHES` (nothing happens when they are in place).
+    """Replace every attribute of :data:`PATCHES` and of the importable :data:`OPTIONAL`
+    libraries (nothing happens when they are in place).
 
     Raises:
         Exception: whatever a replacement's build raised; the patches made are undone first.
     """
     if _found:
         return
+    # The optional libraries are imported before anything is patched: the locks they make at
+    # import are their own plumbing, and stay plain.
+    targets = [*PATCHES, *_optional_targets()]
     try:
-        for patch in PATCHES:
+        for patch in targets:
             original = vars(patch.owner).get(patch.name, _ABSENT)
             inherited = getattr(patch.owner, patch.name, None)
             replacement = patch.build(inherited if original is _ABSENT else original, *patch.args)

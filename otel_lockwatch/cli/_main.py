@@ -1,9 +1,10 @@
 """otel-lockwatch: watch the locks of a worker pool, and read what it left behind.
 
 A program run under lockwatch writes a contention manifest when it exits: a verdict
-(LOW_CONTENTION, HOT_LOCK_DETECTED, STARVATION_OBSERVED, CYCLIC_ORDERING_DETECTED), the
-recommended pool size for its successor, the hot locks, the starved workers and the lock-order
-cycles. This command shows it, runs programs under it, and reads manifests:
+(LOW_CONTENTION, HOT_LOCK_DETECTED, STARVATION_OBSERVED, CYCLIC_ORDERING_DETECTED,
+LEASE_OVERRUN_DETECTED), the recommended pool size for its successor, the hot locks, the
+starved workers and the lock-order cycles. This command shows it, runs programs under it, and
+reads manifests:
 
   demo                     a built-in worker pool under lockwatch, then its report
   run -- python app.py     a program under lockwatch (opentelemetry-instrument), then its report

@@ -41,12 +41,15 @@ VERDICT_SEVERITY = {
     "HOT_LOCK_DETECTED": "warn",
     "STARVATION_OBSERVED": "bad",
     "CYCLIC_ORDERING_DETECTED": "bad",
+    "LEASE_OVERRUN_DETECTED": "bad",
 }
 _VERDICT_MEANING = {
     "LOW_CONTENTION": "no hot lock, no starvation, no cyclic ordering: the pool size can be kept",
     "HOT_LOCK_DETECTED": "one lock takes most of the waiting: shard it or shrink the pool",
     "STARVATION_OBSERVED": "a worker waited far longer than its peers on one lock",
     "CYCLIC_ORDERING_DETECTED": "locks were taken in conflicting orders: a deadlock is possible",
+    "LEASE_OVERRUN_DETECTED": "a distributed lock's lease ran out while it was held: two workers "
+    "may have held it at once",
 }
 
 
@@ -99,7 +102,8 @@ def build_report(manifest: Mapping[str, Any]) -> dict[str, Any]:
         ``recommended_pool_size``, ``effective_throughput_pct``, ``process``, ``thresholds``,
         ``hot_locks`` (each with its ``hold`` distribution), ``starvation`` (each with its
         ``ratio`` to the median), ``resource_pools`` (each with its ``advice`` when it is the
-        bottleneck), ``idle_waits`` and their ``idle_wait_ms`` in all, ``cycles`` (each with
+        bottleneck), ``idle_waits`` and their ``idle_wait_ms`` in all, ``lease_overruns`` and
+        ``release_failures`` of distributed locks, ``cycles`` (each with
         its lockdep-style ``text``), ``locks``
         (one row per lock, most waited-on first, with its ``wait_share_pct``), ``lock_order``
         (node and edge lists of the lock-order graph, cycle edges flagged), ``sections`` and
@@ -209,6 +213,23 @@ def build_report(manifest: Mapping[str, Any]) -> dict[str, Any]:
 
     resource_pools = [_pool_from(_mapping(raw)) for raw in _list(manifest.get("resource_pools"))]
     idle_waits = [_idle_from(_mapping(raw)) for raw in _list(manifest.get("idle_waits"))]
+    lease_overruns = [
+        {
+            "lock": str(item.get("lock", "?")),
+            "worker": str(item.get("worker", "?")),
+            "overruns": item.get("overruns"),
+            "overrun_ms": finite_number(item.get("overrun_ms")),
+        }
+        for item in map(_mapping, _list(manifest.get("lease_overruns")))
+    ]
+    release_failures = [
+        {
+            "lock": str(item.get("lock", "?")),
+            "not_owned": item.get("not_owned"),
+            "lock_error": item.get("lock_error"),
+        }
+        for item in map(_mapping, _list(manifest.get("release_failures")))
+    ]
 
     process = manifest.get("process")
     return {
@@ -224,6 +245,8 @@ def build_report(manifest: Mapping[str, Any]) -> dict[str, Any]:
         "resource_pools": resource_pools,
         "idle_waits": idle_waits,
         "idle_wait_ms": sum(i["total_ms"] or 0.0 for i in idle_waits),
+        "lease_overruns": lease_overruns,
+        "release_failures": release_failures,
         "cycles": cycles,
         "locks": rows,
         "total_wait_ms": total_wait,

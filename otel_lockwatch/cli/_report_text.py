@@ -237,6 +237,7 @@ def render_text(
     else:
         out.append("  none")
     out += pools_section(r, s)
+    out += distributed_section(r, s)
 
     out.append("")
     out.append(s.bold("lock-order cycles"))
@@ -332,6 +333,28 @@ def pool_row(pool: Mapping[str, Any]) -> list[str]:
         integer(pool["timeouts"]),
         f"{integer(pool['workers_supported'])} / {integer(pool['capacity_needed'])}",
     ]
+
+
+def distributed_section(report: Mapping[str, Any], s: Any) -> list[str]:
+    """The lease overruns and release failures of distributed locks, for the terminal; nothing
+    for a manifest without them."""
+    out: list[str] = []
+    if report["lease_overruns"]:
+        out += ["", s.bold("lease overruns (held past the lease: two holders at once)")]
+        for item in report["lease_overruns"]:
+            times = item["overruns"]
+            out.append(
+                f"  {printable(item['worker'])} held {printable(item['lock'])} past its lease "
+                f"{times} time{'' if times == 1 else 's'}, {duration(item['overrun_ms'])} in all"
+            )
+    if report["release_failures"]:
+        out += ["", s.bold("release failures")]
+        for item in report["release_failures"]:
+            out.append(
+                f"  {printable(item['lock'])}: {item['not_owned']} not owned, "
+                f"{item['lock_error']} lock errors"
+            )
+    return out
 
 
 def idle_line(report: Mapping[str, Any]) -> str:

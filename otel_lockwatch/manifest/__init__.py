@@ -7,6 +7,8 @@ locks or OpenTelemetry. One module per idea:
 - ``_evaluate``: the derived fields (verdict, hot locks, starvation, pool and section sizes);
 - ``_pools``: signal waits (a checkout waiting for a connection, a consumer waiting for work):
   their fields, contention or idle, the resource pools and what their capacity supports;
+- ``_distributed``: distributed locks' fields (key templates, leases, release failures) and the
+  lease overruns that make the verdict ``LEASE_OVERRUN_DETECTED``;
 - ``_model``: the ``Manifest`` object, its verdict, canonical JSON and digest;
 - ``_io``: the file (atomic write with the umask's mode; a reader that refuses anything it
   cannot trust: special files, oversized files, malformed or ambiguous JSON);

@@ -30,6 +30,7 @@ from ..record._data import (
 )
 from ..record._histogram import LogHistogram
 from ..record._witness import Cycle, EdgeWitness
+from ._distributed import with_distributed_fields
 from ._pools import with_pool_fields
 
 __all__ = ["COUNT_LIMIT", "normalize"]
@@ -291,4 +292,5 @@ def normalize(data: object) -> dict[str, Any]:
         "pool": _pool(data.get("pool", {})),
         "process": _process(data.get("process", {})),
     }
-    return with_pool_fields(data, norm)  # signal waits, pools, peak workers: checked last
+    with_pool_fields(data, norm)  # signal waits, pools, peak workers: checked last
+    return with_distributed_fields(data, norm)  # key templates, leases, release failures

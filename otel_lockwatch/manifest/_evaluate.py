@@ -17,9 +17,11 @@ the data and says what to do about it:
   waits (a consumer waiting for work) count nowhere but in ``idle_waits``. A pool is reported
   with what its capacity supports and what the nominal pool size needs;
 - **ordering witnesses**: the cycles of the lock-order graph, deadlocks that have not happened;
-- the **verdict**, by precedence ``CYCLIC_ORDERING_DETECTED`` > ``STARVATION_OBSERVED`` >
-  ``HOT_LOCK_DETECTED`` > ``LOW_CONTENTION``, and the **recommended pool size** it implies (half
-  the nominal size for a cycle or starvation, three quarters for a hot lock);
+- **lease overruns** of distributed locks (``_distributed``): an exclusion that already failed;
+- the **verdict**, by precedence ``LEASE_OVERRUN_DETECTED`` > ``CYCLIC_ORDERING_DETECTED`` >
+  ``STARVATION_OBSERVED`` > ``HOT_LOCK_DETECTED`` > ``LOW_CONTENTION``, and the **recommended
+  pool size** it implies (half the nominal size for an overrun, a cycle or starvation, three
+  quarters for a hot lock);
 - the effective throughput, the hold-time percentiles of the hot locks, the size each section
   array should have.
 
@@ -39,6 +41,7 @@ from typing import Any
 from .._settings import SETTINGS
 from ..record._histogram import RELATIVE_ERROR, LogHistogram
 from ._data import normalize
+from ._distributed import distributed_reports
 from ._model import SCHEMA, Manifest, Verdict
 from ._pools import SignalSplit, pool_reports, split_signal_waits
 
@@ -289,8 +292,11 @@ def evaluate_normalized(
         for wn, worker, name, median in starving
     ]
 
+    lease_overruns, release_failures = distributed_reports(locks)
     cycles = norm["lock_order"]["cycles"]
-    if cycles:
+    if lease_overruns:
+        verdict = Verdict.LEASE_OVERRUN_DETECTED
+    elif cycles:
         verdict = Verdict.CYCLIC_ORDERING_DETECTED
     elif signatures:
         verdict = Verdict.STARVATION_OBSERVED
@@ -300,7 +306,11 @@ def evaluate_normalized(
         verdict = Verdict.LOW_CONTENTION
 
     nominal, source = _nominal(norm["pool"], workers, pool_size, pool_source)
-    if verdict in (Verdict.CYCLIC_ORDERING_DETECTED, Verdict.STARVATION_OBSERVED):
+    if verdict in (
+        Verdict.LEASE_OVERRUN_DETECTED,
+        Verdict.CYCLIC_ORDERING_DETECTED,
+        Verdict.STARVATION_OBSERVED,
+    ):
         recommended = max(1, nominal // 2)
     elif verdict is Verdict.HOT_LOCK_DETECTED:
         recommended = max(1, int(nominal * 0.75))
@@ -349,6 +359,8 @@ def evaluate_normalized(
             "effective_throughput_pct": throughput,
             "resource_pools": resource_pools,
             "idle_waits": idle_waits,
+            "lease_overruns": lease_overruns,
+            "release_failures": release_failures,
             "thresholds": {
                 "hot_lock_threshold_pct": hot_pct,
                 "hot_lock_min_wait_ms": HOT_LOCK_MIN_WAIT_MS,

@@ -56,6 +56,8 @@ def _qualify_workers(data: dict[str, Any]) -> dict[str, Any]:
             lock["signal_waits"]["workers"] = {
                 prefix + w: t for w, t in lock["signal_waits"]["workers"].items()
             }
+        if "lease" in lock:
+            lock["lease"]["workers"] = {prefix + w: t for w, t in lock["lease"]["workers"].items()}
     data["workers"] = {prefix + w: totals for w, totals in data["workers"].items()}
     for edge in data["lock_order"]["edges"]:
         if isinstance(edge.get("worker"), str):

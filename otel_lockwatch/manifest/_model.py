@@ -25,6 +25,7 @@ from typing import Any
 from ..record._data import DATA_FIELDS, WorkerTotals, expand_lock_workers
 from ..record._histogram import LogHistogram
 from ._data import normalize
+from ._distributed import DISTRIBUTED_DERIVED_FIELDS
 from ._pools import POOL_DERIVED_FIELDS
 
 __all__ = [
@@ -39,11 +40,12 @@ __all__ = [
     "compute_digest",
 ]
 
-SCHEMA = "otel-lockwatch/manifest/2"
+SCHEMA = "otel-lockwatch/manifest/3"
 #: Schemas this version still reads. A manifest of schema 1 was written before resource pools
-#: and the starvation share existed: its data is checked as strictly, and its derived fields
-#: are evaluated again under today's rules rather than compared (they were derived by others).
-LEGACY_SCHEMAS = ("otel-lockwatch/manifest/1",)
+#: and the starvation share existed, one of schema 2 before distributed locks (lease overruns,
+#: release failures): its data is checked as strictly, and its derived fields are evaluated
+#: again under today's rules rather than compared (they were derived by others).
+LEGACY_SCHEMAS = ("otel-lockwatch/manifest/1", "otel-lockwatch/manifest/2")
 
 #: Every field evaluate() derives from the data part (``DATA_FIELDS``).
 DERIVED_FIELDS = (
@@ -51,21 +53,24 @@ DERIVED_FIELDS = (
     "hold_time_distribution",
     "hot_lock_register",
     "idle_waits",
+    "lease_overruns",
     "manifest_digest",
     "nominal_pool_size",
     "pool_size_source",
     "pre_deadlock_ordering_witness",
     "recommended_pool_size",
+    "release_failures",
     "resource_pools",
     "schema",
     "starvation_signatures",
     "thresholds",
     "verdict",
 )
-#: The fields a manifest document must have (the resource-pool fields are newer: a manifest
-#: written before them has neither, and reads as having none).
+#: The fields a manifest document must have (the resource-pool and distributed-lock fields are
+#: newer: a manifest written before them has none, and reads as having none).
+_NEWER_FIELDS = POOL_DERIVED_FIELDS + DISTRIBUTED_DERIVED_FIELDS
 REQUIRED_FIELDS = tuple(
-    sorted(DATA_FIELDS + tuple(f for f in DERIVED_FIELDS if f not in POOL_DERIVED_FIELDS))
+    sorted(DATA_FIELDS + tuple(f for f in DERIVED_FIELDS if f not in _NEWER_FIELDS))
 )
 
 
@@ -76,6 +81,7 @@ class Verdict(str, enum.Enum):
     HOT_LOCK_DETECTED = "HOT_LOCK_DETECTED"
     STARVATION_OBSERVED = "STARVATION_OBSERVED"
     CYCLIC_ORDERING_DETECTED = "CYCLIC_ORDERING_DETECTED"
+    LEASE_OVERRUN_DETECTED = "LEASE_OVERRUN_DETECTED"
 
     def __str__(self) -> str:
         return self.value
@@ -142,7 +148,7 @@ class Manifest:
     _doc: dict[str, Any]
     _digest: str | None
 
-    schema = _Field("``otel-lockwatch/manifest/2``.")
+    schema = _Field("``otel-lockwatch/manifest/3``.")
     nominal_pool_size = _Field("The pool size the run had (int >= 1).")
     pool_size_source = _Field("Where nominal_pool_size came from: executor, env, argument...")
     recommended_pool_size = _Field("The pool size a successor should use (int >= 1).")
@@ -153,6 +159,8 @@ class Manifest:
         "``[{name, kind, capacity, waits, hold, workers_supported, capacity_needed, ...}]``."
     )
     idle_waits = _Field("``[{name, kind, role, count, total_ms, workers}]``: waits for work.")
+    lease_overruns = _Field("``[{lock, worker, overruns, overrun_ms}]``: leases that ran out.")
+    release_failures = _Field("``[{lock, not_owned, lock_error}]``: releases refused.")
     pre_deadlock_ordering_witness = _Field("The lock-order cycles, ``[{cycle, edges}]``.")
     effective_throughput_pct = _Field("Share of observed worker time not spent waiting (0..100).")
     thresholds = _Field("Every threshold and floor in force.")

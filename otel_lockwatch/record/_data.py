@@ -15,7 +15,9 @@ edges: nothing in it grows with the number of acquisitions, and every field merg
                          per-worker number add; the pool a class guards (``pool``): ``capacity``
                          and ``in_use_peak`` the largest known, ``checkouts`` add, ``hold_ns``
                          merges; ``role``: the least one given. Each is present in the merge when
-                         a part has it
+                         a part has it. A distributed lock's ``key_templates`` unite (at most
+                         16, the least kept), its ``lease`` counts and per-worker overruns add
+                         (the longest overrun: the largest), its ``release_failures`` add
 ``workers``              observed and waiting time add
 ``lock_order``           the union of the edges, each keeping its earliest witness, and the cycles
                          found again in the union (:func:`~._cycles.merge_order_data`), so that
@@ -49,6 +51,9 @@ from ._histogram import LogHistogram
 
 __all__ = [
     "DATA_FIELDS",
+    "FAILURE_KINDS",
+    "LEASE_WORKER_FIELDS",
+    "MAX_TEMPLATES",
     "LOCK_COUNTERS",
     "LOCK_WORKER_FIELDS",
     "SECTION_FIELDS",
@@ -77,6 +82,12 @@ LOCK_WORKER_FIELDS = ("acquisitions", "contentions", "wait_ns", "hold_ns")
 WORKER_FIELDS = ("observed_ns", "wait_ns")
 #: A lock class's signal waits per worker: blocked signal waits, their total, signals given.
 SIGNAL_WORKER_FIELDS = ("waits", "wait_ns", "signals")
+#: A distributed lock's key templates kept (the least, in code-point order).
+MAX_TEMPLATES = 16
+#: A distributed lock's lease overruns per worker.
+LEASE_WORKER_FIELDS = ("overruns", "overrun_ns")
+#: How a distributed lock's release failed.
+FAILURE_KINDS = ("not_owned", "lock_error")
 #: A section array's statistics.
 SECTION_FIELDS = ("count", "collision_waits", "max_held")
 #: The pool size sources, best informed first; any other source ranks after these.
@@ -150,6 +161,8 @@ def _merge_lock(into: dict[str, dict[str, Any]], name: str, lock: Mapping[str, A
         )
     if "role" in lock or "signal_waits" in lock or "pool" in lock:
         _merge_pool_fields(acc, lock)
+    if "key_templates" in lock or "lease" in lock or "release_failures" in lock:
+        _merge_distributed_fields(acc, lock)
 
 
 def _larger(a: int | None, b: int | None) -> int | None:
@@ -184,6 +197,34 @@ def _merge_pool_fields(acc: dict[str, Any], lock: Mapping[str, Any]) -> None:
         into["in_use_peak"] = _larger(into["in_use_peak"], pool["in_use_peak"])
         into["checkouts"] += pool["checkouts"]
         into["hold_ns"].merge(pool["hold_ns"])
+
+
+def _merge_distributed_fields(acc: dict[str, Any], lock: Mapping[str, Any]) -> None:
+    """Add a distributed lock's key templates, lease and release failures (those it has) to
+    the accumulator ``acc``: templates unite (the least :data:`MAX_TEMPLATES` kept), counts and
+    per-worker overruns add, the longest overrun is the largest."""
+    templates = lock.get("key_templates")
+    if templates is not None:
+        united = set(acc.get("key_templates", ())) | set(templates)
+        acc["key_templates"] = sorted(united)[:MAX_TEMPLATES]
+    lease = lock.get("lease")
+    if lease is not None:
+        into = acc.setdefault(
+            "lease",
+            {"overruns": 0, "overrun_ns": 0, "overrun_max_ns": 0, "workers": {}},
+        )
+        for key in ("overruns", "overrun_ns"):
+            into[key] += lease[key]
+        into["overrun_max_ns"] = max(into["overrun_max_ns"], lease["overrun_max_ns"])
+        for worker, w in lease["workers"].items():
+            mine = into["workers"].setdefault(worker, dict.fromkeys(LEASE_WORKER_FIELDS, 0))
+            for key in LEASE_WORKER_FIELDS:
+                mine[key] += w[key]
+    failures = lock.get("release_failures")
+    if failures is not None:
+        into = acc.setdefault("release_failures", dict.fromkeys(FAILURE_KINDS, 0))
+        for key in FAILURE_KINDS:
+            into[key] += failures[key]
 
 
 def _add_counts(into: dict[str, int], counts: Mapping[str, int]) -> None:

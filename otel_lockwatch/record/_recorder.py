@@ -25,6 +25,7 @@ from itertools import chain
 from typing import Any
 
 from ._data import WorkerTotals, expand_lock_workers, merge_data
+from ._distributed import DISTRIBUTED
 from ._histogram import from_buckets
 from ._live import live_counts
 from ._lock_class import ROLES, LockClass
@@ -266,6 +267,7 @@ class Recorder:
             self.graph = LockOrderGraph()
             self.held_locks_freed = {}
             self.peak.reset(keep)
+            DISTRIBUTED.reset()
 
     def _register(self, worker: str, owner: Any = None) -> WorkerState:
         with self._lock:
@@ -404,6 +406,7 @@ class Recorder:
                 signal_parts(states),
             )
         )
+        DISTRIBUTED.attach(data["locks"])  # key templates, leases, release failures
         expand_lock_workers(data)
         sections = data["sections"]
         for state in states:  # contended waits on a colliding key, joined to the arrays

@@ -21,7 +21,8 @@ lock path, and a contended acquisition costs a few microseconds beyond its wait.
   but recording each through the SDK would cost more than the hold itself (the SDK's histogram
   takes a lock per measurement).
 - ``lockwatch.lock.acquisitions`` / ``lockwatch.lock.contentions``: exact counters, observed
-  from the recorder.
+  from the recorder; ``lockwatch.lock.lease_overruns`` / ``lockwatch.lock.release_failures``
+  for distributed locks (``_distributed``).
 - ``lockwatch.lock.waiting`` / ``lockwatch.lock.holders``: gauges of the threads and tasks
   blocked on, and holding, each lock class at the moment of collection (a pile-up shows while it
   happens). Observed from the workers' held stacks and the class a blocked worker's slow path
@@ -47,6 +48,7 @@ from opentelemetry.trace import Tracer
 
 from .._version import __version__
 from ..record._outbox import OUTBOX
+from ._distributed import distributed_counters
 
 __all__ = ["TELEMETRY", "Telemetry"]
 
@@ -285,6 +287,7 @@ class Telemetry:
                 description="Threads and tasks holding a lock of the class right now.",
             ),
         ]
+        self._observables += distributed_counters(meter)
 
     def disable(self) -> None:
         OUTBOX.accepting = False
@@ -336,8 +339,7 @@ class Telemetry:
     ) -> None:
         offset = time.time_ns() - time.perf_counter_ns()  # perf_counter -> epoch, read now
         attrs: dict[str, Any] = {
-            "lockwatch.lock.name": cls.name,
-            "lockwatch.lock.kind": cls.kind,
+            **cls.attrs,  # name, kind (and a distributed lock's key template)
             "thread.name": thread_name,
             "thread.id": thread_id or 0,
         }

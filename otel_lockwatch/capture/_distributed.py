@@ -1,0 +1,449 @@
+"""Distributed locks: what a Redis lock and a file lock share, recorded as a local lock is.
+
+A distributed lock is a local lock whose holder may be another process or host. Its wrappers
+(``_redis``, ``_filelock``) run the same steps as every other lock, through the same routines
+(``_bookkeeping``): the order check before a blocking acquire made while locks are held, the
+wait recorded only when the acquisition was contended, the hold tracked on the worker's held
+stack (so a local lock taken under a Redis lock, or the reverse, is a lock-order edge as any
+other), the hold recorded at the release. What differs:
+
+- **Contention** is decided by the library's own retry loop: an acquisition is contended when
+  its *first attempt* failed (redis-py's ``do_acquire`` returned False, filelock's ``_acquire``
+  left the file unlocked). The wrappers of those attempt methods mark the acquisition in progress
+  (a context variable, so threads and asyncio tasks each see their own). The clock is read once
+  at the start of every acquire: one ``perf_counter_ns`` is a few hundredths of a percent of a
+  Redis round trip or a ``flock`` call, and it makes the wait exact from the caller's first
+  attempt.
+- **Names** have bounded cardinality (:func:`key_template`): the key's runs of digits, hex ids
+  and UUIDs become ``*``, and a distributed lock's class is its key template (``lock:order:*``;
+  for a file lock, the template of its file name, never the directory). The creation site (the
+  first frame outside redis-py, filelock, the standard library and lockwatch) is the class's
+  site. Why not the site, as for a local lock: a local lock is one object, made at one site and
+  shared by every path that takes it, so its site names it. A Redis lock object is a throwaway
+  handle made where it is taken; what two paths, two processes or two hosts share is the *key*.
+  Named by site, ``with r.lock(f"lock:order:{id}")`` in ``checkout()`` and in ``restock()``
+  would be two unrelated locks, and an ABBA between them (within a process, or across hosts in
+  merged manifests) could never close a cycle. ``name_lock`` gives a chosen name. At most
+  :data:`MAX_TEMPLATES_PER_KIND` templates per kind; later ones share ``(other)``. The raw key or
+  path is never a name, an attribute or a manifest field.
+- **Leases** (Redis only): a lock taken with ``timeout`` holds a lease that Redis ends by
+  expiring the key. The lease starts when the successful attempt was sent (never later than
+  Redis set the key), is moved by ``extend()`` (added to, or replaced) and ``reacquire()``, and a
+  hold that outlives it, or an ``extend`` / ``reacquire`` that came after it, is a **lease
+  overrun** (counted once per hold, on the client's clock: within a round trip of the server's).
+- **Release failures**: a release the lock refused (``LockNotOwnedError``, ``LockError``) is
+  counted; the exception still reaches the application.
+
+Overruns and failures also become span events on the span current at the time
+(``lockwatch.lease_overrun``, ``lockwatch.release_failed``); they are rare, slow-path events.
+Nothing here raises into the host program.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import re
+import sys
+import sysconfig
+from time import perf_counter_ns as _pc
+from typing import Any
+
+from opentelemetry import trace
+
+from ..exceptions import PotentialDeadlockError
+from ..record._distributed import DISTRIBUTED
+from ..record._outbox import OUTBOX
+from ..record._recorder import RECORDER, WorkerState
+from ._bookkeeping import (
+    HOLD_FIELDS,
+    check_order,
+    current_context,
+    record_try,
+    record_wait,
+    stats_of,
+    track_hold,
+    untrack,
+)
+from ._naming import LockClass, lock_class
+
+__all__ = [
+    "MAX_TEMPLATES_PER_KIND",
+    "Acquisition",
+    "DistHold",
+    "abandon",
+    "begin",
+    "classify",
+    "contended",
+    "creation_site",
+    "current_acquisition",
+    "finish",
+    "key_template",
+    "lease_moved",
+    "release_begin",
+    "release_failed",
+    "released",
+]
+
+#: Lock classes (key templates) per kind; later ones are named ``(other)`` (bounded cardinality).
+MAX_TEMPLATES_PER_KIND = 256
+#: The packages whose frames are never a creation or acquisition site.
+_SKIPPED = ("redis", "filelock", "otel_lockwatch", "contextlib")
+_STDLIB = tuple({p for p in (sysconfig.get_paths().get(k) for k in ("stdlib", "platstdlib")) if p})
+_getframe = sys._getframe
+_running_loop = asyncio._get_running_loop  # None outside a loop, without raising
+_current_task = asyncio.current_task
+_tls = RECORDER.tls
+leased_classes = DISTRIBUTED.leased_classes
+
+
+def _state() -> WorkerState:
+    """The calling worker's state: the asyncio task's in a running loop, else the thread's."""
+    loop = _running_loop()
+    task = _current_task(loop) if loop is not None else None
+    if task is None:
+        try:
+            return _tls.st
+        except AttributeError:
+            return RECORDER.thread_state()
+    return RECORDER.task_state(task)
+
+
+# A UUID, a hex id (six hex digits or more, with a digit, standing alone), a run of digits.
+_IDS = re.compile(
+    r"[0-9A-Fa-f]{8}-?[0-9A-Fa-f]{4}-?[0-9A-Fa-f]{4}-?[0-9A-Fa-f]{4}-?[0-9A-Fa-f]{12}"
+    r"|(?<![0-9A-Za-z])(?=[A-Fa-f]*[0-9])[0-9A-Fa-f]{6,}(?![0-9A-Za-z])"
+    r"|[0-9]+"
+)
+_STARS = re.compile(r"\*{2,}")
+
+
+def key_template(key: Any) -> str:
+    """The template of a Redis key or a file name: runs of digits, hex ids and UUIDs become
+    ``*`` (``lock:order:8121`` -> ``lock:order:*``; ``cache-3f9a0c1e.lock`` -> ``cache-*.lock``).
+
+    A key that is not text (bytes, a ``memoryview``) is decoded as UTF-8, undecodable bytes
+    replaced."""
+    if isinstance(key, memoryview):
+        key = key.tobytes()
+    if isinstance(key, (bytes, bytearray)):
+        key = bytes(key).decode("utf-8", "replace")
+    elif not isinstance(key, str):
+        key = str(key)
+    return _STARS.sub("*", _IDS.sub("*", key))
+
+
+_skipped_files: dict[str, bool] = {}  # a code object's file -> whether its frames are skipped
+
+
+def _skipped(frame: Any) -> bool:
+    code = frame.f_code
+    skipped = _skipped_files.get(code.co_filename)
+    if skipped is None:
+        name = frame.f_globals.get("__name__", "")
+        filename = code.co_filename
+        skipped = _skipped_files[filename] = any(
+            name == p or name.startswith(p + ".") for p in _SKIPPED
+        ) or (
+            filename.startswith(_STDLIB)
+            and "site-packages" not in filename
+            and "dist-packages" not in filename
+        )
+    return skipped
+
+
+def _outside(depth: int) -> Any:
+    """The first frame, from ``depth`` up, outside the lock's library, the standard library and
+    lockwatch (the outermost frame when every frame is inside)."""
+    try:
+        f: Any = _getframe(depth + 1)
+    except ValueError:
+        f = _getframe(1)
+    last = f
+    known = _skipped_files
+    while f is not None:
+        skipped = known.get(f.f_code.co_filename)
+        if skipped is None:
+            skipped = _skipped(f)
+        if not skipped:
+            return f
+        last = f
+        f = f.f_back
+    return last
+
+
+def creation_site(depth: int = 1) -> str:
+    """``module:function:line`` of the code creating a lock (``depth``: 1 from the patched
+    ``__init__``)."""
+    f = _outside(depth + 1)
+    return f"{f.f_globals.get('__name__', '?')}:{f.f_code.co_name}:{f.f_lineno}"
+
+
+_templates: dict[str, set[str]] = {}  # kind -> the templates that name a class
+
+
+def classify(lock: Any, kind: str, key: Any, site: str) -> None:
+    """Give a new lock its class (named by its key template; ``site``, where it was created,
+    is the class's site) and template."""
+    template = key_template(key)
+    seen = _templates.setdefault(kind, set())
+    if template not in seen:
+        if len(seen) >= MAX_TEMPLATES_PER_KIND:
+            template = "(other)"
+        seen.add(template)
+    cls = lock_class(template, kind, site)
+    d = lock.__dict__
+    d["_lockwatch_class"] = cls
+    d["_lw_template"] = template
+
+
+def _template_of(lock: Any, cls: LockClass) -> None:
+    """A class's first acquisition: its key template becomes a metric attribute, and is noted
+    for the manifest."""
+    template = lock.__dict__.get("_lw_template", "")
+    cls.attrs["lockwatch.lock.key_template"] = template
+    DISTRIBUTED.template(cls, template)
+
+
+# -- the acquire -----------------------------------------------------------------------------
+class Acquisition:
+    """One acquire in progress: who, where, since when, and whether an attempt failed."""
+
+    __slots__ = ("lock", "st", "cls", "f", "t0", "ctx", "failed", "sent_ns", "token", "before")
+
+    def __init__(self, lock: Any, st: WorkerState, cls: LockClass, f: Any) -> None:
+        self.lock = lock
+        self.st = st
+        self.cls = cls
+        self.f = f
+        self.failed = False
+        self.before: LockClass | None = None  # the worker's waiting class before this one's
+        self.sent_ns = 0  # when the last attempt was sent (a lease starts no later); a file
+        # lock, which has no lease, only notes that one was (1)
+        self.ctx = current_context()
+        self.token: Any = _CURRENT.set(self)
+        self.t0 = _pc()
+
+
+_CURRENT: contextvars.ContextVar[Acquisition | None] = contextvars.ContextVar(
+    "lockwatch_distributed_acquisition", default=None
+)
+
+
+def contended(acq: Acquisition) -> None:
+    """An attempt of ``acq`` failed: it is contended, and its worker is noted as waiting on its
+    class until it ends (the live gauges read it), as the local slow path does."""
+    if not acq.failed:
+        acq.failed = True
+        st = acq.st
+        acq.before, st.waiting = st.waiting, acq.cls
+
+
+def _done(acq: Acquisition) -> None:
+    _CURRENT.reset(acq.token)
+    if acq.failed:
+        acq.st.waiting = acq.before
+
+
+def begin(lock: Any, blocking: bool) -> Acquisition | None:
+    """Start recording an acquire of ``lock`` (None: not watched, or lockwatch itself runs).
+
+    Raises:
+        PotentialDeadlockError: under the ``raise`` policy, the acquire would close a cycle.
+    """
+    try:
+        cls = lock.__dict__.get("_lockwatch_class")
+        if cls is None:
+            return None
+        st = _state()
+        if st.in_lockwatch:
+            return None
+        f = _outside(2)
+        if blocking and st.held:
+            check_order(st, cls, f, lock, False)
+        return Acquisition(lock, st, cls, f)
+    except PotentialDeadlockError:  # the raise policy: refused on purpose
+        raise
+    except Exception as exc:  # never into the host: the lock is taken unrecorded
+        OUTBOX.failed(exc)
+        return None
+
+
+#: The acquire in progress in this thread or task, or None. A wrapped attempt method (redis-py's
+#: ``do_acquire``, filelock's ``_acquire``) notes on it, when its lock is the one being acquired,
+#: when it sent the attempt (``sent_ns``) and whether it failed (``failed``).
+current_acquisition = _CURRENT.get
+
+
+class DistHold:
+    """One hold of a distributed lock by one worker (fields: :data:`HOLD_FIELDS`, the lease)."""
+
+    __slots__ = (*HOLD_FIELDS, "deadline_ns", "lease_ns", "overran")
+    _lw_holder: WorkerState | None
+    _lw_entry: tuple
+    _lw_stats: Any
+    _lw_start_ns: int
+    _lw_context: Any
+
+    def __init__(self) -> None:
+        self._lw_holder: WorkerState | None = None
+        self.deadline_ns: int | None = None
+        self.lease_ns = 0
+        self.overran = False
+
+
+def finish(acq: Acquisition, ok: bool, blocking: bool, lease_s: Any = None) -> None:
+    """End an acquire: ``ok``, it got the lock (False: refused, or timed out); ``lease_s``,
+    the lease it was taken with (seconds; None or 0 for none)."""
+    _done(acq)
+    st, cls, lock = acq.st, acq.cls, acq.lock
+    try:
+        s = st.stats.get(cls)
+        if s is None:
+            s = stats_of(st, cls)
+        if "lockwatch.lock.key_template" not in cls.attrs:  # a new class: once
+            _template_of(lock, cls)
+        if not blocking:
+            record_try(s, ok)
+        elif acq.failed or not ok:  # a blocking acquire that failed waited (and timed out)
+            extra = {"lockwatch.lock.key_template": cls.attrs["lockwatch.lock.key_template"]}
+            record_wait(st, s, cls, acq.t0, _pc(), ok, acq.ctx, acq.f, extra)
+        elif ok:
+            s.acquisitions += 1
+        if not ok:
+            return
+        hold = DistHold()
+        if lease_s:
+            hold.lease_ns = lease_ns = int(lease_s * 1_000_000_000)
+            hold.deadline_ns = (acq.sent_ns or acq.t0) + lease_ns
+            if cls not in leased_classes:
+                DISTRIBUTED.leased(cls)
+        f = acq.f
+        d = lock.__dict__
+        holds = d.get("_lw_holds")
+        if holds is None:
+            holds = d["_lw_holds"] = {}
+        holds[st] = hold
+        track_hold(hold, st, s, (cls, f, f.f_lasti, hold, False))
+    except Exception as exc:  # never into the host: the lock is held all the same
+        OUTBOX.failed(exc)
+
+
+def abandon(acq: Acquisition) -> None:
+    """An acquire that raised (cancelled, a connection error): nothing is recorded."""
+    _done(acq)
+
+
+# -- the hold and the release ----------------------------------------------------------------
+def _event(name: str, cls: LockClass, attrs: dict[str, Any]) -> None:
+    span = trace.get_current_span()
+    if span.is_recording():
+        span.add_event(
+            name,
+            {
+                "lockwatch.lock.name": cls.name,
+                "lockwatch.lock.kind": cls.kind,
+                "lockwatch.lock.key_template": cls.attrs.get("lockwatch.lock.key_template", ""),
+                **attrs,
+            },
+        )
+
+
+def _overrun(hold: DistHold, now: int, late: str) -> None:
+    """Count the hold's overrun once, if its lease ended before ``now``."""
+    deadline = hold.deadline_ns
+    if hold.overran or deadline is None or now <= deadline:
+        return
+    hold.overran = True
+    st = hold._lw_holder
+    cls = hold._lw_entry[0]
+    worker = st.worker if st is not None else "?"
+    DISTRIBUTED.overrun(cls, worker, now - deadline)
+    _event(
+        "lockwatch.lease_overrun",
+        cls,
+        {
+            "lockwatch.worker": worker,
+            "lockwatch.lease_ms": hold.lease_ns / 1e6,
+            "lockwatch.overrun_ms": (now - deadline) / 1e6,
+            "lockwatch.detected_at": late,
+        },
+    )
+
+
+def _hold_of(lock: Any) -> DistHold | None:
+    """The calling worker's hold of ``lock``; the only hold when there is one (the caller knows
+    the lock holds a token, and a token shared across workers is released by any of them)."""
+    holds = lock.__dict__.get("_lw_holds")
+    if not holds:
+        return None
+    if len(holds) == 1:
+        for hold in holds.values():
+            return hold
+    return holds.get(_state())
+
+
+def release_begin(lock: Any) -> DistHold | None:
+    """Before a release of a lock that holds a token: the hold it ends; an ended lease is an
+    overrun."""
+    try:
+        hold = _hold_of(lock)
+        if hold is not None:
+            deadline = hold.deadline_ns
+            if deadline is not None and not hold.overran:
+                now = _pc()
+                if now > deadline:
+                    _overrun(hold, now, "release")
+        return hold
+    except Exception as exc:
+        OUTBOX.failed(exc)
+        return None
+
+
+def released(lock: Any, hold: DistHold) -> None:
+    """After a release that unlocked: the hold is over."""
+    try:
+        st = hold._lw_holder
+        if st is None:
+            return
+        hold._lw_holder = None
+        lock.__dict__["_lw_holds"].pop(st, None)  # keyed by the holder (see finish)
+        entry = hold._lw_entry
+        hold._lw_entry = ()  # the entry holds the hold: no cycle left for the collector
+        untrack(st, entry, hold._lw_stats, hold._lw_start_ns, hold._lw_context, None)
+    except Exception as exc:
+        OUTBOX.failed(exc)
+
+
+def release_failed(lock: Any, hold: DistHold | None, ended: bool, failure: str | None) -> None:
+    """After a release that raised: ``failure``, how the lock refused it (``not_owned``,
+    ``lock_error``; None for another error, a lost connection); ``ended``, the lock forgot its
+    token all the same (the hold is over)."""
+    try:
+        cls = lock.__dict__.get("_lockwatch_class")
+        if failure is not None and cls is not None:
+            DISTRIBUTED.release_failed(cls, failure)
+            _event("lockwatch.release_failed", cls, {"lockwatch.failure": failure})
+    except Exception as exc:
+        OUTBOX.failed(exc)
+    if hold is not None and ended:
+        released(lock, hold)
+
+
+def lease_moved(lock: Any, sent_ns: int, seconds: Any, replace: bool, ok: bool) -> None:
+    """``extend`` / ``reacquire`` sent at ``sent_ns``: the lease becomes ``seconds`` from then
+    (``replace``) or ``seconds`` longer. One sent after the lease ended is an overrun (and so is
+    one the lock refused: the lease was gone)."""
+    try:
+        hold = _hold_of(lock)
+        if hold is None or hold.deadline_ns is None:
+            return
+        if not ok:
+            _overrun(hold, max(_pc(), hold.deadline_ns + 1), "extend")
+            return
+        _overrun(hold, sent_ns, "extend")
+        add = int(seconds * 1_000_000_000)
+        hold.deadline_ns = sent_ns + add if replace else hold.deadline_ns + add
+        hold.lease_ns = hold.deadline_ns - hold._lw_start_ns
+    except Exception as exc:
+        OUTBOX.failed(exc)

@@ -1,0 +1,135 @@
+"""Watched file locks: ``filelock.FileLock`` (``flock``) and ``filelock.SoftFileLock``.
+
+filelock is optional: :func:`targets` imports it, and the patch table (``_patches``) asks for the
+targets only when ``filelock`` is importable. A file lock is recorded like a Redis lock
+(``_distributed``), without a lease. What is patched:
+
+- ``BaseFileLock.__init__``: a lock created while instrumented gets its class (its creation site
+  and the template of its file *name*: the directory is never part of it);
+- the backends' ``_acquire`` (one attempt): a second attempt marks the acquisition contended
+  (the first failed);
+- ``BaseFileLock.acquire``: the acquisition. A file lock is re-entrant per object (per thread,
+  by default): only the outermost acquire is recorded, and the release that unlocks the file
+  ends the hold. ``blocking=False`` or ``timeout=0`` is a try; ``Timeout`` after a wait is a
+  timeout (re-raised unchanged);
+- ``BaseFileLock.release``: a release that raised is counted as a release failure
+  (``lock_error``) and re-raised unchanged.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from typing import Any
+
+from ..record._outbox import OUTBOX
+from ._distributed import (
+    abandon,
+    begin,
+    classify,
+    contended,
+    creation_site,
+    current_acquisition,
+    finish,
+    release_begin,
+    release_failed,
+    released,
+)
+
+__all__ = ["KIND", "SOFT_KIND", "targets"]
+
+KIND = "filelock.FileLock"
+SOFT_KIND = "filelock.SoftFileLock"
+
+
+def init_factory(original: Any, soft: type) -> Any:
+    """``BaseFileLock.__init__``: a lock created now is classified by its creation site and
+    file name."""
+
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        original(self, *args, **kwargs)
+        try:
+            if "_lockwatch_class" not in self.__dict__:  # a singleton made again keeps its class
+                kind = SOFT_KIND if isinstance(self, soft) else KIND
+                classify(self, kind, os.path.basename(os.fspath(self.lock_file)), creation_site(1))
+        except Exception as exc:  # never into the host: the plain lock still works
+            OUTBOX.failed(exc)
+
+    return __init__
+
+
+def attempt_factory(original: Any) -> Any:
+    """A backend's ``_acquire``: one attempt."""
+
+    def _acquire(self: Any) -> None:
+        # An attempt after the first means the first failed (so does a wait that timed out:
+        # see _distributed.finish); asking the lock whether it is held costs more than this.
+        acq = current_acquisition()
+        if acq is not None and acq.lock is self:
+            if acq.sent_ns:
+                contended(acq)
+            else:
+                acq.sent_ns = 1
+        original(self)
+
+    return _acquire
+
+
+def acquire_factory(original: Any, timeout_error: type[BaseException]) -> Any:
+    def acquire(self: Any, *args: Any, **kwargs: Any) -> Any:
+        if "_lockwatch_class" not in self.__dict__ or self.is_locked:  # inner: not recorded
+            return original(self, *args, **kwargs)
+        timeout = args[0] if args else kwargs.get("timeout")
+        blocking = kwargs.get("blocking")
+        if blocking is None:
+            blocking = getattr(self, "blocking", True)  # an instance default since filelock 3.13
+        if timeout is None:
+            timeout = getattr(self, "timeout", -1)
+        blocking = bool(blocking) and timeout != 0
+        acq = begin(self, blocking)
+        if acq is None:
+            return original(self, *args, **kwargs)
+        try:
+            proxy = original(self, *args, **kwargs)
+        except timeout_error:
+            finish(acq, False, blocking)
+            raise
+        except BaseException:
+            abandon(acq)
+            raise
+        finish(acq, True, blocking)
+        return proxy
+
+    return acquire
+
+
+def release_factory(original: Any) -> Any:
+    def release(self: Any, *args: Any, **kwargs: Any) -> None:
+        if "_lw_holds" not in self.__dict__:
+            return original(self, *args, **kwargs)
+        hold = release_begin(self)
+        try:
+            original(self, *args, **kwargs)
+        except BaseException:
+            release_failed(self, hold, not self.is_locked, "lock_error")
+            raise
+        if hold is not None and not self.is_locked:  # the release that unlocked the file
+            released(self, hold)
+        return None
+
+    return release
+
+
+def targets() -> tuple[tuple[Any, str, Callable[..., Any], tuple], ...]:
+    """The patch targets ``(owner, name, build, args)`` of filelock's locks (imports it)."""
+    import filelock
+
+    base, soft = filelock.BaseFileLock, filelock.SoftFileLock
+    out: list[tuple[Any, str, Callable[..., Any], tuple]] = [
+        (base, "__init__", init_factory, (soft,)),
+        (base, "acquire", acquire_factory, (filelock.Timeout,)),
+        (base, "release", release_factory, ()),
+    ]
+    for backend in dict.fromkeys((filelock.FileLock, soft)):  # the same class without flock
+        out.append((backend, "_acquire", attempt_factory, ()))
+    return tuple(out)

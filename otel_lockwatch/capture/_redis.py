@@ -1,0 +1,287 @@
+"""Watched redis-py locks: ``redis.lock.Lock`` (what ``Redis.lock()`` returns) and
+``redis.asyncio.lock.Lock``.
+
+redis-py is optional: :func:`targets` imports it, and the patch table (``_patches``) asks for the
+targets only when ``redis`` is importable. What is patched, on both classes, through the class as
+redis-py's own methods are reached:
+
+- ``__init__``: a lock created while instrumented gets its class (``_distributed.classify``: its
+  creation site and key template);
+- ``do_acquire``: one attempt (``SET NX PX``); a failed one marks the acquisition contended, and
+  the time it was sent is when a lease starts;
+- ``acquire``: the acquisition, recorded by ``_distributed`` (``blocking=False``: a try;
+  ``blocking_timeout`` running out: a timeout);
+- ``release``: the hold ends; ``LockNotOwnedError`` (the key expired or was taken over) and
+  ``LockError`` (nothing to release) are counted, and re-raised unchanged;
+- ``extend`` / ``reacquire``: the lease moves.
+
+A worker is the calling thread, or the asyncio task for ``redis.asyncio``.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable
+from time import perf_counter_ns as _pc
+from typing import Any
+
+from ..record._outbox import OUTBOX
+from ._distributed import (
+    abandon,
+    begin,
+    classify,
+    contended,
+    creation_site,
+    current_acquisition,
+    finish,
+    lease_moved,
+    release_begin,
+    release_failed,
+    released,
+)
+
+__all__ = ["KIND", "ASYNC_KIND", "targets"]
+
+KIND = "redis.Lock"
+ASYNC_KIND = "redis.asyncio.Lock"
+
+
+def _blocking_index(original: Callable[..., Any]) -> int:
+    """The position of ``blocking`` among ``acquire``'s arguments after ``self``."""
+    return list(inspect.signature(original).parameters).index("blocking") - 1
+
+
+def _failure(exc: BaseException, not_owned: type[BaseException]) -> str:
+    return "not_owned" if isinstance(exc, not_owned) else "lock_error"
+
+
+# -- both ------------------------------------------------------------------------------------
+def init_factory(original: Any, kind: str) -> Any:
+    """``Lock.__init__``: a lock created now is classified by its creation site and key."""
+
+    def __init__(self: Any, redis: Any, name: Any, *args: Any, **kwargs: Any) -> None:
+        original(self, redis, name, *args, **kwargs)
+        try:
+            classify(self, kind, name, creation_site(1))
+        except Exception as exc:  # never into the host: the plain lock still works
+            OUTBOX.failed(exc)
+
+    return __init__
+
+
+# -- redis.lock.Lock -------------------------------------------------------------------------
+def do_acquire_factory(original: Any) -> Any:
+    def do_acquire(self: Any, token: Any) -> bool:
+        acq = current_acquisition()
+        if acq is None or acq.lock is not self:
+            return original(self, token)
+        acq.sent_ns = _pc()
+        ok = original(self, token)
+        if not ok:
+            contended(acq)
+        return ok
+
+    return do_acquire
+
+
+def acquire_factory(original: Any) -> Any:
+    index = _blocking_index(original)
+
+    def acquire(self: Any, *args: Any, **kwargs: Any) -> bool:
+        if "_lockwatch_class" not in self.__dict__:
+            return original(self, *args, **kwargs)
+        blocking = args[index] if len(args) > index else kwargs.get("blocking")
+        if blocking is None:
+            blocking = self.blocking
+        acq = begin(self, blocking)
+        if acq is None:
+            return original(self, *args, **kwargs)
+        try:
+            ok = original(self, *args, **kwargs)
+        except BaseException:
+            abandon(acq)
+            raise
+        finish(acq, bool(ok), blocking, self.timeout)
+        return ok
+
+    return acquire
+
+
+def release_factory(
+    original: Any, lock_error: type[BaseException], not_owned: type[BaseException]
+) -> Any:
+    def release(self: Any) -> None:
+        if "_lockwatch_class" not in self.__dict__:
+            return original(self)
+        hold = release_begin(self) if self.local.token is not None else None
+        try:
+            original(self)
+        except lock_error as exc:
+            release_failed(self, hold, self.local.token is None, _failure(exc, not_owned))
+            raise
+        except BaseException:
+            release_failed(self, hold, self.local.token is None, None)
+            raise
+        if hold is not None:
+            released(self, hold)
+        return None
+
+    return release
+
+
+def extend_factory(original: Any, not_owned: type[BaseException]) -> Any:
+    def extend(self: Any, additional_time: Any, replace_ttl: bool = False) -> Any:
+        if "_lw_holds" not in self.__dict__:
+            return original(self, additional_time, replace_ttl)
+        sent = _pc()
+        try:
+            result = original(self, additional_time, replace_ttl)
+        except not_owned:
+            lease_moved(self, sent, additional_time, replace_ttl, False)
+            raise
+        lease_moved(self, sent, additional_time, replace_ttl, True)
+        return result
+
+    return extend
+
+
+def reacquire_factory(original: Any, not_owned: type[BaseException]) -> Any:
+    def reacquire(self: Any) -> Any:
+        if "_lw_holds" not in self.__dict__:
+            return original(self)
+        sent = _pc()
+        try:
+            result = original(self)
+        except not_owned:
+            lease_moved(self, sent, self.timeout, True, False)
+            raise
+        lease_moved(self, sent, self.timeout, True, True)
+        return result
+
+    return reacquire
+
+
+# -- redis.asyncio.lock.Lock -----------------------------------------------------------------
+def async_do_acquire_factory(original: Any) -> Any:
+    async def do_acquire(self: Any, token: Any) -> bool:
+        acq = current_acquisition()
+        if acq is None or acq.lock is not self:
+            return await original(self, token)
+        acq.sent_ns = _pc()
+        ok = await original(self, token)
+        if not ok:
+            contended(acq)
+        return ok
+
+    return do_acquire
+
+
+def async_acquire_factory(original: Any) -> Any:
+    index = _blocking_index(original)
+
+    async def acquire(self: Any, *args: Any, **kwargs: Any) -> bool:
+        if "_lockwatch_class" not in self.__dict__:
+            return await original(self, *args, **kwargs)
+        blocking = args[index] if len(args) > index else kwargs.get("blocking")
+        if blocking is None:
+            blocking = self.blocking
+        acq = begin(self, blocking)
+        if acq is None:
+            return await original(self, *args, **kwargs)
+        try:
+            ok = await original(self, *args, **kwargs)
+        except BaseException:
+            abandon(acq)
+            raise
+        finish(acq, bool(ok), blocking, self.timeout)
+        return ok
+
+    return acquire
+
+
+def async_release_factory(
+    original: Any, lock_error: type[BaseException], not_owned: type[BaseException]
+) -> Any:
+    async def release(self: Any) -> None:
+        if "_lockwatch_class" not in self.__dict__:
+            return await original(self)
+        hold = release_begin(self) if self.local.token is not None else None
+        try:
+            await original(self)
+        except lock_error as exc:
+            release_failed(self, hold, self.local.token is None, _failure(exc, not_owned))
+            raise
+        except BaseException:  # cancelled mid-release: the token is kept, the hold goes on
+            release_failed(self, hold, self.local.token is None, None)
+            raise
+        if hold is not None:
+            released(self, hold)
+        return None
+
+    return release
+
+
+def _moving(
+    awaitable: Any,
+    lock: Any,
+    sent: int,
+    seconds: Any,
+    replace: bool,
+    not_owned: type[BaseException],
+):
+    async def moved() -> Any:
+        try:
+            result = await awaitable
+        except not_owned:
+            lease_moved(lock, sent, seconds, replace, False)
+            raise
+        lease_moved(lock, sent, seconds, replace, True)
+        return result
+
+    return moved()
+
+
+def async_extend_factory(original: Any, not_owned: type[BaseException]) -> Any:
+    """``extend`` returns an awaitable (and raises at once when there is nothing to extend)."""
+
+    def extend(self: Any, additional_time: Any, replace_ttl: bool = False) -> Any:
+        awaitable = original(self, additional_time, replace_ttl)
+        if "_lw_holds" not in self.__dict__:
+            return awaitable
+        return _moving(awaitable, self, _pc(), additional_time, replace_ttl, not_owned)
+
+    return extend
+
+
+def async_reacquire_factory(original: Any, not_owned: type[BaseException]) -> Any:
+    def reacquire(self: Any) -> Any:
+        awaitable = original(self)
+        if "_lw_holds" not in self.__dict__:
+            return awaitable
+        return _moving(awaitable, self, _pc(), self.timeout, True, not_owned)
+
+    return reacquire
+
+
+def targets() -> tuple[tuple[Any, str, Callable[..., Any], tuple], ...]:
+    """The patch targets ``(owner, name, build, args)`` of redis-py's locks (imports redis)."""
+    import redis.asyncio.lock
+    import redis.lock
+    from redis.exceptions import LockError, LockNotOwnedError
+
+    sync, asy = redis.lock.Lock, redis.asyncio.lock.Lock
+    errors = (LockError, LockNotOwnedError)
+    return (
+        (sync, "__init__", init_factory, (KIND,)),
+        (sync, "do_acquire", do_acquire_factory, ()),
+        (sync, "acquire", acquire_factory, ()),
+        (sync, "release", release_factory, errors),
+        (sync, "extend", extend_factory, (LockNotOwnedError,)),
+        (sync, "reacquire", reacquire_factory, (LockNotOwnedError,)),
+        (asy, "__init__", init_factory, (ASYNC_KIND,)),
+        (asy, "do_acquire", async_do_acquire_factory, ()),
+        (asy, "acquire", async_acquire_factory, ()),
+        (asy, "release", async_release_factory, errors),
+        (asy, "extend", async_extend_factory, (LockNotOwnedError,)),
+        (asy, "reacquire", async_reacquire_factory, (LockNotOwnedError,)),
+    )

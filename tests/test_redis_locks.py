@@ -1,0 +1,363 @@
+"""redis-py locks against a real ``redis-server``: waits, holds, leases, release failures, order.
+
+Every test here runs against Debian's ``redis-server`` on a free loopback port (``servers.py``),
+in this process (threads and asyncio tasks) or in real processes (``data/distributed_worker.py``)
+whose manifests are merged.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from otel_lockwatch import PotentialDeadlockError, Verdict, merge_manifests, name_lock
+from otel_lockwatch.manifest._evaluate import evaluate
+from otel_lockwatch.record._recorder import RECORDER
+
+redis = pytest.importorskip("redis")
+from redis.exceptions import LockError, LockNotOwnedError  # noqa: E402
+from servers import redis_server  # noqa: E402
+
+WORKER = Path(__file__).parent / "data" / "distributed_worker.py"
+
+
+@pytest.fixture(scope="module")
+def port(tmp_path_factory):
+    with redis_server(tmp_path_factory.mktemp("redis")) as p:
+        yield p
+
+
+@pytest.fixture
+def client(port):
+    c = redis.Redis(port=port)
+    c.flushall()
+    yield c
+    c.close()
+
+
+def manifest():
+    return evaluate(RECORDER.snapshot()).to_dict()
+
+
+def make_lock(client, key, **kwargs):
+    """One creation site for every lock of these tests."""
+    return client.lock(key, **kwargs)
+
+
+def test_an_uncontended_acquisition_is_counted_without_a_wait(watched, client):
+    """A first attempt that succeeds is an acquisition with a wait of 0 and no contention; the
+    hold is recorded at the release."""
+    lock = make_lock(client, "lock:order:1001", timeout=10)
+    with lock:
+        pass
+    entry = manifest()["locks"]["lock:order:*"]
+    assert entry["kind"] == "redis.Lock"
+    assert (entry["acquisitions"], entry["contentions"], entry["timeouts"]) == (1, 0, 0)
+    assert entry["wait_ns"]["count"] == 1 and entry["wait_ns"]["sum"] == 0
+    assert entry["hold_ns"]["count"] == 1
+    assert entry["key_templates"] == ["lock:order:*"]
+    assert entry["lease"]["overruns"] == 0
+
+
+def test_a_contended_acquisition_waits_through_the_clients_polling(watched, client):
+    """The second worker's first attempt fails while the first holds the lock: it is contended,
+    and its wait (the client's retry polling) lasts until the holder released."""
+    held, release = threading.Event(), threading.Event()
+
+    def holder():
+        with make_lock(client, "lock:order:7", timeout=10):
+            held.set()
+            release.wait(10)
+            time.sleep(0.05)  # the holder's work, after the waiter has started waiting
+
+    t = threading.Thread(target=holder, name="holder")
+    t.start()
+    held.wait(10)
+    lock = make_lock(client, "lock:order:7", timeout=10, sleep=0.005)
+    release.set()
+    t0 = time.perf_counter_ns()
+    assert lock.acquire()
+    wall = time.perf_counter_ns() - t0
+    lock.release()
+    t.join()
+    entry = manifest()["locks"]["lock:order:*"]
+    assert (entry["acquisitions"], entry["contentions"]) == (2, 1)
+    waited = entry["workers"]["MainThread"]["wait_ns"]
+    assert 0.04e9 <= waited <= wall
+    spans = [s for s in watched.finished("lock.wait")]
+    assert spans and spans[0].attributes["lockwatch.lock.key_template"] == "lock:order:*"
+
+
+def test_blocking_timeout_is_a_timeout_and_a_nonblocking_miss_is_skipped(watched, client):
+    """``blocking_timeout`` running out is a timed-out wait; ``blocking=False`` on a held lock is
+    a try that found it taken."""
+    holder = make_lock(client, "lock:stock:55", timeout=10)
+    assert holder.acquire()
+    other = make_lock(client, "lock:stock:55", timeout=10, sleep=0.01)
+    assert other.acquire(blocking_timeout=0.05) is False
+    assert other.acquire(blocking=False) is False
+    holder.release()
+    entry = manifest()["locks"]["lock:stock:*"]
+    assert entry["timeouts"] == 1 and entry["skipped"] == 1 and entry["contentions"] == 1
+    assert entry["acquisitions"] == 1
+
+
+def test_a_hold_past_its_lease_is_an_overrun_and_the_application_keeps_its_error(watched, client):
+    """Held 1.5 s on ``timeout=1``: Redis expires the key, the release raises the application's
+    own ``LockNotOwnedError``, and the manifest names the class and the worker of the overrun:
+    verdict LEASE_OVERRUN_DETECTED, a span event on the current span."""
+    tracer = watched.tracer_provider.get_tracer("app")
+    lock = make_lock(client, "lock:invoice:4f1c2b9e7d", timeout=1)
+    with tracer.start_as_current_span("settle"):
+        assert lock.acquire()
+        time.sleep(1.5)  # the slow work: a GC pause, a slow query
+        with pytest.raises(LockNotOwnedError):
+            lock.release()
+    doc = manifest()
+    assert doc["verdict"] == "LEASE_OVERRUN_DETECTED"
+    [overrun] = doc["lease_overruns"]
+    assert overrun["lock"] == "lock:invoice:*" and overrun["worker"] == "MainThread"
+    assert overrun["overruns"] == 1 and 400 <= overrun["overrun_ms"] <= 1500
+    assert doc["release_failures"] == [{"lock": "lock:invoice:*", "not_owned": 1, "lock_error": 0}]
+    [settle] = [s for s in watched.finished() if s.name == "settle"]
+    events = {e.name: dict(e.attributes) for e in settle.events}
+    assert events["lockwatch.lease_overrun"]["lockwatch.lock.name"] == "lock:invoice:*"
+    assert events["lockwatch.lease_overrun"]["lockwatch.worker"] == "MainThread"
+    assert events["lockwatch.release_failed"]["lockwatch.failure"] == "not_owned"
+    assert RECORDER.thread_state().held == []
+    [point] = watched.points("lockwatch.lock.lease_overruns")
+    assert point.value == 1 and point.attributes["lockwatch.lock.name"] == "lock:invoice:*"
+    [point] = watched.points("lockwatch.lock.release_failures")
+    assert point.value == 1 and point.attributes["lockwatch.failure"] == "not_owned"
+
+
+def test_extend_moves_the_lease_and_a_late_extend_is_an_overrun(watched, client):
+    """An ``extend`` in time keeps the hold within its lease; one sent after the key expired is
+    an overrun, and its ``LockNotOwnedError`` still reaches the application."""
+    lock = make_lock(client, "lock:job:12", timeout=0.3)
+    assert lock.acquire()
+    time.sleep(0.1)
+    lock.extend(0.5)  # the lease now ends 0.8 s after the acquisition
+    time.sleep(0.4)
+    lock.release()
+    assert manifest()["lease_overruns"] == []
+
+    late = make_lock(client, "lock:job:13", timeout=0.2)
+    assert late.acquire()
+    time.sleep(0.4)
+    with pytest.raises(LockNotOwnedError):
+        late.extend(1)
+    with pytest.raises(LockNotOwnedError):
+        late.release()
+    doc = manifest()
+    [overrun] = doc["lease_overruns"]
+    assert overrun["lock"] == "lock:job:*" and overrun["overruns"] == 1  # once per hold
+    assert doc["locks"]["lock:job:*"]["lease"] == {
+        "overruns": 1,
+        "overrun_ns": doc["locks"]["lock:job:*"]["lease"]["overrun_ns"],
+        "overrun_max_ns": doc["locks"]["lock:job:*"]["lease"]["overrun_max_ns"],
+        "workers": {"MainThread": {"overruns": 1, "overrun_ns": pytest.approx(0.2e9, rel=0.5)}},
+    }
+
+
+def test_releasing_a_lock_not_held_is_a_counted_lock_error(watched, client):
+    """``LockError`` (nothing to release) is counted as a release failure and re-raised."""
+    lock = make_lock(client, "lock:order:9", timeout=5)
+    with pytest.raises(LockError, match="not owned"):
+        lock.release()
+    assert manifest()["release_failures"] == [
+        {"lock": "lock:order:*", "not_owned": 0, "lock_error": 1}
+    ]
+
+
+def test_a_local_lock_under_a_redis_lock_and_the_reverse_are_order_edges(watched, client):
+    """One lock-order graph across kinds: Redis lock then ``threading.Lock`` in one place, the
+    reverse in another, is a cycle like any other."""
+    local = name_lock(threading.Lock(), "cache")
+    with make_lock(client, "lock:order:1", timeout=5), local:
+        pass
+    with local, make_lock(client, "lock:order:2", timeout=5):
+        pass
+    doc = manifest()
+    edges = {(e["holding"], e["acquiring"]) for e in doc["lock_order"]["edges"]}
+    assert {("lock:order:*", "cache"), ("cache", "lock:order:*")} <= edges
+    assert doc["verdict"] == "CYCLIC_ORDERING_DETECTED"
+
+
+def test_name_lock_names_a_redis_lock(watched, client):
+    lock = name_lock(make_lock(client, "lock:order:3", timeout=5), "orders")
+    with lock:
+        pass
+    entry = manifest()["locks"]["orders"]
+    assert entry["kind"] == "redis.Lock" and entry["acquisitions"] == 1
+
+
+def test_asyncio_locks_are_recorded_per_task(watched, port):
+    """``redis.asyncio``'s lock: a task is a worker; the second task's wait is contended; an
+    overrun names the task."""
+    import redis.asyncio as aioredis
+
+    async def main():
+        client = aioredis.Redis(port=port)
+        first = client.lock("lock:cart:77", timeout=0.2, sleep=0.01)
+        second = client.lock("lock:cart:77", timeout=5, sleep=0.01)
+        assert await first.acquire()
+
+        async def waiter():
+            assert await second.acquire()
+            await second.release()
+
+        task = asyncio.create_task(waiter(), name="waiter")
+        await asyncio.sleep(0.4)  # past first's lease: the waiter gets the lock meanwhile
+        with pytest.raises(LockNotOwnedError):
+            await first.release()
+        await task
+        await client.aclose()
+
+    asyncio.run(main())
+    doc = manifest()
+    entry = doc["locks"]["lock:cart:*"]
+    assert entry["kind"] == "redis.asyncio.Lock"
+    assert entry["acquisitions"] == 2 and entry["contentions"] == 1
+    assert entry["workers"]["task:waiter"]["contentions"] == 1
+    assert [(o["lock"], o["overruns"]) for o in doc["lease_overruns"]] == [("lock:cart:*", 1)]
+    assert doc["lease_overruns"][0]["worker"].startswith("task:")
+
+
+def _run_workers(argvs, out):
+    return [
+        subprocess.Popen(
+            [sys.executable, str(WORKER), *argv[:1], str(out), *argv[1:]],
+            env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+        )
+        for argv in argvs
+    ]
+
+
+def _wait(procs):
+    for p in procs:
+        assert p.wait(timeout=170) == 0
+
+
+def _outputs(out):
+    return "\n".join(p.read_text(encoding="utf-8") for p in sorted(out.iterdir()))
+
+
+@pytest.mark.timeout(300)
+def test_sixteen_processes_on_one_lock_merge_into_a_hot_lock(tmp_path, port, client):
+    """16 processes contend on one redis-py lock (holds of 5 ms): the merged manifest finds that
+    class hot, its waits match what the workers measured around ``acquire`` (within 10 %), and
+    the key appears in no span, metric or manifest."""
+    key = "lock:upsert:entity:8c5b2f0e-4c1d-4b7a-9a57-2b1d7d0c9f11"
+    n, rounds = 16, 8
+    procs = _run_workers([["redis-hot", str(port), key, str(rounds), "0.005"]] * n, tmp_path)
+    for _ in range(n):  # the barrier: every worker is set up
+        assert client.blpop(["ready"], timeout=150) is not None
+    client.rpush("go", *range(n))
+    _wait(procs)
+    merged = merge_manifests(sorted(tmp_path.glob("manifest.*.json"))).to_dict()
+    name = "lock:upsert:entity:*"
+    assert merged["hot_lock_register"][0]["lock"] == name
+    assert merged["verdict"] in ("HOT_LOCK_DETECTED", "STARVATION_OBSERVED")
+    if not merged["starvation_signatures"]:
+        assert merged["verdict"] == "HOT_LOCK_DETECTED"
+    entry = merged["locks"][name]
+    assert entry["acquisitions"] == n * rounds and entry["contentions"] > 0
+    wall = sum(json.loads(p.read_text())["acquire_wall_ns"] for p in tmp_path.glob("result.*.json"))
+    assert entry["wait_ns"]["sum"] == pytest.approx(wall, rel=0.10)
+    text = _outputs(tmp_path) + json.dumps(merged)
+    assert key not in text and "8c5b2f0e" not in text and name in text
+
+
+@pytest.mark.timeout(300)
+def test_an_abba_across_two_processes_is_a_cycle_in_the_merged_manifest(tmp_path, port):
+    """Host A takes ``lock:order:*`` then ``lock:stock:*``, host B the reverse, on keys of their
+    own (they never wait for each other): neither manifest has a cycle, the merged one does,
+    with both witnesses."""
+    procs = _run_workers(
+        [["redis-abba", str(port), "order", "stock"], ["redis-abba", str(port), "stock", "order"]],
+        tmp_path,
+    )
+    _wait(procs)
+    paths = sorted(tmp_path.glob("manifest.*.json"))
+    assert [json.loads(p.read_text())["verdict"] for p in paths] == ["LOW_CONTENTION"] * 2
+    merged = merge_manifests(paths)
+    assert merged.verdict is Verdict.CYCLIC_ORDERING_DETECTED
+    [cycle] = merged.pre_deadlock_ordering_witness
+    witnessed = {(e["holding"], e["acquiring"]): e["worker"] for e in cycle["edges"]}
+    assert set(witnessed) == {("lock:order:*", "lock:stock:*"), ("lock:stock:*", "lock:order:*")}
+    pids = {w.split("/")[0] for w in witnessed.values()}
+    assert len(pids) == 2  # each edge witnessed in its own process
+
+
+def test_under_the_raise_policy_a_redis_acquire_that_closes_a_cycle_is_refused(
+    make_watched, client
+):
+    """``on_cycle=raise``: the Redis acquire that would close a cycle raises before its first
+    attempt, so the key is never set."""
+    make_watched(on_cycle="raise")
+    local = name_lock(threading.Lock(), "cache")
+    with make_lock(client, "lock:order:1", timeout=5), local:
+        pass
+    lock = make_lock(client, "lock:order:2", timeout=5)
+    with local, pytest.raises(PotentialDeadlockError):
+        lock.acquire()
+    assert client.get("lock:order:2") is None
+    assert RECORDER.thread_state().held == []
+
+
+def test_asyncio_extend_in_time_is_no_overrun(watched, port):
+    import redis.asyncio as aioredis
+
+    async def main():
+        client = aioredis.Redis(port=port)
+        lock = client.lock("lock:cart:9", timeout=0.2)
+        assert await lock.acquire()
+        await asyncio.sleep(0.1)
+        assert await lock.extend(0.4)
+        await asyncio.sleep(0.2)  # past the first lease, within the extended one
+        assert await lock.reacquire()
+        await asyncio.sleep(0.1)
+        await lock.release()
+        await client.aclose()
+
+    asyncio.run(main())
+    doc = manifest()
+    assert doc["lease_overruns"] == [] and doc["release_failures"] == []
+    assert doc["locks"]["lock:cart:*"]["lease"]["overruns"] == 0
+
+
+def test_a_worker_polling_for_a_redis_lock_is_in_the_waiting_gauge(watched, client):
+    """While its first attempt has failed and it polls, the waiter counts in
+    ``lockwatch.lock.waiting`` for the class; once it holds, in ``lockwatch.lock.holders``."""
+    holder = make_lock(client, "lock:order:5", timeout=10)
+    assert holder.acquire()
+    got = threading.Event()
+
+    def waiter():
+        with make_lock(client, "lock:order:5", timeout=10, sleep=0.005):
+            got.set()
+
+    def gauge(name):
+        return {p.attributes["lockwatch.lock.name"]: p.value for p in watched.points(name)}.get(
+            "lock:order:*", 0
+        )
+
+    t = threading.Thread(target=waiter, name="waiter")
+    t.start()
+    deadline = time.monotonic() + 10
+    while gauge("lockwatch.lock.waiting") != 1 and time.monotonic() < deadline:
+        time.sleep(0.01)  # ok: polling the gauge, with a deadline
+    assert gauge("lockwatch.lock.waiting") == 1
+    assert gauge("lockwatch.lock.holders") == 1  # the main thread
+    holder.release()
+    t.join(10)
+    assert got.is_set() and gauge("lockwatch.lock.waiting") == 0
