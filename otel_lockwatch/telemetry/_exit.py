@@ -274,6 +274,11 @@ class ManifestExporter(SpanExporter):
             st.in_lockwatch = was_in_lockwatch
 
 
+_HOOKS.exit_work_code = frozenset(
+    f.__code__ for f in (ManifestExporter.write, ManifestExporter.close, ManifestExporter.stop)
+)
+
+
 def _raw_lock() -> Any:
     import _thread
 

@@ -82,6 +82,10 @@ class _Hooks:
     # then handled; the process must not die with its manifest half written either.
     _main_depth = 0
     _deferred: tuple[int, Any] | None = None
+    #: The code of the functions that run exit work inside :meth:`signals_deferred`: a signal
+    #: is deferred only when the frame it interrupted is inside one of them, so a count left
+    #: behind (copied into a forked child, say) can never swallow a SIGTERM.
+    exit_work_code: frozenset[Any] = frozenset()
 
     @contextlib.contextmanager
     def signals_deferred(self) -> Iterator[None]:
@@ -105,8 +109,16 @@ class _Hooks:
         self._main_depth = 0
         self._deferred = None
 
+    def _inside_exit_work(self, frame: Any) -> bool:
+        codes = self.exit_work_code
+        while frame is not None:
+            if frame.f_code in codes:
+                return True
+            frame = frame.f_back
+        return False
+
     def _on_sigterm(self, signum: int, frame: Any) -> None:
-        if self._main_depth:
+        if self._main_depth and self._inside_exit_work(frame):
             self._deferred = (signum, frame)
             return
         self._at_exit()
