@@ -132,3 +132,20 @@ def test_sigterm_inside_the_recorder_while_a_checkpoint_writes(tmp_path):
     assert done.returncode == -signal.SIGTERM, done.stderr[-3000:]
     assert "survived" not in done.stdout
     assert json.loads(manifest.read_text())["locks"]
+
+
+def test_a_sigterm_the_main_thread_misses_is_sent_again(tmp_path):
+    """A SIGTERM that arrives just before the main thread blocks interrupts nothing, and its
+    handler would never run: the emitter sees it arrive and sends it again to the main thread,
+    so the process ends as the default action would have ended it (a terminated pool worker
+    blocked on its queue's lock once waited forever instead)."""
+    manifest = tmp_path / "m.json"
+    done = subprocess.run(
+        [sys.executable, str(STRESS.with_name("lost_sigterm.py")), str(manifest)],
+        capture_output=True,
+        text=True,
+        timeout=60,  # a hang ends here, as a failure
+        env=_env(),
+    )
+    assert done.returncode == -signal.SIGTERM, done.stderr[-3000:]
+    assert json.loads(manifest.read_text())["locks"]

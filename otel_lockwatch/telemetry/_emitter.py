@@ -49,6 +49,7 @@ from opentelemetry.trace import Tracer
 from .._version import __version__
 from ..record._outbox import OUTBOX
 from ._distributed import distributed_counters
+from ._exit_hooks import HOOKS
 
 __all__ = ["TELEMETRY", "Telemetry"]
 
@@ -121,6 +122,7 @@ class Telemetry:
         stop = self._stop
         while not stop.wait(self.INTERVAL_S):
             self._drain()
+            HOOKS.check_lost_sigterm()
 
     def flush(
         self,

@@ -15,6 +15,7 @@ import contextlib
 import os
 import signal
 import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -73,6 +74,104 @@ class _Hooks:
             signal.signal(signal.SIGTERM, self._on_sigterm)
         except (ValueError, OSError):  # not the main interpreter, or no signals here
             self._previous = None
+            return
+        self._watch_wakeups()
+
+    # -- a SIGTERM the main thread never sees ------------------------------------------------
+    # A Python-level handler runs only when the main thread next checks for signals. A SIGTERM
+    # that arrives after its last check and before it enters a blocking call (a pool worker
+    # about to wait on its queue's lock, held by the parent for good) interrupts nothing: the
+    # handler never runs and the process, which the default action would have ended, waits
+    # forever. So the handler's arrival is also written to a pipe (``signal.set_wakeup_fd``,
+    # when the host has none set), which the emitter thread reads (:meth:`check_lost_sigterm`);
+    # a SIGTERM not handled 200 ms after its arrival is sent again, to the main thread itself,
+    # which interrupts its wait. Only while the handler would end the process (the handler
+    # before it was the default): a host's own handler keeps its own semantics.
+    _wakeup: tuple[int, int] | None = None
+    _wakeup_pid = 0
+    _sigterm_seen = 0.0  # when a SIGTERM's byte was read, its handler not yet run
+    _sigterm_handled = False
+    _quiet_until = 0.0  # bytes read before this may be a just-forked child's
+
+    LOST_SIGTERM_S = 0.2
+
+    def _watch_wakeups(self) -> None:
+        if self._wakeup_pid == os.getpid() or self._previous not in (signal.SIG_DFL, None):
+            return
+        try:
+            r, w = os.pipe()
+        except OSError:
+            return
+        try:
+            os.set_blocking(r, False)
+            os.set_blocking(w, False)
+            old = signal.set_wakeup_fd(w, warn_on_full_buffer=False)
+        except (ValueError, OSError):
+            os.close(r)
+            os.close(w)
+            return
+        if old != -1:  # the host listens already (asyncio, say): its fd stays
+            signal.set_wakeup_fd(old)
+            os.close(r)
+            os.close(w)
+            return
+        self._close_wakeup()
+        self._wakeup, self._wakeup_pid = (r, w), os.getpid()
+        self._sigterm_seen, self._sigterm_handled = 0.0, False
+
+    def _close_wakeup(self) -> None:
+        if self._wakeup is not None:
+            for fd in self._wakeup:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+            self._wakeup = None
+
+    def check_lost_sigterm(self) -> None:
+        """Called by the emitter thread every few tens of milliseconds."""
+        wakeup = self._wakeup
+        if wakeup is None or self._wakeup_pid != os.getpid() or self._sigterm_handled:
+            return
+        try:
+            data = os.read(wakeup[0], 512)
+        except OSError:  # nothing to read (BlockingIOError), or closed
+            data = b""
+        now = time.monotonic()
+        if signal.SIGTERM in data and now >= self._quiet_until and not self._sigterm_seen:
+            self._sigterm_seen = now
+        if self._sigterm_seen and now - self._sigterm_seen >= self.LOST_SIGTERM_S:
+            self._sigterm_seen = now  # and again later, while it is still not handled
+            if signal.getsignal(signal.SIGTERM) == self._on_sigterm:
+                main = threading.main_thread().ident
+                if main is not None:
+                    signal.pthread_kill(main, signal.SIGTERM)
+
+    def _unwatch_wakeups(self) -> None:
+        wakeup = self._wakeup
+        if wakeup is None or self._wakeup_pid != os.getpid():
+            return
+        try:
+            current = signal.set_wakeup_fd(-1)
+            if current != wakeup[1]:  # set by the host since: its fd stays
+                signal.set_wakeup_fd(current)
+        except (ValueError, OSError):  # not on the main thread: the pipe stays, unread
+            return
+        self._close_wakeup()
+        self._wakeup_pid = 0
+
+    def _after_fork_in_parent(self) -> None:
+        # A child writes into the parent's pipe until its own at-fork hook gives it one.
+        self._quiet_until = time.monotonic() + 1.0
+
+    def _after_fork_in_child_wakeup(self) -> None:
+        if self._wakeup is None:
+            return
+        self._close_wakeup()
+        self._wakeup_pid = 0
+        try:
+            signal.set_wakeup_fd(-1)
+        except (ValueError, OSError):
+            return
+        self._watch_wakeups()
 
     # The SIGTERM handler runs on the main thread between any two bytecodes, so it can land
     # inside lockwatch's own exit work on that thread: a write holding the exporter's lock, or
@@ -118,6 +217,7 @@ class _Hooks:
         return False
 
     def _on_sigterm(self, signum: int, frame: Any) -> None:
+        self._sigterm_handled = True
         if self._main_depth and self._inside_exit_work(frame):
             self._deferred = (signum, frame)
             return
@@ -139,6 +239,7 @@ class _Hooks:
             return
         self._installed = False
         atexit.unregister(self._at_exit)
+        self._unwatch_wakeups()
         if self._previous is None:
             return
         try:
@@ -154,3 +255,8 @@ class _Hooks:
 
 #: The process's one registration.
 HOOKS = _Hooks()
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(
+        after_in_parent=HOOKS._after_fork_in_parent,
+        after_in_child=HOOKS._after_fork_in_child_wakeup,
+    )
