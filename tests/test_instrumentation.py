@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import _thread
 import asyncio
+import os
 import sys
 import threading
 import time
@@ -675,3 +676,26 @@ def test_proxies_have_the_names_of_the_lock_they_wrap(watched, factory):
     watched_lock = getattr(threading, factory)()
     assert type(watched_lock) in (LockProxy, RLockProxy)
     assert {n: hasattr(watched_lock, n) for n in names} == {n: hasattr(plain, n) for n in names}
+
+
+def test_an_emitter_stopped_but_not_yet_ended_is_replaced():
+    """uninstrument() stops the emitter; an instrument() right after, while that thread is still
+    alive on its way out, must start a new one (it reused the old one, which then ended, and
+    nothing was emitted again: the stuck-exporter test failed that way under load)."""
+    from otel_lockwatch.telemetry._emitter import TELEMETRY
+
+    leave = threading.Event()
+    dying = threading.Thread(target=leave.wait, daemon=True)  # alive, as if ending
+    dying.start()
+    saved = TELEMETRY._emitter, TELEMETRY._emitter_pid, TELEMETRY._stop
+    try:
+        TELEMETRY._emitter, TELEMETRY._emitter_pid = dying, os.getpid()
+        TELEMETRY._stop = threading.Event()
+        TELEMETRY._stop.set()
+        TELEMETRY._ensure_emitter()
+        assert TELEMETRY._emitter is not dying
+        assert TELEMETRY._emitter.is_alive() and not TELEMETRY._stop.is_set()
+    finally:
+        TELEMETRY._stop.set()
+        leave.set()
+        TELEMETRY._emitter, TELEMETRY._emitter_pid, TELEMETRY._stop = saved

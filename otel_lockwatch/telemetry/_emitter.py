@@ -106,6 +106,7 @@ class Telemetry:
             self._emitter is not None
             and self._emitter_pid == os.getpid()
             and self._emitter.is_alive()
+            and not self._stop.is_set()  # a stopped emitter may still be alive, about to end
         ):
             return
         self._stop = threading.Event()
