@@ -187,6 +187,8 @@ def main() -> None:
     raw_outer = threading.Lock()
     raw_inner = threading.Lock()
     raw_queue: queue.Queue[int] = queue.Queue()  # created before instrumenting: never watched
+    raw_semaphore = threading.BoundedSemaphore(2)
+    raw_condition = threading.Condition()
     sections = StripedSections(256, name="emitter")
     sections.index(key)
 
@@ -221,6 +223,8 @@ def main() -> None:
         "raw nested Lock pair": nested(raw_outer, raw_inner),
         "section, uninstrumented": section_pair(sections, key),
         "raw queue.Queue put+get": queue_pair(raw_queue),
+        "raw BoundedSemaphore acquire+release": semaphore_pair(raw_semaphore),
+        "raw Condition: with cond: notify()": notify(raw_condition),
     }
     watched = {
         "section, instrumented": section_pair(
@@ -281,6 +285,13 @@ def main() -> None:
         rows["unwatched queue.Queue put+get, instrumented"] / rows["raw queue.Queue put+get"]
     )
     print(f"unwatched queue, instrumented / raw:        {unwatched_queue:.2f}x (target 1.0)")
+    for watched_row, raw_row in (
+        ("watched queue.Queue put+get", "raw queue.Queue put+get"),
+        ("watched BoundedSemaphore acquire+release", "raw BoundedSemaphore acquire+release"),
+        ("watched Condition: with cond: notify()", "raw Condition: with cond: notify()"),
+    ):
+        ratio = rows[watched_row] / rows[raw_row]
+        print(f"{watched_row} / raw: {ratio:.2f}x")
     print(
         f"contended acquisition, added to its wait on the waiting thread: {waiting:.1f} us "
         "(target <= 20 us)"
