@@ -158,7 +158,7 @@ def condition_init_factory(original: Any) -> Any:
     watched; without a lock given, its lock is a watched ``RLock`` of its class."""
 
     def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
-        lock = args[0] if args else kwargs.get("lock")
+        lock: Any = args[0] if args else kwargs.get("lock")
         cls = None
         try:
             site = watched_site(1)
@@ -173,6 +173,9 @@ def condition_init_factory(original: Any) -> Any:
         if type(lock) is LockProxy:
             # Condition's own _is_owned() would try-acquire the lock: ask the proxy instead.
             self._is_owned = lock._lw_is_owned
+        elif type(lock) is RLockProxy:
+            # The real RLock's own answer, without the proxy's Python frame (notify asks it).
+            self._is_owned = lock._lw_lock._is_owned
         if cls is not None:
             try:
                 watch_condition(self, cls)
