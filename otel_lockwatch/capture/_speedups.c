@@ -11,13 +11,17 @@
  *   call pushes no frame).
  * - SectionAcquire / SectionRelease: the instrumented StripedSections._acquire and _release.
  *   They bind like functions (a method descriptor) and carry the original in __wrapped__.
+ * - The signal paths (semaphores, queues, conditions as pools): took() / gave(), every checkout
+ *   and checkin; SemaphoreAcquire / SemaphoreRelease, a watched threading.Semaphore's acquire
+ *   and release with a free permit; ConditionNotify, a watched condition's notify.
  *
  * The slow paths (a lock-order check, a wait, a hold at or above the metric floor) call back into
  * the Python functions the pure-Python path calls, so both paths record the same thing: the tests
  * run the core suites against both (LOCKWATCH_DISABLE_EXTENSIONS).
  *
- * The contract (see _fast_path.py) is given at import by three calls: setup() from
- * _bookkeeping.py, setup_locks() from _threading.py, setup_sections() from _sections.py. The
+ * The contract (see _fast_path.py) is given at import by four calls: setup() from
+ * _bookkeeping.py, setup_locks() from _threading.py, setup_sections() from _sections.py,
+ * setup_signals() from _signal_waits.py. The
  * Python objects' field names come with them, as tables; this file addresses the fields by their
  * position in those tables and never names them.
  *
@@ -1426,25 +1430,15 @@ SectionFn_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     return (PyObject *)self;
 }
 
-static PyObject *
-SectionAcquire_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
-{
-    SectionFn *self = (SectionFn *)SectionFn_new(type, args, kwds);
-    if (self != NULL)
-        self->vectorcall = (vectorcallfunc)section_acquire;
-    return (PyObject *)self;
-}
-
-static PyObject *
-SectionRelease_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
-{
-    SectionFn *self = (SectionFn *)SectionFn_new(type, args, kwds);
-    if (self != NULL)
-        self->vectorcall = (vectorcallfunc)section_release;
-    return (PyObject *)self;
-}
-
-#define SECTION_FN_TYPE(NAME, DOC, NEW)                                                        \
+/* A SectionFn type NAME whose calls run CALL (a vectorcallfunc taking the SectionFn). */
+#define SECTION_FN_TYPE(NAME, DOC, CALL)                                                       \
+    static PyObject *NAME##_new(PyTypeObject *type, PyObject *args, PyObject *kwds)            \
+    {                                                                                          \
+        SectionFn *self = (SectionFn *)SectionFn_new(type, args, kwds);                        \
+        if (self != NULL)                                                                      \
+            self->vectorcall = (vectorcallfunc)CALL;                                           \
+        return (PyObject *)self;                                                               \
+    }                                                                                          \
     static PyTypeObject NAME##_Type = {                                                        \
         PyVarObject_HEAD_INIT(NULL, 0)                                                         \
         .tp_name = "otel_lockwatch.capture._speedups." #NAME,                                          \
@@ -1461,87 +1455,23 @@ SectionRelease_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
         .tp_getattro = (getattrofunc)SectionFn_getattro,                                       \
         .tp_members = SectionFn_members,                                                       \
         .tp_getset = SectionFn_getset,                                                         \
-        .tp_new = NEW,                                                                         \
+        .tp_new = NAME##_new,                                                                         \
     }
 
 SECTION_FN_TYPE(SectionAcquire,
                 "SectionAcquire(original, python, globals): the instrumented "
                 "StripedSections._acquire.",
-                SectionAcquire_new);
+                section_acquire);
 SECTION_FN_TYPE(SectionRelease,
                 "SectionRelease(original, python, globals, mirror=True): the instrumented "
                 "StripedSections._release.",
-                SectionRelease_new);
+                section_release);
 
 /* ==========================================================================================
- * Module
+ * The signal paths: a take and a give (_signal_waits.took / gave), a semaphore's acquire and
+ * release, a condition's notify
  * ========================================================================================== */
-/* This interpreter claimed the module (else a RuntimeError). */
-static int
-owned_here(void)
-{
-    if (g_interp == PyInterpreterState_Get())
-        return 1;
-    PyErr_SetString(PyExc_RuntimeError,
-                    "otel_lockwatch.capture._speedups: claim() it first, in one interpreter");
-    return 0;
-}
-
-/* The hold's members of LockBase, named by setup()'s HOLD_FIELDS (the names a Python hold keeps,
- * so the Python code reads and writes a C proxy's hold as it does a Python one's). Bound once:
- * a member descriptor keeps a pointer to its definition. */
-static PyMemberDef hold_members[HOLD_USED];
-static const int hold_types[HOLD_USED] = {
-    [HOLD_HOLDER] = T_OBJECT_EX, [HOLD_ENTRY] = T_OBJECT_EX, [HOLD_STATS] = T_OBJECT_EX,
-    [HOLD_START] = T_LONGLONG,   [HOLD_CONTEXT] = T_OBJECT_EX,
-};
-static const Py_ssize_t hold_offsets[HOLD_USED] = {
-    [HOLD_HOLDER] = offsetof(LockBase, holder), [HOLD_ENTRY] = offsetof(LockBase, entry),
-    [HOLD_STATS] = offsetof(LockBase, stats),   [HOLD_START] = offsetof(LockBase, start_ns),
-    [HOLD_CONTEXT] = offsetof(LockBase, context),
-};
-
-static int
-bind_hold_members(void)
-{
-    PyTypeObject *type = &LockBase_Type;
-    if (hold_members[0].name != NULL) { /* bound by an earlier setup(): the same names only */
-        for (int i = 0; i < HOLD_USED; i++)
-            if (PyUnicode_CompareWithASCIIString(HOLD[i].name, hold_members[i].name) != 0) {
-                PyErr_SetString(PyExc_RuntimeError,
-                                "otel_lockwatch: the hold's field names are bound once");
-                return -1;
-            }
-        return 0;
-    }
-    for (int i = 0; i < HOLD_USED; i++) {
-        Py_ssize_t size;
-        const char *name = PyUnicode_AsUTF8AndSize(HOLD[i].name, &size);
-        char *copy = name ? PyMem_Malloc(size + 1) : NULL;
-        if (copy == NULL)
-            return name ? (PyErr_NoMemory(), -1) : -1;
-        memcpy(copy, name, size + 1);
-        hold_members[i] = (PyMemberDef){copy, hold_types[i], hold_offsets[i], 0, NULL};
-        PyObject *descr = PyDescr_NewMember(type, &hold_members[i]);
-        if (descr == NULL)
-            return -1;
-#if PY_VERSION_HEX >= 0x030C0000
-        PyObject *dict = PyType_GetDict(type);
-#else
-        PyObject *dict = Py_NewRef(type->tp_dict);
-#endif
-        int r = dict != NULL ? PyDict_SetItem(dict, HOLD[i].name, descr) : -1;
-        Py_XDECREF(dict);
-        Py_DECREF(descr);
-        if (r < 0)
-            return -1;
-    }
-    PyType_Modified(type);
-    return 0;
-}
-
-/* -- the signal paths' take and give (_signal_waits.took / gave, in C) ---------------------
- * A semaphore's acquire and release and a queue's get and put call these on every operation
+/* A semaphore's acquire and release and a queue's get and put call these on every operation
  * (a checkout and a checkin), after the operation ran; only the bookkeeping is here, so the
  * Python wrappers stay the one place that decides what an operation is. An error goes to
  * OUTBOX.failed, as in Python; both return None. */
@@ -1773,30 +1703,12 @@ sem_release(SectionFn *fn, PyObject *const *args, size_t nargsf, PyObject *kwnam
     return r;
 }
 
-static PyObject *
-SemaphoreAcquire_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
-{
-    SectionFn *self = (SectionFn *)SectionFn_new(type, args, kwds);
-    if (self != NULL)
-        self->vectorcall = (vectorcallfunc)sem_acquire;
-    return (PyObject *)self;
-}
-
-static PyObject *
-SemaphoreRelease_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
-{
-    SectionFn *self = (SectionFn *)SectionFn_new(type, args, kwds);
-    if (self != NULL)
-        self->vectorcall = (vectorcallfunc)sem_release;
-    return (PyObject *)self;
-}
-
 SECTION_FN_TYPE(SemaphoreAcquire,
                 "SemaphoreAcquire(original, python): a watched threading.Semaphore's acquire.",
-                SemaphoreAcquire_new);
+                sem_acquire);
 SECTION_FN_TYPE(SemaphoreRelease,
                 "SemaphoreRelease(original, python): a watched threading.Semaphore's release.",
-                SemaphoreRelease_new);
+                sem_release);
 
 /* A watched threading.Condition's own notify (_conditions._signal_hooks): SectionFn's layout,
  * with `globals` the condition's __dict__ (its class is read there on every call, as in Python).
@@ -1824,18 +1736,76 @@ cond_notify(SectionFn *fn, PyObject *const *args, size_t nargsf, PyObject *kwnam
     return r;
 }
 
-static PyObject *
-ConditionNotify_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
-{
-    SectionFn *self = (SectionFn *)SectionFn_new(type, args, kwds);
-    if (self != NULL)
-        self->vectorcall = (vectorcallfunc)cond_notify;
-    return (PyObject *)self;
-}
-
 SECTION_FN_TYPE(ConditionNotify,
                 "ConditionNotify(original, python, dict): a watched threading.Condition's notify.",
-                ConditionNotify_new);
+                cond_notify);
+
+/* ==========================================================================================
+ * Module
+ * ========================================================================================== */
+/* This interpreter claimed the module (else a RuntimeError). */
+static int
+owned_here(void)
+{
+    if (g_interp == PyInterpreterState_Get())
+        return 1;
+    PyErr_SetString(PyExc_RuntimeError,
+                    "otel_lockwatch.capture._speedups: claim() it first, in one interpreter");
+    return 0;
+}
+
+/* The hold's members of LockBase, named by setup()'s HOLD_FIELDS (the names a Python hold keeps,
+ * so the Python code reads and writes a C proxy's hold as it does a Python one's). Bound once:
+ * a member descriptor keeps a pointer to its definition. */
+static PyMemberDef hold_members[HOLD_USED];
+static const int hold_types[HOLD_USED] = {
+    [HOLD_HOLDER] = T_OBJECT_EX, [HOLD_ENTRY] = T_OBJECT_EX, [HOLD_STATS] = T_OBJECT_EX,
+    [HOLD_START] = T_LONGLONG,   [HOLD_CONTEXT] = T_OBJECT_EX,
+};
+static const Py_ssize_t hold_offsets[HOLD_USED] = {
+    [HOLD_HOLDER] = offsetof(LockBase, holder), [HOLD_ENTRY] = offsetof(LockBase, entry),
+    [HOLD_STATS] = offsetof(LockBase, stats),   [HOLD_START] = offsetof(LockBase, start_ns),
+    [HOLD_CONTEXT] = offsetof(LockBase, context),
+};
+
+static int
+bind_hold_members(void)
+{
+    PyTypeObject *type = &LockBase_Type;
+    if (hold_members[0].name != NULL) { /* bound by an earlier setup(): the same names only */
+        for (int i = 0; i < HOLD_USED; i++)
+            if (PyUnicode_CompareWithASCIIString(HOLD[i].name, hold_members[i].name) != 0) {
+                PyErr_SetString(PyExc_RuntimeError,
+                                "otel_lockwatch: the hold's field names are bound once");
+                return -1;
+            }
+        return 0;
+    }
+    for (int i = 0; i < HOLD_USED; i++) {
+        Py_ssize_t size;
+        const char *name = PyUnicode_AsUTF8AndSize(HOLD[i].name, &size);
+        char *copy = name ? PyMem_Malloc(size + 1) : NULL;
+        if (copy == NULL)
+            return name ? (PyErr_NoMemory(), -1) : -1;
+        memcpy(copy, name, size + 1);
+        hold_members[i] = (PyMemberDef){copy, hold_types[i], hold_offsets[i], 0, NULL};
+        PyObject *descr = PyDescr_NewMember(type, &hold_members[i]);
+        if (descr == NULL)
+            return -1;
+#if PY_VERSION_HEX >= 0x030C0000
+        PyObject *dict = PyType_GetDict(type);
+#else
+        PyObject *dict = Py_NewRef(type->tp_dict);
+#endif
+        int r = dict != NULL ? PyDict_SetItem(dict, HOLD[i].name, descr) : -1;
+        Py_XDECREF(dict);
+        Py_DECREF(descr);
+        if (r < 0)
+            return -1;
+    }
+    PyType_Modified(type);
+    return 0;
+}
 
 static PyObject *
 speedups_setup_signals(PyObject *module, PyObject *args, PyObject *kwds)
