@@ -512,3 +512,32 @@ def test_reset_forgets_signal_waits(watched):
     RECORDER.reset()
     assert _locks() == {}
     assert RECORDER.snapshot()["pool"]["peak_workers"] == 0
+
+
+@pytest.mark.skipif(sys.version_info < (3, 11), reason="3.10 makes every instance's dict")
+def test_watching_never_makes_the_instance_dict(watched):
+    """Reading a watched object's ``__dict__`` would make its dictionary, after which every
+    attribute access of the object, the standard library's own code included, is slower (a
+    `with cond:` by ~70 ns). The hooks read attributes instead."""
+    import gc
+
+    cond, sem, q = threading.Condition(), threading.BoundedSemaphore(2), queue.Queue()
+    with cond:
+        cond.notify()
+        cond.wait(0)
+    with sem:
+        pass
+    assert sem.acquire(timeout=0.001) and sem.acquire(blocking=False)
+    assert not sem.acquire(timeout=0.001)  # a wait: the Python wrapper
+    sem.release(2)
+    q.put(1)
+    q.get()
+    with pytest.raises(queue.Empty):
+        q.get(timeout=0.001)
+    assert "signal_waits" in _locks()[cond._lockwatch_class.name]
+    made = [
+        type(o).__name__
+        for o in (cond, sem, q)
+        if any(isinstance(r, dict) for r in gc.get_referents(o))
+    ]
+    assert made == []
