@@ -45,6 +45,7 @@ __all__ = [
     "check_document",
     "check_json",
     "check_mergeable",
+    "check_mergeable_parts",
     "shown",
 ]
 
@@ -248,6 +249,23 @@ def _check_envelope(doc: Any, where: str) -> bool:
     return legacy
 
 
+def check_mergeable_parts(
+    data: Mapping[str, Any], thresholds: object, where: str
+) -> tuple[dict[str, Any], dict[str, float]]:
+    """A data part, normalized, and the two thresholds a merge carries over, checked.
+
+    Raises:
+        ManifestError: one line naming ``where`` and the offending field or value.
+    """
+    try:
+        if not isinstance(thresholds, dict):
+            raise ValueError(f"thresholds must be an object, got {type(thresholds).__name__}")
+        keys = ("hot_lock_threshold_pct", "starvation_ratio")
+        return normalize(data), {k: _threshold(thresholds, k) for k in keys}
+    except (ValueError, TypeError) as e:
+        raise ManifestError(printable(f"{where} is invalid: {e}", _MESSAGE_LIMIT)) from None
+
+
 def check_mergeable(doc: Any, where: str) -> tuple[dict[str, Any], dict[str, float]]:
     """What a merge takes of a document whose JSON is checked already: its data, normalized,
     and its two thresholds, after the checks of :func:`check_document` but the last (its derived
@@ -257,15 +275,7 @@ def check_mergeable(doc: Any, where: str) -> tuple[dict[str, Any], dict[str, flo
         ManifestError: one line naming ``where`` and the offending field or value.
     """
     _check_envelope(doc, where)
-    try:
-        thresholds = doc["thresholds"]
-        if not isinstance(thresholds, dict):
-            raise ValueError(f"thresholds must be an object, got {type(thresholds).__name__}")
-        keys = ("hot_lock_threshold_pct", "starvation_ratio")
-        shared = {k: _threshold(thresholds, k) for k in keys}
-        return normalize(doc), shared
-    except (ValueError, TypeError) as e:
-        raise ManifestError(printable(f"{where} is invalid: {e}", _MESSAGE_LIMIT)) from None
+    return check_mergeable_parts(doc, doc["thresholds"], where)
 
 
 def check_document(doc: Any, where: str) -> Manifest:
