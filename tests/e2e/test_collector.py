@@ -1,11 +1,11 @@
 """End to end through the collector: collector-config/otel-collector.yaml in a real collector.
 
 The collector is the one ``scripts/build-otelcol.sh`` builds from tools/otelcol/manifest.yaml
-(receiver otlp; processors memory_limiter, batch, filter; exporters otlp, prometheus, file; extension
-health_check), run with the configuration file unchanged. Its two trace exporters point at two
-Jaeger v2 instances: the session's Jaeger, and a second one standing in for Tempo (both take
-OTLP/gRPC, and only Jaeger can be built here), so the test sees every span arrive on both
-branches of the fan-out. The metrics pipeline is read back from the Prometheus exporter.
+(receiver otlp; processors memory_limiter, batch, filter; exporters otlp, prometheus, file;
+extension health_check), run with the configuration file unchanged. Its two trace exporters
+point at two Jaeger v2 instances: the session's Jaeger, and a second one standing in for Tempo
+(both take OTLP/gRPC, and only Jaeger can be built here), so the test sees every span arrive on
+both branches of the fan-out. The metrics pipeline is read back from the Prometheus exporter.
 """
 
 from __future__ import annotations

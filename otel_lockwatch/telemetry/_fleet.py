@@ -1,0 +1,81 @@
+"""The manifest's log record: each write of the manifest also sends its mergeable part through
+the OpenTelemetry logs SDK, so a Collector can gather a fleet's manifests into one file.
+
+The logger provider is the one given to ``instrument(logger_provider=...)``, else the global one
+(``opentelemetry._logs.get_logger_provider()``, asked at every send, so a provider set after
+``instrument()`` is used); without an SDK provider the record goes nowhere, at the cost of
+building it. The record (``manifest/_fleet.py`` has its schema) is sent at every checkpoint and
+once, ``final``, at exit. Sending is an ``emit`` (a batch processor queues it); at exit the
+send and a flush of the provider run inside the exit writer's deadline, and a provider whose
+exporter does not answer is shut down within what is left of it, as the tracer provider's
+processors are. Nothing here raises into the host program: an error is counted and logged once
+(``record._outbox``).
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import time
+from typing import Any
+
+from opentelemetry import _logs
+
+from ..manifest._fleet import EVENT_NAME, record_attributes, record_body
+from ..manifest._model import Manifest
+from ..record._outbox import OUTBOX
+
+__all__ = ["ManifestRecords"]
+
+
+class ManifestRecords:
+    """Sends a manifest's log record (see the module docstring).
+
+    Args:
+        logger_provider: the provider; None for the global one at each send.
+    """
+
+    def __init__(self, logger_provider: Any = None) -> None:
+        self._provider = logger_provider
+        self._pid = 0
+        self._instance = ""
+
+    def provider(self) -> Any:
+        """The logger provider records go to."""
+        return self._provider if self._provider is not None else _logs.get_logger_provider()
+
+    def send(
+        self, manifest: Manifest, sequence: int, final: bool, flush_s: float | None = None
+    ) -> None:
+        """Emit ``manifest``'s record, the ``sequence``-th evaluation of this process; with
+        ``flush_s``, then flush the provider for at most that long. Never raises."""
+        try:
+            pid = os.getpid()
+            if pid != self._pid:  # a new process (a fork's child included): a new instance
+                self._pid, self._instance = pid, secrets.token_hex(16)
+            from .._version import __version__
+
+            provider = self.provider()
+            logger = provider.get_logger("otel_lockwatch", __version__)
+            now = time.time_ns()
+            logger.emit(
+                _logs.LogRecord(
+                    timestamp=now,
+                    observed_timestamp=now,
+                    severity_number=_logs.SeverityNumber.INFO,
+                    severity_text="INFO",
+                    body=record_body(manifest, self._instance, sequence, final),
+                    attributes=record_attributes(manifest, self._instance, sequence, final),
+                    event_name=EVENT_NAME,
+                )
+            )
+            flush = getattr(provider, "force_flush", None)
+            if flush_s is not None and callable(flush):
+                flush(max(0, int(flush_s * 1000)))
+        except Exception as exc:  # never into the host: the one error path
+            OUTBOX.failed(exc)
+
+    def processors(self) -> tuple[Any, ...]:
+        """The SDK provider's log record processors (none for another provider)."""
+        multi = getattr(self.provider(), "_multi_log_record_processor", None)
+        return tuple(getattr(multi, "_log_record_processors", ()))
