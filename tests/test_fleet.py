@@ -3,8 +3,8 @@ Collector's file of them read back by ``otel-lockwatch merge``, its other inputs
 globs), its refusals of crafted input, and the bounded streaming merge.
 
 The records are encoded to OTLP JSON here by the OTLP exporter's own encoder and protobuf's JSON
-mapping, the encoding the Collector's file exporter writes (``tests/e2e/test_fleet.py`` runs the
-real Collector).
+mapping, the encoding the Collector's file exporter writes (``tests/e2e/test_collector_fleet.py``
+runs the real Collector).
 """
 
 from __future__ import annotations

@@ -219,9 +219,10 @@ class ManifestExporter(SpanExporter):
             _HOOKS.unregister(self)
             if _HOOKS.exiting:
                 budget = _exit_timeout_s() - (time.monotonic() - started)
-                _shutdown_processors(
-                    _span_processors(self._provider) + self._records.processors(), budget
-                )
+                # The log processors too, unless the final record was flushed in time: then the
+                # logs provider's own exit hook carries what a later final write sends.
+                logs = () if self._records.flushed else self._records.processors()
+                _shutdown_processors(_span_processors(self._provider) + logs, budget)
 
     def write(self, final: bool) -> Path | None:
         """Evaluate and write the manifest now; ``final`` also sends the manifest span once.
@@ -280,6 +281,11 @@ class ManifestExporter(SpanExporter):
                                 _exit_timeout_s(),
                                 written,
                             )
+                    elif final and newest:  # a later final write: its record, as bounded
+                        budget = _exit_timeout_s()
+                        _run_bounded(
+                            lambda: self._records.send(manifest, ticket, True, budget), budget
+                        )
             if newest and not final:  # signals are not deferred while a processor exports
                 self._records.send(manifest, ticket, False)
             return written

@@ -6,10 +6,12 @@ The logger provider is the one given to ``instrument(logger_provider=...)``, els
 ``instrument()`` is used); without an SDK provider the record goes nowhere, at the cost of
 building it. The record (``manifest/_fleet.py`` has its schema) is sent at every checkpoint and
 once, ``final``, at exit. Sending is an ``emit`` (a batch processor queues it); at exit the
-send and a flush of the provider run inside the exit writer's deadline, and a provider whose
-exporter does not answer is shut down within what is left of it, as the tracer provider's
-processors are. Nothing here raises into the host program: an error is counted and logged once
-(``record._outbox``).
+send and a flush of the provider run inside the exit writer's deadline, and when that flush did
+not finish in time (an exporter that does not answer) the provider's processors are shut down
+within what is left of it, as the tracer provider's are; a later final write (the tracer
+provider's own shutdown after the exit hook) sends its record again, so the last record is
+always the manifest on disk. Nothing here raises into the host program: an error is counted and
+logged once (``record._outbox``).
 """
 
 from __future__ import annotations
@@ -39,6 +41,8 @@ class ManifestRecords:
         self._provider = logger_provider
         self._pid = 0
         self._instance = ""
+        #: Whether the last flush asked for finished in time (the provider's exporter answers).
+        self.flushed = False
 
     def provider(self) -> Any:
         """The logger provider records go to."""
@@ -71,7 +75,8 @@ class ManifestRecords:
             )
             flush = getattr(provider, "force_flush", None)
             if flush_s is not None and callable(flush):
-                flush(max(0, int(flush_s * 1000)))
+                self.flushed = False
+                self.flushed = bool(flush(max(0, int(flush_s * 1000))))
         except Exception as exc:  # never into the host: the one error path
             OUTBOX.failed(exc)
 
