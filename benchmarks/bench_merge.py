@@ -27,7 +27,6 @@ import time
 from pathlib import Path
 
 from otel_lockwatch.manifest._evaluate import evaluate
-from otel_lockwatch.manifest._io import dump_manifest
 from otel_lockwatch.record._histogram import LogHistogram
 
 TARGET_S = 60.0
@@ -40,9 +39,15 @@ def build_snapshot(pid: int, n_locks: int, n_workers: int, rng: random.Random) -
     worker_wait = dict.fromkeys(workers, 0)
     locks = {}
     for i in range(n_locks):
-        hot = i % 25 == 0
-        waits = [rng.randrange(0, 40_000_000 if hot else 200_000) for _ in range(40)]
-        holds = [rng.randrange(1_000, 3_000_000) for _ in range(40)]
+        # A fifth of the classes are contended (their waits spread over many buckets); the
+        # others never waited. Holds spread over a few powers of two, as real ones do.
+        contended = i % 5 == 0
+        samples = 60
+        waits = [
+            rng.randrange(0, 40_000_000 if i % 25 == 0 else 400_000) if contended else 0
+            for _ in range(samples)
+        ]
+        holds = [rng.randrange(2_000, 200_000) for _ in range(samples)]
         per_worker = {}
         for j, w in enumerate(workers):
             share = waits[j::n_workers]
@@ -98,10 +103,12 @@ def build_snapshot(pid: int, n_locks: int, n_workers: int, rng: random.Random) -
 
 
 def generate(directory: Path, n: int, n_locks: int, n_workers: int) -> None:
+    """Write ``n`` manifests as the processes would (``evaluate``, then the manifest's JSON),
+    without an fsync per file."""
     rng = random.Random(1)
     for k in range(n):
         manifest = evaluate(build_snapshot(1000 + k, n_locks, n_workers, rng))
-        dump_manifest(manifest, directory / f"manifest.{1000 + k}.json")
+        (directory / f"manifest.{1000 + k}.json").write_text(manifest.to_json())
 
 
 def main() -> int:
