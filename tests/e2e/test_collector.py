@@ -22,6 +22,7 @@ from _e2e_harness import (
     START_TIMEOUT_S,
     Jaeger,
     Service,
+    collector_env,
     free_ports,
     http_get,
     parent_id,
@@ -97,16 +98,8 @@ def collector(
 ) -> Iterator[Collector]:
     """The collector with collector-config/otel-collector.yaml on free loopback ports,
     forwarding traces to ``jaeger`` and ``tempo_stand_in``; stopped at the end."""
-    grpc, http, prometheus, health, metrics = free_ports(5)
-    env = {
-        "OTELCOL_OTLP_GRPC_ENDPOINT": f"127.0.0.1:{grpc}",
-        "OTELCOL_OTLP_HTTP_ENDPOINT": f"127.0.0.1:{http}",
-        "OTELCOL_PROMETHEUS_ENDPOINT": f"127.0.0.1:{prometheus}",
-        "OTELCOL_HEALTH_ENDPOINT": f"127.0.0.1:{health}",
-        "OTELCOL_METRICS_PORT": str(metrics),
-        "JAEGER_OTLP_ENDPOINT": jaeger.otlp_grpc,
-        "TEMPO_OTLP_ENDPOINT": tempo_stand_in.otlp_grpc,
-    }
+    grpc, _, prometheus, health, _ = ports = free_ports(5)
+    env = collector_env(ports, jaeger.otlp_grpc, tempo_stand_in.otlp_grpc)
     argv = [str(otelcol_binary), "--config", str(CONFIG_DIR / "otel-collector.yaml")]
     log_path = tmp_path_factory.mktemp("otelcol") / "otelcol.log"
     with run_service("collector", argv, env, log_path) as service:

@@ -14,7 +14,14 @@ import subprocess
 import sys
 from pathlib import Path
 
-from _e2e_harness import CONFIG_DIR, START_TIMEOUT_S, free_ports, http_get, run_service
+from _e2e_harness import (
+    CONFIG_DIR,
+    START_TIMEOUT_S,
+    collector_env,
+    free_ports,
+    http_get,
+    run_service,
+)
 
 from otel_lockwatch import load_manifest
 from otel_lockwatch.cli._main import main
@@ -50,18 +57,12 @@ def final_instances(path: Path) -> set[str]:
 def test_merge_of_the_collector_file_equals_the_merge_of_the_manifest_files(
     otelcol_binary: Path, tmp_path: Path
 ) -> None:
-    grpc, http, prometheus, health, metrics, closed = free_ports(6)
+    *ports, closed = free_ports(6)
+    grpc, health = ports[0], ports[3]
     records = tmp_path / "lockwatch-manifests.jsonl"
-    env = {
-        "OTELCOL_OTLP_GRPC_ENDPOINT": f"127.0.0.1:{grpc}",
-        "OTELCOL_OTLP_HTTP_ENDPOINT": f"127.0.0.1:{http}",
-        "OTELCOL_PROMETHEUS_ENDPOINT": f"127.0.0.1:{prometheus}",
-        "OTELCOL_HEALTH_ENDPOINT": f"127.0.0.1:{health}",
-        "OTELCOL_METRICS_PORT": str(metrics),
-        "JAEGER_OTLP_ENDPOINT": f"127.0.0.1:{closed}",  # no traces are sent here
-        "TEMPO_OTLP_ENDPOINT": f"127.0.0.1:{closed}",
-        "OTELCOL_LOCKWATCH_MANIFESTS": str(records),
-    }
+    nowhere = f"127.0.0.1:{closed}"  # no traces are sent to the trace exporters
+    env = collector_env(ports, nowhere, nowhere)
+    env["OTELCOL_LOCKWATCH_MANIFESTS"] = str(records)
     argv = [str(otelcol_binary), "--config", str(CONFIG_DIR / "otel-collector.yaml")]
     (tmp_path / "otelcol").mkdir()
     with run_service("collector", argv, env, tmp_path / "otelcol" / "otelcol.log") as service:
