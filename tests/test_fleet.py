@@ -288,9 +288,10 @@ def _some_orders(parts):
 
 
 def test_the_other_row_is_no_starving_worker():
-    """The summed row of a bounded merge is never reported as a starved worker."""
-    manifests = [process_manifest(pid, [("w", "L", MS)]) for pid in range(6)]
-    manifests.append(process_manifest(99, [("w", "L", 400 * MS)]))
-    merged = merge_manifests(manifests, max_workers=1)
-    assert OTHER_WORKERS in merged.locks["L"]["workers"]
+    """The summed row of a bounded merge is never reported as a starved worker, however much
+    the workers in it waited together."""
+    manifests = [process_manifest(pid, [("w", "L", 30 * MS)]) for pid in (1, 2)]
+    manifests += [process_manifest(pid, [("w", "L", 10 * MS)]) for pid in range(10, 60)]
+    merged = merge_manifests(manifests, max_workers=2)
+    assert merged.locks["L"]["workers"][OTHER_WORKERS]["wait_ns"] == 500 * MS
     assert all(s["worker"] != OTHER_WORKERS for s in merged.starvation_signatures)
