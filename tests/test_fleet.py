@@ -215,6 +215,9 @@ def test_crafted_collector_files_are_refused_in_one_line(logs, tmp_path, capsys)
     bad.write_text('{"resourceLogs": {"no": "list"}}\n')
     refused(tmp_path, capsys, [str(bad)], "line 1 is not an OTLP logs request")
 
+    bad.write_text(good + "\n")
+    refused(tmp_path, capsys, ["--max-bytes", "100", str(bad)], "line 1 is longer than 100 bytes")
+
     bad.write_text('{"resourceLogs": []}\n')
     refused(tmp_path, capsys, [str(bad)], "nothing to merge")
 

@@ -190,7 +190,15 @@ def _lines(path: PathLike, where: str, max_bytes: int) -> Iterator[tuple[int, by
     """The file's non-empty lines, numbered from 1, each refused past ``max_bytes``."""
     fd = open_regular(path, where, 2**63 - 1)
     with os.fdopen(fd, "rb") as f:
-        for number, line in enumerate(iter(lambda: f.readline(max_bytes + 1), b""), 1):
+        number = 0
+        while True:
+            try:
+                line = f.readline(max_bytes + 1)
+            except OSError as e:
+                raise ManifestError(f"{where} cannot be read: {e.strerror or e}") from None
+            if not line:
+                return
+            number += 1
             if len(line) > max_bytes and not line.endswith(b"\n"):
                 raise ManifestError(f"{where} line {number} is longer than {max_bytes} bytes")
             if line.strip():
