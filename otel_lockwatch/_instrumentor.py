@@ -46,8 +46,8 @@ class LockwatchInstrumentor(BaseInstrumentor):
 
     Options (each also an ``OTEL_PYTHON_LOCKWATCH_*`` variable; see ``environment_variables``):
     ``wait_span_threshold_ms``, ``hold_span_threshold_ms``, ``hold_metric_floor_ms``,
-    ``on_cycle``, ``manifest``, ``manifest_path``, ``checkpoint_interval_s``, ``pool_size``,
-    ``hot_lock_threshold_pct``, ``starvation_ratio``.
+    ``on_cycle``, ``manifest``, ``manifest_log_record``, ``manifest_path``,
+    ``checkpoint_interval_s``, ``pool_size``, ``hot_lock_threshold_pct``, ``starvation_ratio``.
     """
 
     @property
@@ -109,6 +109,7 @@ class LockwatchInstrumentor(BaseInstrumentor):
                 options.checkpoint_interval_s,
                 provider,
                 logger_provider,
+                options.manifest_log_record,
             )
         processor = install_first(provider, exporter)
         if processor is not None:

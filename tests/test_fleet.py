@@ -111,6 +111,18 @@ def test_each_write_sends_the_manifest_record_and_the_final_one_once(make_watche
     }
 
 
+def test_the_record_can_be_turned_off(make_watched, logs, tmp_path):
+    """``manifest_log_record=False``: the file is written, no record is sent."""
+    provider, exporter = logs
+    path = tmp_path / "manifest.json"
+    make_watched(
+        manifest=True, manifest_path=str(path), logger_provider=provider, manifest_log_record=False
+    )
+    assert _exit.ACTIVE.exporter.write(final=False) == path
+    assert _exit.ACTIVE.exporter.write(final=True) == path
+    assert exporter.get_finished_logs() == ()
+
+
 def test_a_failing_logger_provider_never_reaches_the_host(make_watched, tmp_path):
     """A logger provider that raises: the manifest is still written, the error is counted."""
 

@@ -129,6 +129,7 @@ class ManifestExporter(SpanExporter):
         tracer_provider: the provider whose tracer carries the manifest span.
         logger_provider: the provider the manifest's log record goes to; None for the global
             one.
+        log_records: whether to send the log record at all.
     """
 
     def __init__(
@@ -137,11 +138,12 @@ class ManifestExporter(SpanExporter):
         checkpoint_interval_s: float = 0.0,
         tracer_provider: Any = None,
         logger_provider: Any = None,
+        log_records: bool = True,
     ) -> None:
         self._path = path
         self._interval = checkpoint_interval_s
         self._provider = tracer_provider
-        self._records = ManifestRecords(logger_provider)
+        self._records = ManifestRecords(logger_provider, log_records)
         self._span_sent = False
         self._stop = threading.Event()
         self._checkpointer: threading.Thread | None = None

@@ -35,10 +35,12 @@ class ManifestRecords:
 
     Args:
         logger_provider: the provider; None for the global one at each send.
+        enabled: False sends nothing (the ``manifest_log_record`` option).
     """
 
-    def __init__(self, logger_provider: Any = None) -> None:
+    def __init__(self, logger_provider: Any = None, enabled: bool = True) -> None:
         self._provider = logger_provider
+        self._enabled = enabled
         self._pid = 0
         self._instance = ""
         #: Whether the last flush asked for finished in time (the provider's exporter answers).
@@ -53,6 +55,8 @@ class ManifestRecords:
     ) -> None:
         """Emit ``manifest``'s record, the ``sequence``-th evaluation of this process; with
         ``flush_s``, then flush the provider for at most that long. Never raises."""
+        if not self._enabled:
+            return
         try:
             pid = os.getpid()
             if pid != self._pid:  # a new process (a fork's child included): a new instance
@@ -81,6 +85,9 @@ class ManifestRecords:
             OUTBOX.failed(exc)
 
     def processors(self) -> tuple[Any, ...]:
-        """The SDK provider's log record processors (none for another provider)."""
+        """The SDK provider's log record processors (none for another provider, or when
+        nothing is sent)."""
+        if not self._enabled:
+            return ()
         multi = getattr(self.provider(), "_multi_log_record_processor", None)
         return tuple(getattr(multi, "_log_record_processors", ()))
