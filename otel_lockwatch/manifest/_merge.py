@@ -10,6 +10,12 @@ What only a merge of processes does: a single process's worker ``name`` becomes
 ``"<pid>/<name>"`` (workers of different processes are different workers, even with the same
 thread name), and the processes themselves are listed (pids, service names, the first start and
 the last end, how many manifests were merged).
+
+A merge streams: :class:`ManifestFold` takes one manifest (or one data part read from a file or
+a Collector's record) at a time and keeps only the merged data, so a fleet of ten thousand
+processes costs the memory of its lock classes, not of its manifests. The one part of the data
+that grows with the processes, their workers (``<pid>/<name>``), is bounded per lock class
+(:data:`MAX_MERGED_WORKERS`, the longest waits kept, the others summed exactly into one row).
 """
 
 from __future__ import annotations
@@ -122,7 +128,7 @@ class ManifestFold:
 
     __slots__ = ("_data", "_processes", "_thresholds", "count")
 
-    def __init__(self, max_workers: int | None = None) -> None:
+    def __init__(self, max_workers: int | None = MAX_MERGED_WORKERS) -> None:
         self._data = DataFold(max_workers)
         self._processes = _Processes()
         self._thresholds: dict[str, Any] = {}
