@@ -157,11 +157,22 @@ def records_of(manifests, logs, *, checkpoints=0):
     return exporter.get_finished_logs()
 
 
-def test_merge_of_the_collector_file_equals_the_merge_of_the_files(logs, tmp_path):
+@pytest.mark.parametrize("event_name", [True, False], ids=["event-name", "older-api"])
+def test_merge_of_the_collector_file_equals_the_merge_of_the_files(
+    logs, tmp_path, monkeypatch, event_name
+):
     """The latest record of each process, read from the Collector's JSON lines (several per
-    line, out of order), merges into the manifest the files merge into."""
+    line, out of order), merges into the manifest the files merge into; a record sent through an
+    API without event names is named by its ``event.name`` attribute."""
+    from otel_lockwatch.telemetry import _fleet
+
+    if _fleet.HAS_EVENT_NAME and not event_name:
+        monkeypatch.setattr(_fleet, "HAS_EVENT_NAME", False)
+    elif not _fleet.HAS_EVENT_NAME and event_name:
+        pytest.skip("this opentelemetry-api has no event names")
     manifests = [process_manifest(pid, [("w1", "L", pid * MS), ("w2", "M", 0)]) for pid in range(4)]
     records = list(records_of(manifests, logs, checkpoints=2))
+    assert all((r.log_record.event_name == EVENT_NAME) is event_name for r in records)
     lines = [collector_line(records[i : i + 5]) for i in range(0, len(records), 5)]
     collector = tmp_path / "lockwatch-manifests.jsonl"
     collector.write_text("\n".join(reversed(lines)) + "\n")

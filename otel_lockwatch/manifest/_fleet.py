@@ -45,6 +45,7 @@ from ._io import DEFAULT_MAX_BYTES, PathLike, load_mergeable, open_regular, pars
 from ._model import LEGACY_SCHEMAS, SCHEMA, Manifest, canonical_json
 
 __all__ = [
+    "ATTR_EVENT_NAME",
     "EVENT_NAME",
     "RECORD_SCHEMA",
     "expand_inputs",
@@ -63,6 +64,8 @@ ATTR_INSTANCE = "lockwatch.manifest.instance"
 ATTR_SEQUENCE = "lockwatch.manifest.sequence"
 ATTR_FINAL = "lockwatch.manifest.final"
 ATTR_VERDICT = "lockwatch.verdict"
+#: Where a record sent through opentelemetry-api before 1.35 (no event name) carries it.
+ATTR_EVENT_NAME = "event.name"
 _BODY_FIELDS = (
     "data",
     "digest",
@@ -182,8 +185,20 @@ def _records(doc: Any, where: str) -> Iterator[tuple[str, Mapping[str, Any]]]:
             if not isinstance(records, list):
                 raise ManifestError(f"{where}: resourceLogs[{i}].scopeLogs[{j}] has no logRecords")
             for k, record in enumerate(records):
-                if isinstance(record, dict) and record.get("eventName") == EVENT_NAME:
+                if isinstance(record, dict) and _is_manifest_record(record):
                     yield f"resourceLogs[{i}].scopeLogs[{j}].logRecords[{k}]", record
+
+
+_NAMED = {"key": ATTR_EVENT_NAME, "value": {"stringValue": EVENT_NAME}}
+
+
+def _is_manifest_record(record: Mapping[str, Any]) -> bool:
+    """Named :data:`EVENT_NAME` by its event name, or (sent through an older API) by its
+    ``event.name`` attribute."""
+    if record.get("eventName") == EVENT_NAME:
+        return True
+    attributes = record.get("attributes")
+    return isinstance(attributes, list) and _NAMED in attributes
 
 
 def _lines(path: PathLike, where: str, max_bytes: int) -> Iterator[tuple[int, bytearray]]:

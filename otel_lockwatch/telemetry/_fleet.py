@@ -16,6 +16,7 @@ logged once (``record._outbox``).
 
 from __future__ import annotations
 
+import inspect
 import os
 import secrets
 import time
@@ -23,11 +24,16 @@ from typing import Any
 
 from opentelemetry import _logs
 
-from ..manifest._fleet import EVENT_NAME, record_attributes, record_body
+from ..manifest._fleet import ATTR_EVENT_NAME, EVENT_NAME, record_attributes, record_body
 from ..manifest._model import Manifest
 from ..record._outbox import OUTBOX
 
 __all__ = ["ManifestRecords"]
+
+#: Whether the API's log record has an event name (opentelemetry-api 1.35 and later); before,
+#: the record carries the name as its ``event.name`` attribute, which the Collector's filter and
+#: the merge accept too.
+HAS_EVENT_NAME = "event_name" in inspect.signature(_logs.LogRecord.__init__).parameters
 
 
 class ManifestRecords:
@@ -66,6 +72,11 @@ class ManifestRecords:
             provider = self.provider()
             logger = provider.get_logger("otel_lockwatch", __version__)
             now = time.time_ns()
+            attributes = record_attributes(manifest, self._instance, sequence, final)
+            named: dict[str, Any] = {"event_name": EVENT_NAME}
+            if not HAS_EVENT_NAME:
+                attributes[ATTR_EVENT_NAME] = EVENT_NAME
+                named = {}
             logger.emit(
                 _logs.LogRecord(
                     timestamp=now,
@@ -73,8 +84,8 @@ class ManifestRecords:
                     severity_number=_logs.SeverityNumber.INFO,
                     severity_text="INFO",
                     body=record_body(manifest, self._instance, sequence, final),
-                    attributes=record_attributes(manifest, self._instance, sequence, final),
-                    event_name=EVENT_NAME,
+                    attributes=attributes,
+                    **named,
                 )
             )
             flush = getattr(provider, "force_flush", None)
