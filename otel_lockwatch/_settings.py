@@ -153,6 +153,12 @@ class Options:
         valid="true or false",
         doc="write the manifest at exit",
     )
+    manifest_log_record: bool = _option(
+        parse=_bool,
+        default=True,
+        valid="true or false",
+        doc="also send each manifest write as a `lockwatch.manifest` log record",
+    )
     manifest_path: str = _option(
         parse=_path,
         default="lockwatch-manifest.json",

@@ -49,6 +49,8 @@ def test_docs_table_rows():
         "| `ON_CYCLE` | `on_cycle` | `warn` | a new lock-order cycle: `warn`, `raise` or "
         "`ignore` |",
         "| `MANIFEST` | `manifest` | `true` | write the manifest at exit |",
+        "| `MANIFEST_LOG_RECORD` | `manifest_log_record` | `true` | also send each manifest "
+        "write as a `lockwatch.manifest` log record |",
         "| `MANIFEST_PATH` | `manifest_path` | `lockwatch-manifest.json` | where (`{pid}` is "
         "replaced) |",
         "| `CHECKPOINT_INTERVAL_S` | `checkpoint_interval_s` | 30 | rewrite the manifest this "
