@@ -48,6 +48,7 @@ from typing import Any
 
 from ._cycles import merge_order_data
 from ._histogram import LogHistogram
+from ._sites import merge_points, trim_points
 
 __all__ = [
     "DATA_FIELDS",
@@ -163,6 +164,8 @@ def _merge_lock(into: dict[str, dict[str, Any]], name: str, lock: Mapping[str, A
         _merge_pool_fields(acc, lock)
     if "key_templates" in lock or "lease" in lock or "release_failures" in lock:
         _merge_distributed_fields(acc, lock)
+    if "contention_points" in lock or "contending_points" in lock:
+        merge_points(acc, lock)
 
 
 def _larger(a: int | None, b: int | None) -> int | None:
@@ -287,6 +290,7 @@ def merge_data(parts: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
                 peaks.append(pool["peak_workers"])
     for lock in locks.values():
         lock["workers"] = WorkerTotals(lock["workers"])
+        trim_points(lock)
     best = min(pools, key=_pool_key) if pools else {"nominal": None, "source": None}
     merged_pool = {"nominal": best["nominal"], "source": best["source"]}
     if peaks:

@@ -31,6 +31,7 @@ from ._live import live_counts
 from ._lock_class import ROLES, LockClass
 from ._peak import PeakWorkers
 from ._signals import SignalStats, merge_signals, signal_parts
+from ._sites import SiteTable, site_points
 
 __all__ = [
     "MAX_WORKERS",
@@ -66,6 +67,7 @@ STATS_TABLE: tuple[tuple[str, str], ...] = (
     ("wait_min_ns", "min"),  # NO_SAMPLE until the first contended wait
     ("wait_max_ns", "max"),
     ("collisions", "sum"),  # contended waits caused by a colliding key (sections only)
+    ("sites", "sites"),  # None until the first contended wait, then its SiteTable (_sites)
 )
 STATS_FIELDS = tuple(name for name, _ in STATS_TABLE)
 NO_SAMPLE = 1 << 62  # the minimum of no sample (more than any duration a process measures)
@@ -91,12 +93,18 @@ class Stats:
         self.wait_min_ns = NO_SAMPLE
         self.wait_max_ns = 0
         self.collisions = 0
+        self.sites: SiteTable | None = None
 
     def merge(self, other: Stats) -> None:
         """Add another worker's statistics of the same lock class to these."""
         for name, how in STATS_TABLE:
             mine, theirs = getattr(self, name), getattr(other, name)
-            if how == "buckets":
+            if how == "sites":
+                if theirs is not None:
+                    if mine is None:
+                        mine = self.sites = SiteTable()
+                    mine.merge(theirs)
+            elif how == "buckets":
                 for bucket, n in theirs.items():
                     mine[bucket] = mine.get(bucket, 0) + n
             elif how == "min":
@@ -456,7 +464,7 @@ def _stats_data(kind: str, worker: str, s: Stats) -> dict[str, Any]:
     attempts minus ``cont`` contended ones) are samples of 0, which the hot path never wrote.
     """
     blocking = s.acquisitions - s.try_acquisitions + s.timeouts
-    return {
+    data = {
         "kind": kind,
         "acquisitions": s.acquisitions,
         "contentions": s.contentions,
@@ -479,6 +487,9 @@ def _stats_data(kind: str, worker: str, s: Stats) -> dict[str, Any]:
             {worker: (s.acquisitions, s.contentions, s.wait_total_ns, s.hold_total_ns)}
         ),
     }
+    if s.sites is not None:
+        data["contention_points"], data["contending_points"] = site_points(s.sites)
+    return data
 
 
 def _track_section(track: Any) -> dict[str, int]:

@@ -1,0 +1,231 @@
+"""Contention points and contending points: which code waits for a lock class, and which code
+held it when a waiter arrived (Linux ``lock_stat``'s two tables).
+
+Only a wait that blocked pays for them, on the slow path that already read the clock: the
+waiter's frame and the held-stack entry of the lock's holder at the waiter's arrival give two
+keys, ``(code object, instruction offset)``, cheap to take (no line lookup, no string). They
+become ``module:function:line`` sites only when the snapshot asks (:func:`site_points`).
+
+A worker keeps, per lock class it waited on, one :class:`SiteTable` (on its ``Stats``):
+
+- ``waits``: waiter key -> ``LogHistogram`` of its waits (count, total, p95);
+- ``holders``: holder key -> ``[count, total wait caused]``.
+
+**The bound.** Each table keeps at most :data:`KEEP` keys (4 x the ``contention_points``
+setting, 32 by default); a key that arrives when the table is full is counted under
+``(other)``. A lock held by nobody this process knows (another process's, or released between
+the failed try and the look at its holder) is charged to ``(unknown)``. So the counts and totals
+of a class's points always add up to its contentions and its wait, exactly.
+
+**In the manifest** (``contention_points`` and ``contending_points`` of a lock entry) the sites
+merge by adding (:func:`merge_points`), then :func:`trim_points` keeps the :data:`KEEP` sites
+with the most wait (ties: the most waits, then the site's name) and folds the rest into
+``(other)``. The report shows the top ``contention_points`` of them. A merge of parts that each
+have at most :data:`KEEP` sites per class is exact: it equals the points of one process that
+did all their work. Past that, a site folded into ``(other)`` in one part stays there.
+
+A short call chain (the waiter's caller's caller) is not kept: the holder's frame has usually
+returned by the time a waiter looks (a finished frame has no ``f_back``), so only the waiter's
+half could be had, and its key would multiply the rows the bound folds into ``(other)``.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Mapping
+from typing import Any
+
+from ._histogram import LogHistogram
+
+__all__ = [
+    "KEEP",
+    "OTHER",
+    "POINT_FIELDS",
+    "UNKNOWN",
+    "SiteTable",
+    "code_attributes",
+    "code_site",
+    "configure",
+    "merge_points",
+    "ranked",
+    "site_points",
+    "trim_points",
+]
+
+#: Where a key that arrives in a full table is counted.
+OTHER = "(other)"
+#: The holder of a lock nobody in this process was seen holding.
+UNKNOWN = "(unknown)"
+#: A contending point's fields: waits that found it holding, and their total wait (ns).
+POINT_FIELDS = ("count", "wait_ns")
+#: The sites kept per lock class, in memory and in a manifest: 4 x the ``contention_points``
+#: setting (:func:`configure`).
+KEEP = 32
+
+
+def configure(points: int) -> None:
+    """Keep ``4 * points`` sites per lock class (called by the instrumentor)."""
+    global KEEP
+    KEEP = 4 * points
+
+
+# -- sites of code ---------------------------------------------------------------------------
+_code_modules: dict[str, str] = {}
+
+
+def _module_of_code(code: Any) -> str:
+    # The code object does not know its module; the file does. Map the file to a module name once.
+    name = _code_modules.get(code.co_filename)
+    if name is None:
+        name = code.co_filename
+        for mod_name, module in list(sys.modules.items()):
+            if getattr(module, "__file__", None) == code.co_filename:
+                name = mod_name
+                break
+        _code_modules[code.co_filename] = name
+    return name
+
+
+def _line_of(code: Any, lasti: int) -> int:
+    for start, end, line in code.co_lines():
+        if start <= lasti < end and line is not None:
+            return line
+    return code.co_firstlineno
+
+
+def code_site(code: Any, lasti: int) -> str:
+    """``module:function:line`` of the instruction at offset ``lasti`` of ``code``."""
+    return f"{_module_of_code(code)}:{code.co_name}:{_line_of(code, lasti)}"
+
+
+def code_attributes(site: str, prefix: str = "") -> dict[str, Any]:
+    """A site's span attributes: ``code.namespace``, ``code.function``, ``code.lineno`` (the
+    line only when it is one), each name after ``prefix`` (``lockwatch.holder.``)."""
+    module, _, rest = site.partition(":")
+    function, _, line = rest.rpartition(":")
+    attrs: dict[str, Any] = {
+        f"{prefix}code.namespace": module,
+        f"{prefix}code.function": function,
+    }
+    if line.isdigit():
+        attrs[f"{prefix}code.lineno"] = int(line)
+    return attrs
+
+
+# -- the worker's tables ---------------------------------------------------------------------
+class SiteTable:
+    """One worker's contention and contending points for one lock class (see the module
+    docstring): ``waits`` key -> ``LogHistogram``; ``holders`` key -> ``[count, wait_ns]``."""
+
+    __slots__ = ("holders", "waits")
+
+    def __init__(self) -> None:
+        self.waits: dict[Any, LogHistogram] = {}
+        self.holders: dict[Any, list[int]] = {}
+
+    def add(self, waiter: Any, holder: Any, w: int) -> None:
+        """A wait of ``w`` ns at the key ``waiter`` while the key ``holder`` held the lock."""
+        waits = self.waits
+        hist = waits.get(waiter)
+        if hist is None:
+            if len(waits) >= KEEP:
+                waiter = OTHER
+                hist = waits.get(OTHER)
+            if hist is None:
+                hist = waits[waiter] = LogHistogram()
+        hist.add(w)
+        holders = self.holders
+        row = holders.get(holder)
+        if row is None:
+            if len(holders) >= KEEP:
+                holder = OTHER
+                row = holders.get(OTHER)
+            if row is None:
+                row = holders[holder] = [0, 0]
+        row[0] += 1
+        row[1] += w
+
+    def merge(self, other: SiteTable) -> None:
+        """Add an ended worker's table to this one (keys kept: they are the same code)."""
+        for key, hist in list(other.waits.items()):
+            mine = self.waits.get(key)
+            self.waits[key] = hist.copy() if mine is None else mine.merge(hist)
+        for key, row in list(other.holders.items()):
+            mine_row = self.holders.setdefault(key, [0, 0])
+            mine_row[0] += row[0]
+            mine_row[1] += row[1]
+
+
+def _site(key: Any) -> str:
+    return key if isinstance(key, str) else code_site(*key)
+
+
+def site_points(table: SiteTable) -> tuple[dict[str, LogHistogram], dict[str, dict[str, int]]]:
+    """A table's ``contention_points`` and ``contending_points``, keyed by site (keys of one
+    site, at two instructions of one line, add up)."""
+    waits: dict[str, LogHistogram] = {}
+    for key, hist in list(table.waits.items()):
+        site = _site(key)
+        mine = waits.get(site)
+        waits[site] = hist.copy() if mine is None else mine.merge(hist)
+    holders: dict[str, dict[str, int]] = {}
+    for key, (count, wait) in list(table.holders.items()):
+        row = holders.setdefault(_site(key), {"count": 0, "wait_ns": 0})
+        row["count"] += count
+        row["wait_ns"] += wait
+    return waits, holders
+
+
+# -- merging ---------------------------------------------------------------------------------
+def merge_points(acc: dict[str, Any], lock: Mapping[str, Any]) -> None:
+    """Add a lock entry's points (those it has) to the accumulator ``acc`` (sites unite, their
+    histograms merge and counts add; :func:`trim_points` bounds the result)."""
+    waits = lock.get("contention_points")
+    if waits is not None:
+        into = acc.setdefault("contention_points", {})
+        for site, hist in waits.items():
+            mine = into.get(site)
+            into[site] = hist.copy() if mine is None else mine.merge(hist)
+    holders = lock.get("contending_points")
+    if holders is not None:
+        into_rows = acc.setdefault("contending_points", {})
+        for site, row in holders.items():
+            mine_row = into_rows.setdefault(site, dict.fromkeys(POINT_FIELDS, 0))
+            for key in POINT_FIELDS:
+                mine_row[key] += row[key]
+
+
+def _rank(item: tuple[str, Any]) -> tuple[int, int, str]:
+    site, value = item
+    if isinstance(value, LogHistogram):
+        return (-value.sum, -value.count, site)
+    return (-value["wait_ns"], -value["count"], site)
+
+
+def ranked(points: Mapping[str, Any]) -> list[tuple[str, Any]]:
+    """The sites by the wait they account for, most first (``(other)`` last)."""
+    rows = sorted((item for item in points.items() if item[0] != OTHER), key=_rank)
+    if OTHER in points:
+        rows.append((OTHER, points[OTHER]))
+    return rows
+
+
+def trim_points(lock: dict[str, Any], keep: int | None = None) -> None:
+    """Keep a lock entry's ``keep`` (:data:`KEEP`) sites with the most wait, each table, and
+    fold the rest into ``(other)``, in place."""
+    keep = KEEP if keep is None else keep
+    for field in ("contention_points", "contending_points"):
+        points = lock.get(field)
+        if points is None or len(points) <= keep + (OTHER in points):
+            continue
+        rows = ranked(points)
+        kept = dict(row for row in rows[:keep] if row[0] != OTHER)
+        for site, value in rows[len(kept) :]:
+            if isinstance(value, LogHistogram):
+                mine = kept.get(OTHER)
+                kept[OTHER] = value.copy() if mine is None else mine.merge(value)
+            else:
+                other = kept.setdefault(OTHER, dict.fromkeys(POINT_FIELDS, 0))
+                for key in POINT_FIELDS:
+                    other[key] += value[key]
+        lock[field] = kept
