@@ -27,14 +27,24 @@ edges: nothing in it grows with the number of acquisitions, and every field merg
 ``pool``                 the best-informed source: an executor's size before the environment's
                          before any other, then the largest size; ``peak_workers`` (the most
                          workers alive at once) add, since processes run side by side
+``locks`` (points)       a lock's ``contention_points`` (site -> wait histogram) and
+                         ``contending_points`` (site -> ``{count, wait_ns}``): sites unite,
+                         histograms merge, counts add; then the ``4 x contention_points`` sites
+                         with the most wait are kept and the rest fold into ``(other)``
+                         (``_sites``), so the totals stay exact
+``timeline``             the widest bucket width of the parts (doubled while the union of their
+                         spans needs more than 256 buckets), every bucket's sums added into the
+                         merged bucket holding it; the 8 classes with the most wait kept
+                         (``_timeline``). Present when a part has one
 =======================  ==========================================================================
 
 Each rule is commutative and associative, so a merge depends neither on the order of its parts
-nor on how they are grouped. :func:`merge_data` is the one implementation: the recorder's
-snapshot is the merge of one part per (worker, lock class) statistics, and ``merge_manifests``
-merges the data of several processes with it. The ``process`` field says who recorded, not
-what: a merge leaves it to the caller (the recorder writes its own process, ``merge_manifests``
-the list of processes).
+nor on how they are grouped (the points and the timeline's classes: while nothing is folded
+away, that is while each part keeps every site and class it saw). :func:`merge_data` is the
+one implementation: the recorder's snapshot is the merge of one part per (worker, lock
+class) statistics, and ``merge_manifests`` merges the data of several processes with it. The
+``process`` field says who recorded, not what: a merge leaves it to the caller (the recorder
+writes its own process, ``merge_manifests`` the list of processes).
 
 In memory a lock's per-worker totals are a :class:`WorkerTotals` (tuples: the bulk of a large
 snapshot); they become ``{worker: {acquisitions, contentions, wait_ns, hold_ns}}`` objects only in
@@ -49,6 +59,7 @@ from typing import Any
 from ._cycles import merge_order_data
 from ._histogram import LogHistogram
 from ._sites import merge_points, trim_points
+from ._timeline import merge_timelines
 
 __all__ = [
     "DATA_FIELDS",
@@ -271,6 +282,7 @@ def merge_data(parts: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
     orders: list[Mapping[str, Any]] = []
     pools: list[Mapping[str, Any]] = []
     peaks: list[int] = []
+    timelines: list[Mapping[str, Any]] = []
     for part in parts:
         for name, lock in part.get("locks", {}).items():
             _merge_lock(locks, name, lock)
@@ -282,6 +294,8 @@ def merge_data(parts: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
             _merge_section(sections, name, s)
         if "lock_order" in part:
             orders.append(part["lock_order"])
+        if part.get("timeline") is not None:
+            timelines.append(part["timeline"])
         pool = part.get("pool")
         if pool is not None:
             if pool.get("nominal") is not None:
@@ -295,7 +309,7 @@ def merge_data(parts: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
     merged_pool = {"nominal": best["nominal"], "source": best["source"]}
     if peaks:
         merged_pool["peak_workers"] = sum(peaks)
-    return {
+    merged: dict[str, Any] = {
         "locks": locks,
         "workers": workers,
         "lock_order": merge_order_data(orders),
@@ -303,6 +317,9 @@ def merge_data(parts: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
         "sections": sections,
         "pool": merged_pool,
     }
+    if timelines:
+        merged["timeline"] = merge_timelines(timelines)
+    return merged
 
 
 def expand_lock_workers(data: dict[str, Any]) -> dict[str, Any]:

@@ -32,6 +32,7 @@ from ._lock_class import ROLES, LockClass
 from ._peak import PeakWorkers
 from ._signals import SignalStats, merge_signals, signal_parts
 from ._sites import SiteTable, site_points
+from ._timeline import Timeline
 
 __all__ = [
     "MAX_WORKERS",
@@ -246,6 +247,7 @@ class Recorder:
         # entries dropped by the order check): lockdep's "held lock freed".
         self.held_locks_freed: dict[str, int] = {}
         self.peak = PeakWorkers()  # the most workers alive at once
+        self.timeline = Timeline()  # wait and hold per class per slice of time, sampled
         self.reset()
         if hasattr(os, "register_at_fork"):
             os.register_at_fork(after_in_child=self._after_fork_in_child)
@@ -275,6 +277,7 @@ class Recorder:
             self.graph = LockOrderGraph()
             self.held_locks_freed = {}
             self.peak.reset(keep)
+            self.timeline.reset()
             DISTRIBUTED.reset()
 
     def _register(self, worker: str, owner: Any = None) -> WorkerState:
@@ -365,6 +368,7 @@ class Recorder:
             self._names.add(fresh.worker)
             self.tls.st = fresh
         self.peak.after_fork_in_child(self.tls.st if current is not None else None)
+        self.timeline.after_fork()
 
     def note_array(self, track: Any) -> None:
         """Remember a section array's tracking (its count and the most sections held at once)."""
@@ -393,6 +397,16 @@ class Recorder:
                         out[key] = out.get(key, 0) + n
         return out
 
+    def sample_timeline(self) -> None:
+        """Add what every class's wait and hold totals grew by to the timeline (the emitter's
+        tick and each snapshot call it: never the lock path)."""
+        totals: dict[str, tuple[int, int]] = {}
+        for state in list(self._states):
+            for cls, s in list(state.stats.items()):
+                wait, hold = totals.get(cls.name, (0, 0))
+                totals[cls.name] = (wait + s.wait_total_ns, hold + s.hold_total_ns)
+        self.timeline.sample(totals, time.time_ns() // 1_000_000)
+
     def live(self) -> dict[tuple[str, str], tuple[int, int]]:
         """Workers waiting on and holding each lock class right now (see ``_live``)."""
         return live_counts(list(self._states))
@@ -405,6 +419,7 @@ class Recorder:
         process: its section arrays, lock-order graph, pool size and identity.
         """
         now = time.perf_counter_ns()
+        self.sample_timeline()
         states = [state for state in list(self._states) if state.stats]  # else: not a worker
         tracks = list(self._arrays)
         data = merge_data(
@@ -426,6 +441,9 @@ class Recorder:
         )
         for name in data["locks"].keys() & ROLES.keys():
             data["locks"][name]["role"] = ROLES[name]
+        timeline = self.timeline.to_json()
+        if timeline is not None:
+            data["timeline"] = timeline
         data["pool"] = {"nominal": self.pool_size, "source": self.pool_source}
         data["pool"]["peak_workers"] = self.peak.peak()
         data["process"] = {

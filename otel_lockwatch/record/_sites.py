@@ -220,7 +220,7 @@ def trim_points(lock: dict[str, Any], keep: int | None = None) -> None:
             continue
         rows = ranked(points)
         kept = dict(row for row in rows[:keep] if row[0] != OTHER)
-        for site, value in rows[len(kept) :]:
+        for _site, value in rows[len(kept) :]:
             if isinstance(value, LogHistogram):
                 mine = kept.get(OTHER)
                 kept[OTHER] = value.copy() if mine is None else mine.merge(value)

@@ -125,6 +125,10 @@ class Telemetry:
         stop = self._stop
         while not stop.wait(self.INTERVAL_S):
             self._drain()
+            try:
+                RECORDER.sample_timeline()  # the timeline, off the lock path
+            except Exception as exc:  # never into the host
+                OUTBOX.failed(exc)
             HOOKS.check_lost_sigterm()
 
     def flush(
