@@ -337,9 +337,10 @@ def test_run_prints_the_report_of_the_manifest_the_program_left(tmp_path, capsys
     assert not ANSI.search(out)
 
 
-def test_run_exits_with_the_program_status(tmp_path, capsys, no_otlp):
+def test_run_exits_with_the_program_status(tmp_path, capsys, no_otlp, monkeypatch):
     """The manifest is written on the way out of a failing program too; the temporary one is
     removed."""
+    monkeypatch.setenv("COLUMNS", "1000")  # the report's title on one line
     before = set(Path(os.environ.get("TMPDIR", "/tmp")).glob("otel-lockwatch-run-*"))
     rc = main(["run", sys.executable, str(_script(tmp_path, status=3))])
     out, err = capsys.readouterr()

@@ -82,7 +82,7 @@ def test_build_report_refuses_a_manifest_without_verdict():
 def test_text_report_shows_every_part_in_plain_text(full):
     """Verdict, pool sizes, throughput, hot lock with share and hold percentiles, starvation,
     the lockdep text of the cycle, the per-lock table and the sections, and no ANSI code."""
-    text = _report_text.render_text(full, source="m.json")
+    text = _report_text.render_text(full, source="m.json", width=1000)
     assert not ANSI.search(text)
     assert text.startswith("otel-lockwatch contention report: m.json\n")
     assert re.search(r"^verdict +CYCLIC_ORDERING_DETECTED$", text, re.M)
