@@ -8,7 +8,8 @@ become ``module:function:line`` sites only when the snapshot asks (:func:`site_p
 
 A worker keeps, per lock class it waited on, one :class:`SiteTable` (on its ``Stats``):
 
-- ``waits``: waiter key -> ``LogHistogram`` of its waits (count, total, p95);
+- ``waits``: waiter key -> ``[count, total, min, max, {bucket: count}]`` of its waits (a
+  ``LogHistogram`` in the snapshot: count, total, p95);
 - ``holders``: holder key -> ``[count, total wait caused]``.
 
 **The bound.** Each table keeps at most :data:`KEEP` keys (4 x the ``contention_points``
@@ -35,7 +36,7 @@ import sys
 from collections.abc import Mapping
 from typing import Any
 
-from ._histogram import LogHistogram
+from ._histogram import LogHistogram, bucket_of, from_buckets
 
 __all__ = [
     "KEEP",
@@ -58,6 +59,7 @@ OTHER = "(other)"
 UNKNOWN = "(unknown)"
 #: A contending point's fields: waits that found it holding, and their total wait (ns).
 POINT_FIELDS = ("count", "wait_ns")
+NO_SAMPLE = 1 << 62  # the minimum of no sample
 #: The sites kept per lock class, in memory and in a manifest: 4 x the ``contention_points``
 #: setting (:func:`configure`).
 KEEP = 32
@@ -93,9 +95,18 @@ def _line_of(code: Any, lasti: int) -> int:
     return code.co_firstlineno
 
 
+_sites: dict[tuple[Any, int], str] = {}  # (code, offset) -> site; emptied past 4096
+
+
 def code_site(code: Any, lasti: int) -> str:
     """``module:function:line`` of the instruction at offset ``lasti`` of ``code``."""
-    return f"{_module_of_code(code)}:{code.co_name}:{_line_of(code, lasti)}"
+    key = (code, lasti)
+    site = _sites.get(key)
+    if site is None:
+        if len(_sites) >= 4096:
+            _sites.clear()
+        site = _sites[key] = f"{_module_of_code(code)}:{code.co_name}:{_line_of(code, lasti)}"
+    return site
 
 
 def code_attributes(site: str, prefix: str = "") -> dict[str, Any]:
@@ -115,45 +126,59 @@ def code_attributes(site: str, prefix: str = "") -> dict[str, Any]:
 # -- the worker's tables ---------------------------------------------------------------------
 class SiteTable:
     """One worker's contention and contending points for one lock class (see the module
-    docstring): ``waits`` key -> ``LogHistogram``; ``holders`` key -> ``[count, wait_ns]``."""
+    docstring): ``waits`` key -> ``[count, total, min, max, buckets]``; ``holders`` key ->
+    ``[count, wait_ns]``."""
 
     __slots__ = ("holders", "waits")
 
     def __init__(self) -> None:
-        self.waits: dict[Any, LogHistogram] = {}
+        self.waits: dict[Any, list[Any]] = {}
         self.holders: dict[Any, list[int]] = {}
 
     def add(self, waiter: Any, holder: Any, w: int) -> None:
         """A wait of ``w`` ns at the key ``waiter`` while the key ``holder`` held the lock."""
         waits = self.waits
-        hist = waits.get(waiter)
-        if hist is None:
+        row = waits.get(waiter)
+        if row is None:
             if len(waits) >= KEEP:
                 waiter = OTHER
-                hist = waits.get(OTHER)
-            if hist is None:
-                hist = waits[waiter] = LogHistogram()
-        hist.add(w)
-        holders = self.holders
-        row = holders.get(holder)
-        if row is None:
-            if len(holders) >= KEEP:
-                holder = OTHER
-                row = holders.get(OTHER)
+                row = waits.get(OTHER)
             if row is None:
-                row = holders[holder] = [0, 0]
+                row = waits[waiter] = [0, 0, NO_SAMPLE, 0, {}]
         row[0] += 1
         row[1] += w
+        if w < row[2]:
+            row[2] = w
+        if w > row[3]:
+            row[3] = w
+        buckets = row[4]
+        b = bucket_of(w)
+        buckets[b] = buckets.get(b, 0) + 1
+        holders = self.holders
+        pair = holders.get(holder)
+        if pair is None:
+            if len(holders) >= KEEP:
+                holder = OTHER
+                pair = holders.get(OTHER)
+            if pair is None:
+                pair = holders[holder] = [0, 0]
+        pair[0] += 1
+        pair[1] += w
 
     def merge(self, other: SiteTable) -> None:
         """Add an ended worker's table to this one (keys kept: they are the same code)."""
-        for key, hist in list(other.waits.items()):
-            mine = self.waits.get(key)
-            self.waits[key] = hist.copy() if mine is None else mine.merge(hist)
-        for key, row in list(other.holders.items()):
-            mine_row = self.holders.setdefault(key, [0, 0])
-            mine_row[0] += row[0]
-            mine_row[1] += row[1]
+        for key, row in list(other.waits.items()):
+            mine = self.waits.setdefault(key, [0, 0, NO_SAMPLE, 0, {}])
+            mine[0] += row[0]
+            mine[1] += row[1]
+            mine[2] = min(mine[2], row[2])
+            mine[3] = max(mine[3], row[3])
+            for b, n in list(row[4].items()):
+                mine[4][b] = mine[4].get(b, 0) + n
+        for key, pair in list(other.holders.items()):
+            mine_pair = self.holders.setdefault(key, [0, 0])
+            mine_pair[0] += pair[0]
+            mine_pair[1] += pair[1]
 
 
 def _site(key: Any) -> str:
@@ -164,10 +189,11 @@ def site_points(table: SiteTable) -> tuple[dict[str, LogHistogram], dict[str, di
     """A table's ``contention_points`` and ``contending_points``, keyed by site (keys of one
     site, at two instructions of one line, add up)."""
     waits: dict[str, LogHistogram] = {}
-    for key, hist in list(table.waits.items()):
+    for key, (_, total, lo, hi, buckets) in list(table.waits.items()):
         site = _site(key)
+        hist = from_buckets(buckets, total, lo, hi)
         mine = waits.get(site)
-        waits[site] = hist.copy() if mine is None else mine.merge(hist)
+        waits[site] = hist if mine is None else mine.merge(hist)
     holders: dict[str, dict[str, int]] = {}
     for key, (count, wait) in list(table.holders.items()):
         row = holders.setdefault(_site(key), {"count": 0, "wait_ns": 0})
