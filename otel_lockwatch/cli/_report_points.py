@@ -94,6 +94,8 @@ def points_report(locks: Mapping[str, Any], n: int | None = None) -> list[dict[s
             continue
         waiters = [w for site, h in waits.items() if (w := _waiter(str(site), h)) is not None]
         holders = [h for site, r in holds.items() if (h := _holder(str(site), r)) is not None]
+        if not waiters:
+            continue
         out.append(
             {
                 "lock": str(name),
