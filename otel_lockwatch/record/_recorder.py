@@ -20,7 +20,6 @@ import threading
 import time
 import weakref
 from collections.abc import Iterator
-from datetime import datetime, timezone
 from itertools import chain
 from typing import Any
 
@@ -31,8 +30,9 @@ from ._live import live_counts
 from ._lock_class import ROLES, LockClass
 from ._peak import PeakWorkers
 from ._signals import SignalStats, merge_signals, signal_parts
-from ._sites import SiteTable, site_points
+from ._sites import SiteTable, merge_tables, site_points
 from ._timeline import Timeline
+from ._witness import utc_timestamp
 
 __all__ = [
     "MAX_WORKERS",
@@ -101,10 +101,7 @@ class Stats:
         for name, how in STATS_TABLE:
             mine, theirs = getattr(self, name), getattr(other, name)
             if how == "sites":
-                if theirs is not None:
-                    if mine is None:
-                        mine = self.sites = SiteTable()
-                    mine.merge(theirs)
+                self.sites = merge_tables(mine, theirs)
             elif how == "buckets":
                 for bucket, n in theirs.items():
                     mine[bucket] = mine.get(bucket, 0) + n
@@ -188,14 +185,6 @@ class WorkerState:
         self.spans.clear()
         self.signals.clear()
         self.first = self.last = time.perf_counter_ns()
-
-
-def _iso(ns: int) -> str:
-    return (
-        datetime.fromtimestamp(ns / 1e9, tz=timezone.utc)
-        .isoformat(timespec="milliseconds")
-        .replace("+00:00", "Z")
-    )
 
 
 class _ForeignThread:
@@ -398,14 +387,8 @@ class Recorder:
         return out
 
     def sample_timeline(self) -> None:
-        """Add what every class's wait and hold totals grew by to the timeline (the emitter's
-        tick and each snapshot call it: never the lock path)."""
-        totals: dict[str, tuple[int, int]] = {}
-        for state in list(self._states):
-            for cls, s in list(state.stats.items()):
-                wait, hold = totals.get(cls.name, (0, 0))
-                totals[cls.name] = (wait + s.wait_total_ns, hold + s.hold_total_ns)
-        self.timeline.sample(totals, time.time_ns() // 1_000_000)
+        """Sample every worker's totals into the timeline (the emitter's tick, each snapshot)."""
+        self.timeline.sample_states(list(self._states))
 
     def live(self) -> dict[tuple[str, str], tuple[int, int]]:
         """Workers waiting on and holding each lock class right now (see ``_live``)."""
@@ -441,15 +424,13 @@ class Recorder:
         )
         for name in data["locks"].keys() & ROLES.keys():
             data["locks"][name]["role"] = ROLES[name]
-        timeline = self.timeline.to_json()
-        if timeline is not None:
-            data["timeline"] = timeline
+        data.update(self.timeline.part())
         data["pool"] = {"nominal": self.pool_size, "source": self.pool_source}
         data["pool"]["peak_workers"] = self.peak.peak()
         data["process"] = {
             "pid": os.getpid(),
-            "start": _iso(self.start_ns),
-            "end": _iso(time.time_ns()),
+            "start": utc_timestamp(self.start_ns),
+            "end": utc_timestamp(),
         }
         return data
 
@@ -482,7 +463,7 @@ def _stats_data(kind: str, worker: str, s: Stats) -> dict[str, Any]:
     attempts minus ``cont`` contended ones) are samples of 0, which the hot path never wrote.
     """
     blocking = s.acquisitions - s.try_acquisitions + s.timeouts
-    data = {
+    return {
         "kind": kind,
         "acquisitions": s.acquisitions,
         "contentions": s.contentions,
@@ -504,10 +485,8 @@ def _stats_data(kind: str, worker: str, s: Stats) -> dict[str, Any]:
         "workers": WorkerTotals(
             {worker: (s.acquisitions, s.contentions, s.wait_total_ns, s.hold_total_ns)}
         ),
+        **site_points(s.sites),
     }
-    if s.sites is not None:
-        data["contention_points"], data["contending_points"] = site_points(s.sites)
-    return data
 
 
 def _track_section(track: Any) -> dict[str, int]:

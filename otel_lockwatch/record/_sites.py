@@ -48,6 +48,7 @@ __all__ = [
     "code_site",
     "configure",
     "merge_points",
+    "merge_tables",
     "ranked",
     "site_points",
     "trim_points",
@@ -185,9 +186,21 @@ def _site(key: Any) -> str:
     return key if isinstance(key, str) else code_site(*key)
 
 
-def site_points(table: SiteTable) -> tuple[dict[str, LogHistogram], dict[str, dict[str, int]]]:
+def merge_tables(mine: SiteTable | None, theirs: SiteTable | None) -> SiteTable | None:
+    """Two workers' tables of one class as one (``mine``, made when None, takes ``theirs``)."""
+    if theirs is None:
+        return mine
+    if mine is None:
+        mine = SiteTable()
+    mine.merge(theirs)
+    return mine
+
+
+def site_points(table: SiteTable | None) -> dict[str, Any]:
     """A table's ``contention_points`` and ``contending_points``, keyed by site (keys of one
-    site, at two instructions of one line, add up)."""
+    site, at two instructions of one line, add up); nothing without a table."""
+    if table is None:
+        return {}
     waits: dict[str, LogHistogram] = {}
     for key, (_, total, lo, hi, buckets) in list(table.waits.items()):
         site = _site(key)
@@ -199,7 +212,7 @@ def site_points(table: SiteTable) -> tuple[dict[str, LogHistogram], dict[str, di
         row = holders.setdefault(_site(key), {"count": 0, "wait_ns": 0})
         row["count"] += count
         row["wait_ns"] += wait
-    return waits, holders
+    return {"contention_points": waits, "contending_points": holders}
 
 
 # -- merging ---------------------------------------------------------------------------------

@@ -27,6 +27,7 @@ most wait (then hold; then by name) are kept; a merge keeps the same number of t
 from __future__ import annotations
 
 import _thread
+import time
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -141,6 +142,20 @@ class Timeline:
                         series = self.locks[name] = [[0] * self.n for _ in SERIES]
                     for row, v in zip(series, grown, strict=True):
                         row[index - self.first] += v
+
+    def sample_states(self, states: Iterable[Any]) -> None:
+        """:meth:`sample` the wait and hold totals of every worker state's ``Stats``, now."""
+        totals: dict[str, tuple[int, int]] = {}
+        for state in states:
+            for cls, s in list(state.stats.items()):
+                wait, hold = totals.get(cls.name, (0, 0))
+                totals[cls.name] = (wait + s.wait_total_ns, hold + s.hold_total_ns)
+        self.sample(totals, time.time_ns() // 1_000_000)
+
+    def part(self) -> dict[str, Any]:
+        """The data part's ``{"timeline": ...}``; empty before the first sample."""
+        doc = self.to_json()
+        return {} if doc is None else {"timeline": doc}
 
     def to_json(self) -> dict[str, Any] | None:
         """The manifest's ``timeline``; None before the first sample."""
