@@ -26,15 +26,19 @@ from typing import Any
 from otel_lockwatch.cli._report_graph import MAX_GRAPH_NODES, svg_lock_order
 from otel_lockwatch.cli._report_model import VERDICT_SEVERITY, build_report, finite_number
 from otel_lockwatch.cli._report_text import (
+    HOLDER_HEADERS,
     MAX_CHART_LOCKS,
     POOL_HEADERS,
+    WAITER_HEADERS,
     duration,
+    holder_row,
     idle_line,
     integer,
     lock_row,
     percent,
     pool_row,
     process_line,
+    waiter_row,
 )
 from otel_lockwatch.cli._report_timeline import svg_timeline
 
@@ -294,26 +298,8 @@ def _points_html(r: Mapping[str, Any]) -> list[str]:
     else:
         out.append('<p class="muted">No wait recorded its sites.</p>')
     for p in r["contention_points"]:
-        waiters = _html_table(
-            ["waited at", "waits", "wait", "share", "wait p95"],
-            (
-                [
-                    w["site"],
-                    integer(w["count"]),
-                    duration(w["wait_ms"]),
-                    percent(w["share_pct"]),
-                    duration(w.get("p95_ms")),
-                ]
-                for w in p["waiters"]
-            ),
-        )
-        holders = _html_table(
-            ["held by", "waits", "wait", "share"],
-            (
-                [h["site"], integer(h["count"]), duration(h["wait_ms"]), percent(h["share_pct"])]
-                for h in p["holders"]
-            ),
-        )
+        waiters = _html_table(WAITER_HEADERS, map(waiter_row, p["waiters"]))
+        holders = _html_table(HOLDER_HEADERS, map(holder_row, p["holders"]))
         out.append(
             f'<h3>{_wrappable(p["lock"])} <span class="muted">· {_e(integer(p["contentions"]))} '
             f"waits, {_e(duration(p['wait_ms']))}</span></h3>"

@@ -41,7 +41,11 @@ __all__ = [
     "process_line",
     "render_dot",
     "render_json",
+    "HOLDER_HEADERS",
+    "WAITER_HEADERS",
+    "holder_row",
     "points_section",
+    "waiter_row",
     "render_text",
 ]
 
@@ -393,6 +397,21 @@ def pools_section(report: Mapping[str, Any], s: _Style) -> list[str]:
     return out
 
 
+#: The columns of a class's contention points and of its contending points.
+WAITER_HEADERS = ("waited at", "waits", "wait", "share", "wait p95")
+HOLDER_HEADERS = ("held by (the holder's site)", "waits", "wait", "share")
+
+
+def waiter_row(w: Mapping[str, Any]) -> list[str]:
+    """A contention point (a site that waited) as the cells of :data:`WAITER_HEADERS`."""
+    return [*holder_row(w), duration(w.get("p95_ms"))]
+
+
+def holder_row(h: Mapping[str, Any]) -> list[str]:
+    """A contending point (a site holding the lock meanwhile) as :data:`HOLDER_HEADERS`."""
+    return [h["site"], integer(h["count"]), duration(h["wait_ms"]), percent(h["share_pct"])]
+
+
 def points_section(report: Mapping[str, Any], s: _Style) -> list[str]:
     """Where the wait comes from: per class, the sites that waited and the sites holding it."""
     if not report["contention_points"]:
@@ -402,24 +421,12 @@ def points_section(report: Mapping[str, Any], s: _Style) -> list[str]:
         out.append(
             f"  {printable(p['lock'])}: {integer(p['contentions'])} waits, {duration(p['wait_ms'])}"
         )
-        rows = [
-            [
-                w["site"],
-                integer(w["count"]),
-                duration(w["wait_ms"]),
-                percent(w["share_pct"]),
-                duration(w.get("p95_ms")),
-            ]
-            for w in p["waiters"]
-        ]
-        headers = ["waited at", "waits", "wait", "share", "wait p95"]
-        out += ["    " + line for line in table(headers, rows, {1, 2, 3, 4}, s.width, 4)]
-        rows = [
-            [h["site"], integer(h["count"]), duration(h["wait_ms"]), percent(h["share_pct"])]
-            for h in p["holders"]
-        ]
-        headers = ["held by (the holder's site)", "waits", "wait", "share"]
-        out += ["    " + line for line in table(headers, rows, {1, 2, 3}, s.width, 4)]
+        for headers, rows in (
+            (WAITER_HEADERS, [waiter_row(w) for w in p["waiters"]]),
+            (HOLDER_HEADERS, [holder_row(h) for h in p["holders"]]),
+        ):
+            figures = set(range(1, len(headers)))
+            out += ["    " + line for line in table(headers, rows, figures, s.width, 4)]
     return out
 
 

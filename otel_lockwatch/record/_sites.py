@@ -125,6 +125,27 @@ def code_attributes(site: str, prefix: str = "") -> dict[str, Any]:
 
 
 # -- the worker's tables ---------------------------------------------------------------------
+def _new_wait_row() -> list[Any]:
+    return [0, 0, NO_SAMPLE, 0, {}]  # count, total, min, max, {bucket: count}
+
+
+def _new_pair() -> list[int]:
+    return [0, 0]  # count, total
+
+
+def _row(table: dict[Any, Any], key: Any, new: Any) -> Any:
+    """``table[key]``, made by ``new()`` when missing; ``table[OTHER]`` for a new key of a full
+    table."""
+    row = table.get(key)
+    if row is None:
+        if len(table) >= KEEP:
+            key = OTHER
+            row = table.get(OTHER)
+        if row is None:
+            row = table[key] = new()
+    return row
+
+
 class SiteTable:
     """One worker's contention and contending points for one lock class (see the module
     docstring): ``waits`` key -> ``[count, total, min, max, buckets]``; ``holders`` key ->
@@ -138,14 +159,7 @@ class SiteTable:
 
     def add(self, waiter: Any, holder: Any, w: int) -> None:
         """A wait of ``w`` ns at the key ``waiter`` while the key ``holder`` held the lock."""
-        waits = self.waits
-        row = waits.get(waiter)
-        if row is None:
-            if len(waits) >= KEEP:
-                waiter = OTHER
-                row = waits.get(OTHER)
-            if row is None:
-                row = waits[waiter] = [0, 0, NO_SAMPLE, 0, {}]
+        row = _row(self.waits, waiter, _new_wait_row)
         row[0] += 1
         row[1] += w
         if w < row[2]:
@@ -155,21 +169,14 @@ class SiteTable:
         buckets = row[4]
         b = bucket_of(w)
         buckets[b] = buckets.get(b, 0) + 1
-        holders = self.holders
-        pair = holders.get(holder)
-        if pair is None:
-            if len(holders) >= KEEP:
-                holder = OTHER
-                pair = holders.get(OTHER)
-            if pair is None:
-                pair = holders[holder] = [0, 0]
+        pair = _row(self.holders, holder, _new_pair)
         pair[0] += 1
         pair[1] += w
 
     def merge(self, other: SiteTable) -> None:
         """Add an ended worker's table to this one (keys kept: they are the same code)."""
         for key, row in list(other.waits.items()):
-            mine = self.waits.setdefault(key, [0, 0, NO_SAMPLE, 0, {}])
+            mine = self.waits.setdefault(key, _new_wait_row())
             mine[0] += row[0]
             mine[1] += row[1]
             mine[2] = min(mine[2], row[2])
@@ -177,7 +184,7 @@ class SiteTable:
             for b, n in list(row[4].items()):
                 mine[4][b] = mine[4].get(b, 0) + n
         for key, pair in list(other.holders.items()):
-            mine_pair = self.holders.setdefault(key, [0, 0])
+            mine_pair = self.holders.setdefault(key, _new_pair())
             mine_pair[0] += pair[0]
             mine_pair[1] += pair[1]
 
