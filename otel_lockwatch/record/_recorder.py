@@ -386,9 +386,9 @@ class Recorder:
                         out[key] = out.get(key, 0) + n
         return out
 
-    def sample_timeline(self) -> None:
+    def sample_timeline(self) -> dict[str, Any]:
         """Sample every worker's totals into the timeline (the emitter's tick, each snapshot)."""
-        self.timeline.sample_states(list(self._states))
+        return self.timeline.sample_states(list(self._states))
 
     def live(self) -> dict[tuple[str, str], tuple[int, int]]:
         """Workers waiting on and holding each lock class right now (see ``_live``)."""
@@ -402,7 +402,7 @@ class Recorder:
         process: its section arrays, lock-order graph, pool size and identity.
         """
         now = time.perf_counter_ns()
-        self.sample_timeline()
+        timeline = self.sample_timeline()  # before the totals are read: never ahead of them
         states = [state for state in list(self._states) if state.stats]  # else: not a worker
         tracks = list(self._arrays)
         data = merge_data(
@@ -424,7 +424,7 @@ class Recorder:
         )
         for name in data["locks"].keys() & ROLES.keys():
             data["locks"][name]["role"] = ROLES[name]
-        data.update(self.timeline.part())
+        data.update(timeline)
         data["pool"] = {"nominal": self.pool_size, "source": self.pool_source}
         data["pool"]["peak_workers"] = self.peak.peak()
         data["process"] = {

@@ -143,18 +143,19 @@ class Timeline:
                     for row, v in zip(series, grown, strict=True):
                         row[index - self.first] += v
 
-    def sample_states(self, states: Iterable[Any]) -> None:
-        """:meth:`sample` the wait and hold totals of every worker state's ``Stats``, now."""
+    def sample_states(self, states: Iterable[Any]) -> dict[str, Any]:
+        """:meth:`sample` the wait and hold totals of every worker state's ``Stats``, now, and
+        return the data part's ``{"timeline": ...}`` as of this sample: totals read after it
+        (a snapshot's) are never behind it, whoever samples next (the emitter, a signal
+        handler's snapshot)."""
         totals: dict[str, tuple[int, int]] = {}
-        for state in states:
-            for cls, s in list(state.stats.items()):
-                wait, hold = totals.get(cls.name, (0, 0))
-                totals[cls.name] = (wait + s.wait_total_ns, hold + s.hold_total_ns)
-        self.sample(totals, time.time_ns() // 1_000_000)
-
-    def part(self) -> dict[str, Any]:
-        """The data part's ``{"timeline": ...}``; empty before the first sample."""
-        doc = self.to_json()
+        with self._lock:  # totals read in turn: each sample's are at least the last one's
+            for state in states:
+                for cls, s in list(state.stats.items()):
+                    wait, hold = totals.get(cls.name, (0, 0))
+                    totals[cls.name] = (wait + s.wait_total_ns, hold + s.hold_total_ns)
+            self.sample(totals, time.time_ns() // 1_000_000)
+            doc = self.to_json()
         return {} if doc is None else {"timeline": doc}
 
     def to_json(self) -> dict[str, Any] | None:
