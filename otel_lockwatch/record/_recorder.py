@@ -386,9 +386,9 @@ class Recorder:
                         out[key] = out.get(key, 0) + n
         return out
 
-    def sample_timeline(self) -> dict[str, Any]:
+    def sample_timeline(self, periodic: bool = False) -> dict[str, Any]:
         """Sample every worker's totals into the timeline (the emitter's tick, each snapshot)."""
-        return self.timeline.sample_states(list(self._states))
+        return self.timeline.sample_states(list(self._states), periodic)
 
     def live(self) -> dict[tuple[str, str], tuple[int, int]]:
         """Workers waiting on and holding each lock class right now (see ``_live``)."""

@@ -126,7 +126,7 @@ class Telemetry:
         while not stop.wait(self.INTERVAL_S):
             self._drain()
             try:
-                RECORDER.sample_timeline()  # the timeline, off the lock path
+                RECORDER.sample_timeline(periodic=True)  # the timeline, off the lock path
             except Exception as exc:  # never into the host
                 OUTBOX.failed(exc)
             HOOKS.check_lost_sigterm()
