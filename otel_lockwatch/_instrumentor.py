@@ -32,6 +32,7 @@ from ._settings import Options, load_options
 from .capture import _multiprocess, _patches
 from .capture._bookkeeping import configure
 from .record._recorder import RECORDER
+from .record._sites import configure as configure_points
 from .telemetry import _exit
 from .telemetry._emitter import TELEMETRY
 
@@ -67,6 +68,7 @@ class LockwatchInstrumentor(BaseInstrumentor):
             hold_metric_ns=int(options.hold_metric_floor_ms * 1e6),
             on_cycle=options.on_cycle,
         )
+        configure_points(options.contention_points)
         if options.pool_size is not None:
             RECORDER.note_pool(options.pool_size, "env")
         TELEMETRY.configure(kwargs.get("tracer_provider"), kwargs.get("meter_provider"), RECORDER)

@@ -63,6 +63,8 @@ def test_docs_table_rows():
         "share of the aggregate wait is hot |",
         "| `STARVATION_RATIO` | `starvation_ratio` | 5 | a worker waiting more than this times "
         "a lock's median wait is starved |",
+        "| `CONTENTION_POINTS` | `contention_points` | 8 | the report's top waiting and holding "
+        "sites per lock class; the manifest keeps 4 x as many, the rest folded into `(other)` |",
     ]
 
 

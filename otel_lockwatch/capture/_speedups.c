@@ -51,7 +51,7 @@ static PyObject *g_tls;            /* RECORDER.tls */
 static PyObject *g_context;        /* the current OpenTelemetry context: context() */
 static PyObject *g_failed;         /* OUTBOX.failed(exc) */
 static PyObject *g_check_order;    /* check_order(st, cls, frame, obj, canonical) */
-static PyObject *g_lock_wait;      /* lock_wait(lock, st, s, cls, frame) -> bool */
+static PyObject *g_lock_wait;      /* lock_wait(lock, st, s, cls, frame, -1, hold) -> bool */
 static PyObject *g_record_hold;    /* record_hold(st, entry, t0, t1, ctx, index or None) */
 static int g_ready = 0;
 /* setup_locks(), from _threading.py */
@@ -686,7 +686,13 @@ lock_acquire_fast(LockBase *self, int blocking)
                 swallow();
         }
         else {
-            PyObject *r = PyObject_CallFunctionObjArgs(g_lock_wait, lock, st, s, cls, f, NULL);
+            /* the wait is charged to the holder this proxy keeps (its HOLD_* members) */
+            PyObject *forever = PyLong_FromLong(-1);
+            if (forever == NULL)
+                goto error;
+            PyObject *r = PyObject_CallFunctionObjArgs(g_lock_wait, lock, st, s, cls, f, forever,
+                                                       (PyObject *)self, NULL);
+            Py_DECREF(forever);
             if (r == NULL)
                 goto error;
             if (!consume_truth(r)) {

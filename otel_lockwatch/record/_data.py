@@ -27,14 +27,26 @@ edges: nothing in it grows with the number of acquisitions, and every field merg
 ``pool``                 the best-informed source: an executor's size before the environment's
                          before any other, then the largest size; ``peak_workers`` (the most
                          workers alive at once) add, since processes run side by side
+``locks`` (points)       a lock's ``contention_points`` (site -> wait histogram) and
+                         ``contending_points`` (site -> ``{count, wait_ns}``): sites unite,
+                         histograms merge, counts add; then the ``4 x contention_points`` sites
+                         with the most wait are kept and the rest fold into ``(other)``
+                         (``_sites``), so the totals stay exact (a fold trims a table when it
+                         has doubled, so its memory does not grow with the parts)
+``timeline``             the widest bucket width of the parts (doubled while the union of their
+                         spans needs more than 256 buckets), every bucket's sums added into the
+                         merged bucket holding it; the 8 classes with the most wait kept
+                         (``_timeline``; a fold keeps every class until its result). Present
+                         when a part has one
 =======================  ==========================================================================
 
 Each rule is commutative and associative, so a merge depends neither on the order of its parts
-nor on how they are grouped. :func:`merge_data` is the one implementation: the recorder's
-snapshot is the merge of one part per (worker, lock class) statistics, and ``merge_manifests``
-merges the data of several processes with it. The ``process`` field says who recorded, not
-what: a merge leaves it to the caller (the recorder writes its own process, ``merge_manifests``
-the list of processes).
+nor on how they are grouped (the points and the timeline's classes: while nothing is folded
+away, that is while each part keeps every site and class it saw). :func:`merge_data` is the
+one implementation: the recorder's snapshot is the merge of one part per (worker, lock
+class) statistics, and ``merge_manifests`` merges the data of several processes with it. The
+``process`` field says who recorded, not what: a merge leaves it to the caller (the recorder
+writes its own process, ``merge_manifests`` the list of processes).
 
 In memory a lock's per-worker totals are a :class:`WorkerTotals` (tuples: the bulk of a large
 snapshot); they become ``{worker: {acquisitions, contentions, wait_ns, hold_ns}}`` objects only in
@@ -49,6 +61,8 @@ from typing import Any
 
 from ._cycles import EdgeUnion
 from ._histogram import LogHistogram
+from ._sites import merge_points, trim_points
+from ._timeline import merge_timelines
 
 __all__ = [
     "DATA_FIELDS",
@@ -172,6 +186,8 @@ def _merge_lock(into: dict[str, dict[str, Any]], name: str, lock: Mapping[str, A
         _merge_pool_fields(acc, lock)
     if "key_templates" in lock or "lease" in lock or "release_failures" in lock:
         _merge_distributed_fields(acc, lock)
+    if "contention_points" in lock or "contending_points" in lock:
+        merge_points(acc, lock)
 
 
 def _larger(a: int | None, b: int | None) -> int | None:
@@ -303,6 +319,7 @@ class DataFold:
         "_peak_workers",
         "_pool",
         "_sections",
+        "_timeline",
         "_workers",
     )
 
@@ -315,6 +332,7 @@ class DataFold:
         self._order = EdgeUnion()
         self._pool: Mapping[str, Any] | None = None
         self._peak_workers: int | None = None
+        self._timeline: dict[str, Any] | None = None
 
     def add(self, part: Mapping[str, Any]) -> None:
         """Fold one data part in (see :func:`merge_data` for its form; it is not modified).
@@ -328,6 +346,7 @@ class DataFold:
             rows = locks[name]["workers"]
             if bound is not None and len(rows) > 2 * bound:
                 _keep_top(rows, bound, operator.itemgetter(2), _add_rows)
+            trim_points(locks[name], grown_past=2)
         workers = self._workers
         for worker, totals in part.get("workers", {}).items():
             _add_counts(workers.setdefault(worker, dict.fromkeys(WORKER_FIELDS, 0)), totals)
@@ -339,6 +358,11 @@ class DataFold:
             _merge_section(self._sections, name, s)
         if "lock_order" in part:
             self._order.add(part["lock_order"])
+        timeline = part.get("timeline")
+        if timeline is not None:  # every class kept until the result picks the top ones
+            self._timeline = merge_timelines(
+                [timeline] if self._timeline is None else [self._timeline, timeline], keep=None
+            )
         pool = part.get("pool")
         if pool is not None:
             if pool.get("nominal") is not None and (
@@ -357,13 +381,14 @@ class DataFold:
             if bound is not None:
                 _keep_top(lock["workers"], bound, operator.itemgetter(2), _add_rows)
             lock["workers"] = WorkerTotals(lock["workers"])
+            trim_points(lock)
         if bound is not None:
             _keep_top(self._workers, _TOP_LEVEL_FACTOR * bound, _GET_WAIT, _add_totals)
         best = self._pool or {"nominal": None, "source": None}
         merged_pool = {"nominal": best["nominal"], "source": best["source"]}
         if self._peak_workers is not None:
             merged_pool["peak_workers"] = self._peak_workers
-        return {
+        merged: dict[str, Any] = {
             "locks": locks,
             "workers": self._workers,
             "lock_order": self._order.result(),
@@ -371,6 +396,9 @@ class DataFold:
             "sections": self._sections,
             "pool": merged_pool,
         }
+        if self._timeline is not None:
+            merged["timeline"] = merge_timelines([self._timeline])
+        return merged
 
 
 def merge_data(parts: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
