@@ -38,7 +38,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 from ..exceptions import ManifestError
-from ..record._data import DATA_FIELDS
+from ..record._data import DATA_FIELDS, OPTIONAL_DATA_FIELDS
 from ..record._witness import printable
 from ._check import check_mergeable_parts
 from ._io import DEFAULT_MAX_BYTES, PathLike, load_mergeable, open_regular, parse_json
@@ -96,7 +96,8 @@ def record_body(manifest: Manifest, instance: str, sequence: int, final: bool) -
         "sequence": sequence,
         "final": final,
         "thresholds": doc["thresholds"],
-        "data": {key: doc[key] for key in DATA_FIELDS},
+        "data": {key: doc[key] for key in DATA_FIELDS}
+        | {key: doc[key] for key in OPTIONAL_DATA_FIELDS if key in doc},
     }
     body["digest"] = _digest(body)
     return canonical_json(body).decode("utf-8")

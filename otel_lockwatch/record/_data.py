@@ -66,6 +66,7 @@ from ._timeline import merge_timelines
 
 __all__ = [
     "DATA_FIELDS",
+    "OPTIONAL_DATA_FIELDS",
     "FAILURE_KINDS",
     "LEASE_WORKER_FIELDS",
     "MAX_TEMPLATES",
@@ -91,6 +92,8 @@ DATA_FIELDS = (
     "sections",
     "workers",
 )
+#: The data part's keys present only when recorded (a process's ``timeline``).
+OPTIONAL_DATA_FIELDS = ("timeline",)
 #: A lock's counters.
 LOCK_COUNTERS = ("acquisitions", "contentions", "skipped", "timeouts")
 #: A lock's totals per worker, in the order of a :class:`WorkerTotals` row.
