@@ -699,3 +699,40 @@ def test_an_emitter_stopped_but_not_yet_ended_is_replaced():
         TELEMETRY._stop.set()
         leave.set()
         TELEMETRY._emitter, TELEMETRY._emitter_pid, TELEMETRY._stop = saved
+
+
+def test_a_lock_type_is_replaced_by_a_type(watched):
+    """From Python 3.13 ``threading.Lock`` is the lock's type: its replacement is a class, so
+    that ``threading.Lock | None`` is a union and ``isinstance`` holds for plain locks and
+    proxies alike, while calling it still makes a watched lock (named where it was called).
+    Before 3.13 a stand-in type whose call makes a plain lock plays ``_thread.lock``."""
+    import _thread
+    import types
+
+    from otel_lockwatch.capture import _threading
+
+    if sys.version_info >= (3, 13):
+        original: type = _thread.LockType
+    else:
+
+        class original:  # type: ignore[no-redef]
+            def __new__(cls) -> object:
+                return _thread.allocate_lock()
+
+    Lock = _threading.proxy_factory(original, "threading.Lock", _threading.LockProxy)
+    assert isinstance(Lock, type) and Lock.__name__ == "Lock"
+    assert isinstance(Lock | None, types.UnionType)
+    line = sys._getframe().f_lineno + 1
+    lock = Lock()
+    assert type(lock) is _threading.LockProxy
+    assert lock._lockwatch_class.name.endswith(f":test_a_lock_type_is_replaced_by_a_type:{line}")
+    assert isinstance(lock, Lock) and issubclass(_threading.LockProxy, Lock)
+    assert not isinstance(object(), Lock)
+    if sys.version_info >= (3, 13):
+        assert isinstance(_thread.allocate_lock(), Lock)
+    with lock:
+        assert lock.locked()
+    with pytest.raises(TypeError, match="is not an acceptable base type"):
+
+        class Mine(Lock):  # type: ignore[misc, valid-type]
+            pass

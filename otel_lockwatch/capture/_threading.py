@@ -339,20 +339,53 @@ del _name, _present
 
 
 # -- what the patch table installs ---------------------------------------------------------
+def _made(original: Any, kind: str, watch: Any, args: Any, kwargs: Any) -> Any:
+    """A lock from ``original``; a proxy of class ``kind`` when the caller of the caller of
+    this function is watched code."""
+    lock = original(*args, **kwargs)
+    try:
+        site = watched_site(2)
+        if site is None:
+            return lock
+        return watch(lock, lock_class(site, kind, site))
+    except Exception as exc:  # never into the host: the plain lock still works
+        OUTBOX.failed(exc)
+        return lock
+
+
 def proxy_factory(original: Any, kind: str, proxy: type[LockProxy]) -> Any:
-    """The patched ``threading.Lock`` / ``RLock``: a proxy for a lock created by watched code."""
+    """The patched ``threading.Lock`` / ``RLock``: a proxy for a lock created by watched code.
+
+    Where the original is a type (``threading.Lock`` is ``_thread.lock`` from Python 3.13), the
+    replacement is a class too, so that what a program does with the type still works:
+    ``threading.Lock | None`` is a union, ``isinstance(lock, threading.Lock)`` is true of a
+    plain lock and of a proxy, it cannot be subclassed, and calling it makes a lock.
+    """
     watch = proxy.watch
+    if isinstance(original, type):
+
+        class _LockType(type):
+            def __instancecheck__(cls, obj: Any) -> bool:
+                return isinstance(obj, (original, proxy))
+
+            def __subclasscheck__(cls, sub: Any) -> bool:
+                return issubclass(sub, (original, proxy))
+
+            def __call__(cls, *args: Any, **kwargs: Any) -> Any:
+                return _made(original, kind, watch, args, kwargs)
+
+        def __init_subclass__(cls: type, **kwargs: Any) -> None:  # as the lock's type refuses
+            raise TypeError(f"type {original.__qualname__!r} is not an acceptable base type")
+
+        namespace: dict[str, Any] = {
+            "__doc__": original.__doc__,
+            "__module__": "threading",
+            "__init_subclass__": classmethod(__init_subclass__),
+        }
+        return _LockType(kind.rpartition(".")[2], (), namespace)
 
     def factory(*args: Any, **kwargs: Any) -> Any:
-        lock = original(*args, **kwargs)
-        try:
-            site = watched_site(1)
-            if site is None:
-                return lock
-            return watch(lock, lock_class(site, kind, site))
-        except Exception as exc:  # never into the host: the plain lock still works
-            OUTBOX.failed(exc)
-            return lock
+        return _made(original, kind, watch, args, kwargs)
 
     return factory
 
