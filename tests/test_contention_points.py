@@ -270,3 +270,29 @@ def test_timelines_merge_on_the_epochs_bucket_boundaries():
         "locks": {"l": {"wait_ns": [3, 13, 20], "hold_ns": [0, 5, 5]}},
     }
     assert merge_timelines([b, a]) == merged
+
+
+def test_a_sample_reentered_on_its_thread_gives_no_timeline():
+    """A signal handler's snapshot can run on the thread that is sampling, between two rows
+    growing (the reentrancy stress test found a timeline whose rows had two lengths): the
+    re-entered sample returns no timeline, and the outer one a consistent one."""
+
+    class Stats:
+        wait_total_ns, hold_total_ns = 5, 7
+
+    class Cls:
+        name = "a"
+
+    timeline = Timeline()
+    nested: list[dict] = []
+
+    class Reentering:  # a worker state whose statistics are read as a handler runs
+        @property
+        def stats(self) -> dict:
+            nested.append(timeline.sample_states([]))
+            return {Cls(): Stats()}
+
+    outer = timeline.sample_states([Reentering()])
+    assert nested == [{}]
+    doc = outer["timeline"]
+    assert doc["locks"]["a"] == {"wait_ns": [5], "hold_ns": [7]} and doc["buckets"] == 1

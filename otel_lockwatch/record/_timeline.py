@@ -101,6 +101,7 @@ class Timeline:
             self.locks: dict[str, list[list[int]]] = {}  # name -> [wait row, hold row]
             self._seen: dict[str, tuple[int, int]] = {}
             self._next = 0.0  # when a periodic sample is due (perf_counter)
+            self._busy = False  # a sample is under way (on the thread holding the lock)
 
     def after_fork(self) -> None:
         """In a child: a fresh timeline (the child's totals start again from its own work)."""
@@ -157,16 +158,22 @@ class Timeline:
         totals: dict[str, tuple[int, int]] = {}
         with self._lock:  # totals read in turn: each sample's are at least the last one's
             began = time.perf_counter()
-            if periodic and began < self._next:
+            if self._busy or (periodic and began < self._next):
+                # busy: a signal handler's snapshot on the thread that is sampling, whose rows
+                # are half grown; that snapshot goes without a timeline
                 return {}
-            for state in states:
-                for cls, s in list(state.stats.items()):
-                    wait, hold = totals.get(cls.name, (0, 0))
-                    totals[cls.name] = (wait + s.wait_total_ns, hold + s.hold_total_ns)
-            self.sample(totals, time.time_ns() // 1_000_000)
-            done = time.perf_counter()
-            self._next = done + max(self.width_ms / 1000, 20 * (done - began))
-            doc = self.to_json()
+            self._busy = True
+            try:
+                for state in states:
+                    for cls, s in list(state.stats.items()):
+                        wait, hold = totals.get(cls.name, (0, 0))
+                        totals[cls.name] = (wait + s.wait_total_ns, hold + s.hold_total_ns)
+                self.sample(totals, time.time_ns() // 1_000_000)
+                done = time.perf_counter()
+                self._next = done + max(self.width_ms / 1000, 20 * (done - began))
+                doc = self.to_json()
+            finally:
+                self._busy = False
         return {} if doc is None else {"timeline": doc}
 
     def to_json(self) -> dict[str, Any] | None:
