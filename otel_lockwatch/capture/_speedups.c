@@ -45,6 +45,7 @@
 /* setup(), from _bookkeeping.py */
 static PyObject *g_tls;            /* RECORDER.tls */
 static PyObject *g_context;        /* the current OpenTelemetry context: context() */
+static PyObject *g_context_var;    /* the ContextVar whose get() context is, else NULL */
 static PyObject *g_failed;         /* OUTBOX.failed(exc) */
 static PyObject *g_check_order;    /* check_order(st, cls, frame, obj, canonical) */
 static PyObject *g_lock_wait;      /* lock_wait(lock, st, s, cls, frame) -> bool */
@@ -342,6 +343,20 @@ hist_add(PyObject *hist, long long v)
     return r;
 }
 
+/* The current OpenTelemetry context (new reference), or NULL with an error. */
+static inline PyObject *
+current_context(void)
+{
+    if (g_context_var != NULL) {
+        PyObject *value;
+        if (PyContextVar_Get(g_context_var, NULL, &value) < 0)
+            return NULL;
+        if (value != NULL)
+            return value;
+    }
+    return PyObject_CallNoArgs(g_context);
+}
+
 /* The calling thread's WorkerState, or NULL (no error set) when it does not exist yet or
  * lockwatch itself is running on this thread: the Python path handles both. */
 static PyObject *
@@ -625,6 +640,26 @@ is_default_timeout(PyObject *timeout)
     return 0;
 }
 
+/* The lock's last held-stack entry (new reference) when it says the same as a new one would:
+ * same class, same frame, same instruction. An entry is compared by identity only while on a
+ * held stack, and a Lock's entry leaves the stack at its release, so it can serve again: no
+ * tuple and no integer allocated per acquisition from the same site. Else NULL (no error). */
+static inline PyObject *
+reused_entry(PyObject *entry, PyObject *cls, PyObject *f)
+{
+    if (entry == NULL || !PyTuple_CheckExact(entry) || PyTuple_GET_SIZE(entry) != 5 ||
+        PyTuple_GET_ITEM(entry, 0) != cls || PyTuple_GET_ITEM(entry, 1) != f ||
+        Py_REFCNT(entry) != 1)
+        return NULL;
+    PyObject *lasti = PyTuple_GET_ITEM(entry, 2);
+    int overflow;
+    if (!PyLong_CheckExact(lasti) ||
+        PyLong_AsLongAndOverflow(lasti, &overflow) != PyFrame_GetLasti((PyFrameObject *)f) ||
+        overflow)
+        return NULL;
+    return Py_NewRef(entry);
+}
+
 /* The tracked acquisition. Returns a new reference to True/False, NULL with an error (the
  * lock's own, or PotentialDeadlockError from the order check), or NULL with no error set:
  * "not handled here, ask the Python path" (nothing has been done then). */
@@ -692,16 +727,18 @@ lock_acquire_fast(LockBase *self, int blocking)
     /* Taken: track the hold (_bookkeeping.track_hold). From here on nothing reaches the host
      * but True. */
     {
-        PyObject *lasti = PyLong_FromLong(PyFrame_GetLasti((PyFrameObject *)f));
-        PyObject *entry = lasti ? PyTuple_Pack(5, cls, f, lasti, (PyObject *)self, Py_False)
-                                : NULL;
-        Py_XDECREF(lasti);
+        PyObject *entry = reused_entry(self->entry, cls, f);
+        if (entry == NULL) {
+            PyObject *lasti = PyLong_FromLong(PyFrame_GetLasti((PyFrameObject *)f));
+            entry = lasti ? PyTuple_Pack(5, cls, f, lasti, (PyObject *)self, Py_False) : NULL;
+            Py_XDECREF(lasti);
+        }
         if (entry == NULL || PyList_Append(held, entry) < 0) {
             Py_XDECREF(entry);
             swallow();
         }
         else {
-            PyObject *ctx = PyObject_CallNoArgs(g_context);
+            PyObject *ctx = current_context();
             if (ctx == NULL) {
                 swallow();
                 ctx = Py_NewRef(Py_None);
@@ -1249,7 +1286,7 @@ section_acquire(SectionFn *fn, PyObject *const *args, size_t nargsf, PyObject *k
         entry = PyTuple_Pack(5, cls, f, lasti, arr, canonical);
         if (entry == NULL || PyList_Append(held, entry) < 0)
             goto track_failed;
-        ctx = PyObject_CallNoArgs(g_context);
+        ctx = current_context();
         if (ctx == NULL)
             goto track_failed;
         if (slot_set(&HOLD[HOLD_ENTRY], slot, entry) < 0 ||
@@ -1545,6 +1582,9 @@ speedups_setup(PyObject *module, PyObject *args, PyObject *kwds)
         return NULL;
     Py_XSETREF(g_tls, Py_NewRef(tls));
     Py_XSETREF(g_context, Py_NewRef(context));
+    /* context is ContextVar.get, bound: read the variable without the call. */
+    PyObject *var = PyCFunction_Check(context) ? PyCFunction_GET_SELF(context) : NULL;
+    Py_XSETREF(g_context_var, var != NULL && PyContextVar_CheckExact(var) ? Py_NewRef(var) : NULL);
     Py_XSETREF(g_failed, Py_NewRef(failed));
     Py_XSETREF(g_check_order, Py_NewRef(check_order));
     Py_XSETREF(g_lock_wait, Py_NewRef(lock_wait));
