@@ -67,6 +67,11 @@ static PyObject *g_lock_release;   /* _thread.LockType.release */
 static PyObject *g_rlock_type;     /* _thread.RLock */
 static PyObject *g_rlock_acquire;  /* _thread.RLock.acquire */
 static PyObject *g_rlock_release;  /* _thread.RLock.release */
+/* Their C functions, called directly where their calling convention is the one expected (else
+ * NULL: the descriptor is called): no argument vector converted to a tuple per call. */
+static PyCFunctionWithKeywords g_lock_acquire_fn, g_rlock_acquire_fn;
+static PyCFunction g_lock_release_fn, g_rlock_release_fn;
+static PyObject *g_false_args; /* (False,) */
 /* The interpreter that owns the globals above: a single-phase module's state is process-wide,
  * so a subinterpreter gets the pure-Python path (claim() answers False there). */
 static PyInterpreterState *g_interp = NULL;
@@ -452,10 +457,26 @@ static PyObject *
 release_lock(PyObject *lock)
 {
     PyObject *args[1] = {lock};
+    PyTypeObject *type = Py_TYPE(lock);
+    PyCFunction fn = type == (PyTypeObject *)g_lock_type    ? g_lock_release_fn
+                     : type == (PyTypeObject *)g_rlock_type ? g_rlock_release_fn
+                                                            : NULL;
+    if (fn != NULL)
+        return fn(lock, NULL);
     PyObject *m = known_method(lock, g_lock_release, g_rlock_release);
     if (m != NULL)
         return PyObject_Vectorcall(m, args, 1, NULL);
     return PyObject_VectorcallMethod(s_release, args, 1 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+}
+
+/* The C function behind a method descriptor, if it has exactly the calling convention `flags`. */
+static PyCFunction
+c_function(PyObject *descr, int flags)
+{
+    if (!PyObject_TypeCheck(descr, &PyMethodDescr_Type))
+        return NULL;
+    PyMethodDef *def = ((PyMethodDescrObject *)descr)->d_method;
+    return def->ml_flags == flags ? def->ml_meth : NULL;
 }
 
 /* lock.acquire(False) as a C truth value: 1 taken, 0 not, -1 error. */
@@ -463,9 +484,14 @@ static int
 try_acquire(PyObject *lock)
 {
     PyObject *args[2] = {lock, Py_False};
-    PyObject *m = known_method(lock, g_lock_acquire, g_rlock_acquire);
+    PyTypeObject *type = Py_TYPE(lock);
+    PyCFunctionWithKeywords fn = type == (PyTypeObject *)g_lock_type    ? g_lock_acquire_fn
+                                 : type == (PyTypeObject *)g_rlock_type ? g_rlock_acquire_fn
+                                                                        : NULL;
+    PyObject *m = fn != NULL ? NULL : known_method(lock, g_lock_acquire, g_rlock_acquire);
     PyObject *r =
-        m != NULL ? PyObject_Vectorcall(m, args, 2, NULL)
+        fn != NULL  ? fn(lock, g_false_args, NULL)
+        : m != NULL ? PyObject_Vectorcall(m, args, 2, NULL)
                   : PyObject_VectorcallMethod(s_acquire, args, 2 | PY_VECTORCALL_ARGUMENTS_OFFSET,
                                               NULL);
     if (r == NULL)
@@ -473,6 +499,17 @@ try_acquire(PyObject *lock)
     int ok = PyObject_IsTrue(r);
     Py_DECREF(r);
     return ok;
+}
+
+/* list.pop() of a non-empty list, result dropped: what list.pop does, without its call, its
+ * argument parsing or a reallocation (a list may keep more room than it uses). */
+static inline void
+pop_last(PyObject *list)
+{
+    Py_ssize_t n = PyList_GET_SIZE(list);
+    PyObject *item = PyList_GET_ITEM(list, n - 1);
+    Py_SET_SIZE(list, n - 1);
+    Py_DECREF(item);
 }
 
 /* Remove `entry` from a held stack where it is not on top (_bookkeeping.discard). */
@@ -500,8 +537,7 @@ untrack(PyObject *st, PyObject *entry, PyObject *s, long long t0, PyObject *ctx,
         goto fail;
     Py_ssize_t n = PyList_Check(held) ? PyList_GET_SIZE(held) : -1;
     if (n > 0 && PyList_GET_ITEM(held, n - 1) == entry) {
-        if (PyList_SetSlice(held, n - 1, n, NULL) < 0)
-            goto fail;
+        pop_last(held);
     }
     else if (discard(held, entry) < 0)
         goto fail;
@@ -1402,11 +1438,8 @@ section_release(SectionFn *fn, PyObject *const *args, size_t nargsf, PyObject *k
     }
     {
         PyObject *counter = slot_get(&TRACK[TRACK_HELD_SECTIONS], track);
-        if (counter != NULL && PyList_Check(counter) && PyList_GET_SIZE(counter) > 0) {
-            Py_ssize_t n = PyList_GET_SIZE(counter);
-            if (PyList_SetSlice(counter, n - 1, n, NULL) < 0)
-                swallow();
-        }
+        if (counter != NULL && PyList_Check(counter) && PyList_GET_SIZE(counter) > 0)
+            pop_last(counter);
         else if (counter == NULL)
             swallow();
         Py_XDECREF(counter);
@@ -1743,6 +1776,14 @@ PyInit__speedups(void)
     g_rlock_release = PyObject_GetAttr(g_rlock_type, s_release);
     if (g_lock_acquire == NULL || g_lock_release == NULL || g_rlock_acquire == NULL ||
         g_rlock_release == NULL)
+        return NULL;
+    int with_keywords = METH_VARARGS | METH_KEYWORDS;
+    g_lock_acquire_fn = (PyCFunctionWithKeywords)c_function(g_lock_acquire, with_keywords);
+    g_rlock_acquire_fn = (PyCFunctionWithKeywords)c_function(g_rlock_acquire, with_keywords);
+    g_lock_release_fn = c_function(g_lock_release, METH_NOARGS);
+    g_rlock_release_fn = c_function(g_rlock_release, METH_NOARGS);
+    g_false_args = PyTuple_Pack(1, Py_False);
+    if (g_false_args == NULL)
         return NULL;
     RLockBase_Type.tp_base = &LockBase_Type;
     if (PyType_Ready(&LockBase_Type) < 0 || PyType_Ready(&RLockBase_Type) < 0 ||
