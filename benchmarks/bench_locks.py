@@ -257,6 +257,8 @@ def measure(args: argparse.Namespace) -> dict:
     raw_outer = threading.Lock()
     raw_inner = threading.Lock()
     raw_queue: queue.Queue[int] = queue.Queue()  # created before instrumenting: never watched
+    raw_semaphore = threading.BoundedSemaphore(2)
+    raw_condition = threading.Condition()
     sections = StripedSections(256, name="emitter")
     sections.index(key)
 
@@ -294,6 +296,8 @@ def measure(args: argparse.Namespace) -> dict:
         "bare nested pair": ("with A, B: pass", {"A": raw_outer, "B": raw_inner}),
         "section pair, uninstrumented": (SECTION, {"S": sections, "K": key}),
         "bare queue.Queue put+get": ("Q.put(1); Q.get()", {"Q": raw_queue}),
+        "bare BoundedSemaphore with": (WITH, {"L": raw_semaphore}),
+        "bare Condition: with c: c.notify()": ("with C: C.notify()", {"C": raw_condition}),
     }
     watched = {
         "L.acquire(); L.release()": (PAIR, {"L": lock}),
@@ -442,14 +446,14 @@ def report(results: dict[str, dict], dd: dict | None) -> None:
         ("RLock acquire(); release()", "bare RLock acquire(); release()", None),
         ("section pair, instrumented", "section pair, uninstrumented", None),
         ("nested pair (order check)", "bare nested pair", None),
-        ("watched BoundedSemaphore with", "bare with L: pass", None),
+        ("watched BoundedSemaphore with", "bare BoundedSemaphore with", None),
         ("watched queue.Queue put+get", "bare queue.Queue put+get", None),
         ("unwatched queue.Queue put+get", "bare queue.Queue put+get", None),
-        ("watched Condition: with c: c.notify()", "bare with L: pass", None),
+        ("watched Condition: with c: c.notify()", "bare Condition: with c: c.notify()", None),
         ("naive span + 2 histograms per pair", "bare with L: pass", None),
     )
     for name, base, dd_row in pairs:
-        line = f"{name:<40}{paths[0]['rows'][base]:8.0f}"
+        line = f"{name:<40}{paths[0]['rows'][base]:8.0f}"  # each path's ratio: its own base
         for r in paths:
             v, b = r["rows"][name], r["rows"][base]
             line += f"  {v:9.0f} ({v / b:5.1f}x)"

@@ -24,7 +24,7 @@ for python in "${pythons[@]}"; do
     (
         cd "$dir/repo"
         "$dir/venv/bin/python" -m pip install -q --disable-pip-version-check -e '.[test]'
-        path="$("$dir/venv/bin/python" -c 'from otel_lockwatch import _wrappers as w; print("C" if w.SPEEDUPS else "pure Python")')"
+        path="$("$dir/venv/bin/python" -c 'from otel_lockwatch.capture import _fast_path as f; print("C" if f.SPEEDUPS else "pure Python")')"
         echo "== Python $version ($path path)"
         "$dir/venv/bin/python" -m pytest -q -p no:cacheprovider -m "not e2e" | tail -1
     ) || status=1

@@ -137,6 +137,10 @@ def test_demo_reports_its_connection_pool(demo_run):
     assert pool["checkouts"] > 0 and pool["hold"]["count"] > 0
     assert pool["workers_supported"] >= 2
     assert re.search(r"^resource pools\n  pool +kind", out, re.M)
+    # Its mutex is the queue's own, never watched: no row of zeros in the locks table.
+    table = out[out.index("\nlocks (most waited-on first)\n") :].split("\n\n")[0]
+    assert table.splitlines()[-1] == "  never taken as a mutex: connections"
+    assert "  connections " not in table
 
 
 def test_demo_prints_the_report_exactly_as_report_does(demo_run, capsys):

@@ -36,11 +36,16 @@ def _env(**extra: str) -> dict[str, str]:
     return env
 
 
+@pytest.mark.parametrize("threads", ["threads", "no-threads-at-exit"])
 @pytest.mark.parametrize("processor", ["simple", "batch"])
-def test_exit_within_ten_seconds_of_the_work_with_the_manifest_written(processor, tmp_path):
+def test_exit_within_ten_seconds_of_the_work_with_the_manifest_written(
+    processor, threads, tmp_path
+):
+    """Also when no thread can be started at exit (CPython 3.12): the standby thread runs the
+    bounded steps, and nothing is raised into the exit hooks."""
     manifest = tmp_path / "manifest.json"
     proc = subprocess.Popen(
-        [sys.executable, str(APP), processor, str(_refusing_port()), str(manifest)],
+        [sys.executable, str(APP), processor, str(_refusing_port()), str(manifest), threads],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -56,6 +61,28 @@ def test_exit_within_ten_seconds_of_the_work_with_the_manifest_written(processor
     assert ended - worked < 10.0, f"exit took {ended - worked:.1f} s after the work"
     doc = json.loads(manifest.read_text())
     assert doc["locks"], "the manifest recorded the lock"
+    assert "Exception ignored" not in err and "Traceback" not in err, err[-2000:]
+
+
+@pytest.mark.parametrize("threads", ["threads", "no-threads-at-exit"])
+def test_the_final_flush_sends_every_span_even_when_no_thread_can_start(threads, tmp_path):
+    """Every lock.wait span leaves in the exit's final flush (the emitter waits for it): on a
+    helper thread, or, when the interpreter starts none (CPython 3.12 in atexit), on the
+    standby thread started with the exit hooks."""
+    manifest = tmp_path / "manifest.json"
+    proc = subprocess.run(
+        [sys.executable, str(APP), "console", "0", str(manifest), threads],
+        capture_output=True,
+        text=True,
+        env=_env(),
+        timeout=60,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "Exception ignored" not in proc.stderr and "Traceback" not in proc.stderr
+    waits = proc.stdout.count('"name": "lock.wait"')
+    doc = json.loads(manifest.read_text())
+    (lock,) = doc["locks"].values()
+    assert waits == lock["contentions"] > 0
 
 
 def test_a_second_sigint_exits_at_once_with_the_manifest_on_disk(tmp_path):

@@ -26,6 +26,7 @@ from otel_lockwatch import StripedSections
 from otel_lockwatch.capture import _fast_path, _threading
 from otel_lockwatch.capture._bookkeeping import HOLD_FIELDS, Hold
 from otel_lockwatch.capture._sections import ARRAY_FIELDS, TRACK_FIELDS, ArrayTrack
+from otel_lockwatch.capture._signal_waits import SIGNAL_FIELDS
 from otel_lockwatch.record._outbox import OUTBOX
 from otel_lockwatch.record._recorder import (
     RECORDER,
@@ -34,6 +35,7 @@ from otel_lockwatch.record._recorder import (
     Stats,
     WorkerState,
 )
+from otel_lockwatch.record._signals import SignalStats
 from otel_lockwatch.sections._threaded import StripedSections as _Sections
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -45,6 +47,7 @@ TABLES = (
     (Hold, HOLD_FIELDS),
     (ArrayTrack, TRACK_FIELDS),
     (_Sections, ARRAY_FIELDS),
+    (SignalStats, SIGNAL_FIELDS),
 )
 _BUILDABLE = (  # setup.py builds the extension under these conditions (its _wanted())
     platform.python_implementation() == "CPython"
@@ -240,6 +243,10 @@ def test_both_paths_record_the_same():
     c, python = dict(runs[False]), dict(runs[True])
     c.pop("speedups")
     python.pop("speedups")
+    # The signal paths' common calls run in C (the same records as the Python wrappers').
+    assert c.pop("signal_paths") == ["SemaphoreAcquire", "SemaphoreRelease", "ConditionNotify"]
+    assert python.pop("signal_paths") == ["function", "function", "function"]
+    assert c["signals"]["sem"]["pool"]["checkouts"] > 20
     assert c == python
     assert c["errors"] == 0
     assert c["held"] == []

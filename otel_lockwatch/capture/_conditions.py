@@ -37,6 +37,7 @@ from typing import Any
 from ..record._outbox import OUTBOX
 from ..record._recorder import RECORDER
 from ._bookkeeping import current_context
+from ._fast_path import speedups
 from ._naming import LockClass, lock_class, watched_site
 from ._signal_waits import gave, signal_stats, skip_frames_of, task_state, thread_state, waited
 from ._threading import LockProxy, RLockProxy
@@ -66,8 +67,8 @@ def _signal_hooks(cond: Any, state: Any) -> None:
     d = cond.__dict__
     notify = cond.notify
 
-    def _notify(n: int = 1) -> None:
-        notify(n)  # raises when the lock is not held: then it signalled nothing
+    def _notify(*args: Any, **kwargs: Any) -> None:
+        notify(*args, **kwargs)  # raises when the lock is not held: then it signalled nothing
         # A signal (_signal_waits.gave, inlined: a condition never takes, so it has no hold to
         # pair; this runs on every notify).
         try:
@@ -89,7 +90,12 @@ def _signal_hooks(cond: Any, state: Any) -> None:
             OUTBOX.failed(exc)
 
     _notify.__doc__ = notify.__doc__
-    cond.notify = _notify
+    # A thread's notify runs in C when it can (the same count); a task's, here.
+    cond.notify = (
+        _notify
+        if speedups is None or state is not None
+        else (speedups.ConditionNotify(notify, _notify, d))
+    )
     if not _calls_notify(type(cond)):
         notify_all = cond.notify_all
 
@@ -152,7 +158,7 @@ def condition_init_factory(original: Any) -> Any:
     watched; without a lock given, its lock is a watched ``RLock`` of its class."""
 
     def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
-        lock = args[0] if args else kwargs.get("lock")
+        lock: Any = args[0] if args else kwargs.get("lock")
         cls = None
         try:
             site = watched_site(1)
@@ -167,6 +173,9 @@ def condition_init_factory(original: Any) -> Any:
         if type(lock) is LockProxy:
             # Condition's own _is_owned() would try-acquire the lock: ask the proxy instead.
             self._is_owned = lock._lw_is_owned
+        elif type(lock) is RLockProxy:
+            # The real RLock's own answer, without the proxy's Python frame (notify asks it).
+            self._is_owned = lock._lw_lock._is_owned
         if cls is not None:
             try:
                 watch_condition(self, cls)

@@ -11,21 +11,25 @@ The contract between the two, each half declared once beside the Python code it 
 - What the C path takes over: ``LockBase`` / ``RLockBase`` (the bases of ``LockProxy`` /
   ``RLockProxy``: an acquire or ``with`` with the default timeout, the release) and
   ``SectionAcquire`` / ``SectionRelease`` (the instrumented ``StripedSections._acquire`` /
-  ``_release``). Any other call (a timeout, a worker whose state does not exist yet, lockwatch
-  itself running on the worker, no Python caller) is handed, arguments unchanged, to the Python
-  implementation, which finds the same caller (a C call pushes no frame).
+  ``_release``), and on the signal paths ``took`` / ``gave`` (every checkout and checkin),
+  ``SemaphoreAcquire`` / ``SemaphoreRelease`` (a watched ``threading.Semaphore`` with a free
+  permit) and ``ConditionNotify`` (a watched condition's ``notify``). Any other call (a timeout,
+  a worker whose state does not exist yet, lockwatch itself running on the worker, no Python
+  caller) is handed, arguments unchanged, to the Python implementation, which finds the same
+  caller (a C call pushes no frame).
 - What it calls back: the slow paths only (the lock-order check, a wait, a hold at or above the
   metric floor), the current OpenTelemetry context, and the one error path. Each module passes
   its own: ``_bookkeeping`` to ``setup()``, ``_threading`` to ``setup_locks()``, ``_sections``
-  to ``setup_sections()``; each call runs when its module is imported, before anything of that
-  module can be used.
+  to ``setup_sections()``, ``_signal_waits`` to ``setup_signals()``; each call runs when its
+  module is imported, before anything of that module can be used.
 - What it reads and writes: the ``__slots__`` of ``WorkerState``, ``Stats``, ``Hold``,
-  ``ArrayTrack`` and ``StripedSections``, at the offsets of their member descriptors, as the
-  interpreter does, for objects of exactly those classes (any other object takes ordinary
-  attribute access). The field names come from the tables those calls pass
+  ``ArrayTrack``, ``StripedSections`` and ``SignalStats``, at the offsets of their member
+  descriptors, as the interpreter does, for objects of exactly those classes (any other object
+  takes ordinary attribute access). The field names come from the tables those calls pass
   (``record._recorder.WORKER_FIELDS`` and ``STATS_FIELDS``, ``_bookkeeping.HOLD_FIELDS``,
-  ``_sections.TRACK_FIELDS`` and ``ARRAY_FIELDS``), never from C, and C addresses the leading
-  fields of each table by position: renaming a field is one edit of its table.
+  ``_sections.TRACK_FIELDS`` and ``ARRAY_FIELDS``, ``_signal_waits.SIGNAL_FIELDS``), never from
+  C, and C addresses the leading fields of each table by position: renaming a field is one edit
+  of its table.
 - Its clock is ``CLOCK_MONOTONIC``, which is ``time.perf_counter_ns()`` on Linux; an error in its
   bookkeeping after the lock changed hands goes to ``OUTBOX.failed``.
 - One interpreter owns it (``claim()``): a subinterpreter gets the Python path.

@@ -37,7 +37,7 @@ from ..record._outbox import OUTBOX
 from ..record._recorder import RECORDER
 from ._bookkeeping import current_context
 from ._naming import LockClass, lock_class, watched_site
-from ._signal_waits import signal_stats, skip_frames_of, thread_state, waited
+from ._signal_waits import gave, signal_stats, skip_frames_of, thread_state, took, waited
 
 __all__ = ["queue_init_factory", "watch_queue"]
 
@@ -84,59 +84,27 @@ def watch_queue(q: Any, cls: LockClass) -> None:
 
     def _get() -> Any:
         item = get()
-        try:  # a checkout (_signal_waits.took, inlined: this runs on every get)
+        try:  # a checkout; this runs on every get
             try:
                 st = _tls.st
             except AttributeError:
                 st = RECORDER.thread_state()
-            if st.in_lockwatch:
-                return item
-            now = _pc()
-            cls = d["_lockwatch_class"]
-            s = st.signals.get(cls)
-            if s is None:
-                s = signal_stats(st, cls)
-            s.takes += 1
-            s.pending.append(now)
-            left = len(d["queue"]) if sized else size()
-            if left < s.fewest:
-                s.fewest = left
-            st.last = now
+            if not st.in_lockwatch:
+                took(st, d["_lockwatch_class"], len(d["queue"]) if sized else size(), -1)
         except Exception as exc:
             OUTBOX.failed(exc)
         return item
 
     def _put(item: Any) -> None:
         put(item)
-        try:  # a checkin and a signal (_signal_waits.gave, inlined: this runs on every put)
+        try:  # a checkin and a signal; this runs on every put. Every item came in through a
+            # watched put: the most it held is the capacity seen.
             try:
                 st = _tls.st
             except AttributeError:
                 st = RECORDER.thread_state()
-            if st.in_lockwatch:
-                return
-            now = _pc()
-            cls = d["_lockwatch_class"]
-            s = st.signals.get(cls)
-            if s is None:
-                s = signal_stats(st, cls)
-            s.gives += 1
-            pending = s.pending
-            if pending:
-                h = now - pending.pop()
-                s.hold_total_ns += h
-                b = h.bit_length()
-                b = ((b - 5) << 4) + (h >> (b - 5)) if b > 5 else h
-                hist = s.hold_histogram
-                hist[b] = hist.get(b, 0) + 1
-                if h > s.hold_max_ns:
-                    s.hold_max_ns = h
-                if h < s.hold_min_ns:
-                    s.hold_min_ns = h
-            held = len(d["queue"]) if sized else size()
-            if held > s.most:  # every item came in through a watched put: the most it held
-                s.most = held
-            st.last = now
+            if not st.in_lockwatch:
+                gave(st, d["_lockwatch_class"], len(d["queue"]) if sized else size())
         except Exception as exc:
             OUTBOX.failed(exc)
 

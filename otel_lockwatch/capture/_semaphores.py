@@ -22,12 +22,14 @@ installs.
 
 from __future__ import annotations
 
+import functools
 from time import perf_counter_ns as _pc
 from typing import Any
 
 from ..record._outbox import OUTBOX
 from ..record._recorder import RECORDER, WorkerState
 from ._bookkeeping import current_context, record_try, stats_of
+from ._fast_path import speedups
 from ._naming import LockClass, lock_class, watched_site
 from ._signal_waits import (
     gave,
@@ -115,22 +117,7 @@ def threading_acquire_factory(original: Any) -> Any:
             return ok
         if original(self, False):
             s.acquisitions += 1
-            # A checkout (_signal_waits.took, inlined: this is the uncontended path).
-            try:
-                now = _pc()
-                sig = st.signals.get(cls)
-                if sig is None:
-                    sig = signal_stats(st, cls)
-                sig.takes += 1
-                sig.pending.append(now)
-                left = self._value
-                if left < sig.fewest:
-                    sig.fewest = left
-                if sig.most < 0:
-                    sig.most = self.__dict__.get("_lw_capacity", -1)
-                st.last = now
-            except Exception as exc:  # a subclass without the stdlib's fields
-                OUTBOX.failed(exc)
+            _took_permit(self, st, cls)
             return True
         ctx = current_context()
         before, st.waiting = st.waiting, cls  # for the live gauges, as _bookkeeping.timed_wait
@@ -144,7 +131,9 @@ def threading_acquire_factory(original: Any) -> Any:
         _waited_for_permit(self, st, cls, t0, _pc(), ok, ctx)
         return ok
 
-    return acquire
+    functools.update_wrapper(acquire, original)  # its errors name the original, as in C
+    # The C path takes `with sem:` / `acquire()` with a free permit; everything else runs here.
+    return acquire if speedups is None else speedups.SemaphoreAcquire(original, acquire)
 
 
 def threading_release_factory(original: Any) -> Any:
@@ -161,30 +150,10 @@ def threading_release_factory(original: Any) -> Any:
             st = RECORDER.thread_state()
         if st.in_lockwatch:
             return
-        # A checkin (_signal_waits.gave, inlined: this runs on every release).
-        try:
-            now = _pc()
-            s = st.signals.get(cls)
-            if s is None:
-                s = signal_stats(st, cls)
-            s.gives += 1
-            pending = s.pending
-            if pending:
-                h = now - pending.pop()
-                s.hold_total_ns += h
-                b = h.bit_length()
-                b = ((b - 5) << 4) + (h >> (b - 5)) if b > 5 else h
-                hist = s.hold_histogram
-                hist[b] = hist.get(b, 0) + 1
-                if h > s.hold_max_ns:
-                    s.hold_max_ns = h
-                if h < s.hold_min_ns:
-                    s.hold_min_ns = h
-            st.last = now
-        except Exception as exc:
-            OUTBOX.failed(exc)
+        gave(st, cls, -1)  # a checkin
 
-    return release
+    functools.update_wrapper(release, original)
+    return release if speedups is None else speedups.SemaphoreRelease(original, release)
 
 
 # -- asyncio --------------------------------------------------------------------------------

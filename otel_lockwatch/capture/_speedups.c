@@ -11,13 +11,17 @@
  *   call pushes no frame).
  * - SectionAcquire / SectionRelease: the instrumented StripedSections._acquire and _release.
  *   They bind like functions (a method descriptor) and carry the original in __wrapped__.
+ * - The signal paths (semaphores, queues, conditions as pools): took() / gave(), every checkout
+ *   and checkin; SemaphoreAcquire / SemaphoreRelease, a watched threading.Semaphore's acquire
+ *   and release with a free permit; ConditionNotify, a watched condition's notify.
  *
  * The slow paths (a lock-order check, a wait, a hold at or above the metric floor) call back into
  * the Python functions the pure-Python path calls, so both paths record the same thing: the tests
  * run the core suites against both (LOCKWATCH_DISABLE_EXTENSIONS).
  *
- * The contract (see _fast_path.py) is given at import by three calls: setup() from
- * _bookkeeping.py, setup_locks() from _threading.py, setup_sections() from _sections.py. The
+ * The contract (see _fast_path.py) is given at import by four calls: setup() from
+ * _bookkeeping.py, setup_locks() from _threading.py, setup_sections() from _sections.py,
+ * setup_signals() from _signal_waits.py. The
  * Python objects' field names come with them, as tables; this file addresses the fields by their
  * position in those tables and never names them.
  *
@@ -59,6 +63,9 @@ static int g_locks_ready = 0;
 /* setup_sections(), from _sections.py */
 static PyObject *g_section_wait;   /* section_wait(original, arr, ...) -> bool */
 static int g_sections_ready = 0;
+/* setup_signals(), from _signal_waits.py */
+static PyObject *g_signal_stats;   /* signal_stats(st, cls): the SignalStats, made on first use */
+static PyObject *g_deque_type, *g_deque_append, *g_deque_pop; /* collections.deque's */
 
 static long long g_hold_metric_ns = 100000;
 static PyObject *g_lock_type;      /* _thread.LockType */
@@ -77,7 +84,8 @@ static PyObject *g_false_args; /* (False,) */
 static PyInterpreterState *g_interp = NULL;
 
 /* interned attribute names */
-static PyObject *s_st, *s_acquire, *s_release;
+static PyObject *s_st, *s_acquire, *s_release, *s_append, *s_pop, *s_lockwatch_class, *s_value,
+    *s_lw_capacity;
 static PyObject *g_one, *g_minus_one;
 
 static inline long long
@@ -104,7 +112,7 @@ typedef struct {
  * (record/_recorder.py WORKER_FIELDS and STATS_FIELDS, _bookkeeping.py HOLD_FIELDS, _sections.py
  * TRACK_FIELDS and ARRAY_FIELDS). Each enum lists the leading fields of its table: the ones this
  * file reads and writes. */
-enum { WORKER_HELD, WORKER_STATS, WORKER_IN_LOCKWATCH, WORKER_LAST, WORKER_USED };
+enum { WORKER_HELD, WORKER_STATS, WORKER_IN_LOCKWATCH, WORKER_LAST, WORKER_SIGNALS, WORKER_USED };
 enum {
     STATS_ACQUISITIONS, STATS_TRY_ACQUISITIONS, STATS_SKIPPED, STATS_HOLD_TOTAL,
     STATS_HOLD_HISTOGRAM, STATS_HOLD_MIN, STATS_HOLD_MAX, STATS_USED
@@ -112,9 +120,14 @@ enum {
 enum { HOLD_HOLDER, HOLD_ENTRY, HOLD_STATS, HOLD_START, HOLD_CONTEXT, HOLD_USED };
 enum { TRACK_SLOTS, TRACK_HELD_SECTIONS, TRACK_MAX_HELD, TRACK_LOCK_CLASS, TRACK_NAME, TRACK_USED };
 enum { ARRAY_TRACK, ARRAY_NAME, ARRAY_LOCKS, ARRAY_OWNERS, ARRAY_KEYS, ARRAY_USED };
+/* _signal_waits.py SIGNAL_FIELDS: the worker's SignalStats fields a take and a give write. */
+enum {
+    SIGNAL_TAKES, SIGNAL_GIVES, SIGNAL_MOST, SIGNAL_FEWEST, SIGNAL_PENDING, SIGNAL_HOLD_TOTAL,
+    SIGNAL_HOLD_HISTOGRAM, SIGNAL_HOLD_MIN, SIGNAL_HOLD_MAX, SIGNAL_USED
+};
 
 static Slot WORKER[WORKER_USED], STATS[STATS_USED], HOLD[HOLD_USED], TRACK[TRACK_USED],
-    ARRAY[ARRAY_USED];
+    ARRAY[ARRAY_USED], SIGNAL[SIGNAL_USED];
 
 /* One table: the setup keyword that passes it as (class, names), and its resolved fields. */
 typedef struct {
@@ -124,13 +137,16 @@ typedef struct {
     PyObject *type; /* a strong reference: a resolved offset stays valid */
 } Table;
 
-enum { TABLE_WORKER, TABLE_STATS, TABLE_HOLD, TABLE_TRACK, TABLE_ARRAY, TABLE_COUNT };
+enum {
+    TABLE_WORKER, TABLE_STATS, TABLE_HOLD, TABLE_TRACK, TABLE_ARRAY, TABLE_SIGNAL, TABLE_COUNT
+};
 static Table TABLES[TABLE_COUNT] = {
     [TABLE_WORKER] = {"worker_state", WORKER, WORKER_USED, NULL},
     [TABLE_STATS] = {"stats", STATS, STATS_USED, NULL},
     [TABLE_HOLD] = {"hold", HOLD, HOLD_USED, NULL},
     [TABLE_TRACK] = {"track", TRACK, TRACK_USED, NULL},
     [TABLE_ARRAY] = {"array", ARRAY, ARRAY_USED, NULL},
+    [TABLE_SIGNAL] = {"signal_stats", SIGNAL, SIGNAL_USED, NULL},
 };
 
 /* obj.name (new reference), or NULL with AttributeError */
@@ -1484,25 +1500,15 @@ SectionFn_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     return (PyObject *)self;
 }
 
-static PyObject *
-SectionAcquire_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
-{
-    SectionFn *self = (SectionFn *)SectionFn_new(type, args, kwds);
-    if (self != NULL)
-        self->vectorcall = (vectorcallfunc)section_acquire;
-    return (PyObject *)self;
-}
-
-static PyObject *
-SectionRelease_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
-{
-    SectionFn *self = (SectionFn *)SectionFn_new(type, args, kwds);
-    if (self != NULL)
-        self->vectorcall = (vectorcallfunc)section_release;
-    return (PyObject *)self;
-}
-
-#define SECTION_FN_TYPE(NAME, DOC, NEW)                                                        \
+/* A SectionFn type NAME whose calls run CALL (a vectorcallfunc taking the SectionFn). */
+#define SECTION_FN_TYPE(NAME, DOC, CALL)                                                       \
+    static PyObject *NAME##_new(PyTypeObject *type, PyObject *args, PyObject *kwds)            \
+    {                                                                                          \
+        SectionFn *self = (SectionFn *)SectionFn_new(type, args, kwds);                        \
+        if (self != NULL)                                                                      \
+            self->vectorcall = (vectorcallfunc)CALL;                                           \
+        return (PyObject *)self;                                                               \
+    }                                                                                          \
     static PyTypeObject NAME##_Type = {                                                        \
         PyVarObject_HEAD_INIT(NULL, 0)                                                         \
         .tp_name = "otel_lockwatch.capture._speedups." #NAME,                                          \
@@ -1519,17 +1525,290 @@ SectionRelease_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
         .tp_getattro = (getattrofunc)SectionFn_getattro,                                       \
         .tp_members = SectionFn_members,                                                       \
         .tp_getset = SectionFn_getset,                                                         \
-        .tp_new = NEW,                                                                         \
+        .tp_new = NAME##_new,                                                                         \
     }
 
 SECTION_FN_TYPE(SectionAcquire,
                 "SectionAcquire(original, python, globals): the instrumented "
                 "StripedSections._acquire.",
-                SectionAcquire_new);
+                section_acquire);
 SECTION_FN_TYPE(SectionRelease,
                 "SectionRelease(original, python, globals, mirror=True): the instrumented "
                 "StripedSections._release.",
-                SectionRelease_new);
+                section_release);
+
+/* ==========================================================================================
+ * The signal paths: a take and a give (_signal_waits.took / gave), a semaphore's acquire and
+ * release, a condition's notify
+ * ========================================================================================== */
+/* A semaphore's acquire and release and a queue's get and put call these on every operation
+ * (a checkout and a checkin), after the operation ran; only the bookkeeping is here, so the
+ * Python wrappers stay the one place that decides what an operation is. An error goes to
+ * OUTBOX.failed, as in Python; both return None. */
+
+/* The worker's SignalStats for the class (new reference), made by the Python routine when new. */
+static PyObject *
+signal_stats_of(PyObject *st, PyObject *cls)
+{
+    PyObject *signals = slot_get(&WORKER[WORKER_SIGNALS], st);
+    if (signals == NULL)
+        return NULL;
+    PyObject *s = PyDict_CheckExact(signals) ? PyDict_GetItemWithError(signals, cls) : NULL;
+    Py_DECREF(signals);
+    if (s != NULL)
+        return Py_NewRef(s);
+    if (PyErr_Occurred())
+        return NULL;
+    return PyObject_CallFunctionObjArgs(g_signal_stats, st, cls, NULL);
+}
+
+/* obj.field = min(obj.field, v) (less: 1) or max (less: 0) */
+static int
+slot_bound(Slot *sl, PyObject *obj, long long v, int less)
+{
+    long long cur;
+    if (slot_get_ll(sl, obj, &cur) < 0)
+        return -1;
+    if (less ? v < cur : v > cur)
+        return slot_set_ll(sl, obj, v);
+    return 0;
+}
+
+static int
+signal_args(const char *name, Py_ssize_t nargs, PyObject *const *args, long long *a, long long *b,
+            Py_ssize_t want)
+{
+    if (nargs != want) {
+        PyErr_Format(PyExc_TypeError, "%s() takes %zd arguments (%zd given)", name, want, nargs);
+        return -1;
+    }
+    if (!g_ready || g_signal_stats == NULL) {
+        PyErr_Format(PyExc_RuntimeError, "otel_lockwatch: %s() before setup_signals()", name);
+        return -1;
+    }
+    if (as_ll(args[2], a) < 0)
+        return -1;
+    return b == NULL ? 0 : as_ll(args[3], b);
+}
+
+/* A take (a checkout) by worker st of class cls at `now`: left items or permits remain. */
+static void
+signal_took(PyObject *st, PyObject *cls, long long left, long long capacity, long long now)
+{
+    PyObject *s = signal_stats_of(st, cls), *pending = NULL, *stamp = NULL, *r = NULL;
+    if (s == NULL || slot_add(&SIGNAL[SIGNAL_TAKES], s, 1) < 0 ||
+        (pending = slot_get(&SIGNAL[SIGNAL_PENDING], s)) == NULL ||
+        (stamp = PyLong_FromLongLong(now)) == NULL ||
+        (r = Py_TYPE(pending) == (PyTypeObject *)g_deque_type
+                 ? PyObject_Vectorcall(g_deque_append, (PyObject *[]){pending, stamp}, 2, NULL)
+                 : PyObject_CallMethodOneArg(pending, s_append, stamp)) == NULL ||
+        slot_bound(&SIGNAL[SIGNAL_FEWEST], s, left, 1) < 0 ||
+        slot_bound(&SIGNAL[SIGNAL_MOST], s, capacity, 0) < 0 ||
+        slot_set(&WORKER[WORKER_LAST], st, stamp) < 0)
+        swallow();
+    Py_XDECREF(r);
+    Py_XDECREF(stamp);
+    Py_XDECREF(pending);
+    Py_XDECREF(s);
+}
+
+/* took(st, cls, left, capacity): a take (a checkout); left items or permits remain. */
+static PyObject *
+speedups_took(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    long long now = now_ns(), left, capacity;
+    if (signal_args("took", nargs, args, &left, &capacity, 4) < 0)
+        return NULL; /* a caller's mistake, as the Python routine's TypeError */
+    signal_took(args[0], args[1], left, capacity, now);
+    Py_RETURN_NONE;
+}
+
+/* The hold from the last pending take to `now`, if there is one. */
+static int
+signal_hold(PyObject *s, long long now)
+{
+    PyObject *pending = slot_get(&SIGNAL[SIGNAL_PENDING], s);
+    if (pending == NULL)
+        return -1;
+    Py_ssize_t n = PyObject_Length(pending);
+    if (n <= 0) {
+        Py_DECREF(pending);
+        return (int)n;
+    }
+    PyObject *start = Py_TYPE(pending) == (PyTypeObject *)g_deque_type
+                          ? PyObject_Vectorcall(g_deque_pop, &pending, 1, NULL)
+                          : PyObject_CallMethodNoArgs(pending, s_pop);
+    Py_DECREF(pending);
+    long long t0;
+    if (start == NULL || as_ll(start, &t0) < 0) {
+        Py_XDECREF(start);
+        return -1;
+    }
+    Py_DECREF(start);
+    long long h = now - t0;
+    PyObject *hist = slot_get(&SIGNAL[SIGNAL_HOLD_HISTOGRAM], s);
+    int r = hist != NULL && is_type(hist, &PyDict_Type, "a hold histogram") &&
+                    hist_add(hist, h) == 0 && slot_add(&SIGNAL[SIGNAL_HOLD_TOTAL], s, h) == 0 &&
+                    slot_bound(&SIGNAL[SIGNAL_HOLD_MAX], s, h, 0) == 0 &&
+                    slot_bound(&SIGNAL[SIGNAL_HOLD_MIN], s, h, 1) == 0
+                ? 0
+                : -1;
+    Py_XDECREF(hist);
+    return r;
+}
+
+/* A give (a checkin, a signal) by worker st of class cls at `now`: held items are queued now
+ * (-1: not a queue). */
+static void
+signal_gave(PyObject *st, PyObject *cls, long long held, long long now)
+{
+    PyObject *s = signal_stats_of(st, cls);
+    if (s == NULL || slot_add(&SIGNAL[SIGNAL_GIVES], s, 1) < 0 || signal_hold(s, now) < 0 ||
+        slot_bound(&SIGNAL[SIGNAL_MOST], s, held, 0) < 0 ||
+        slot_set_ll(&WORKER[WORKER_LAST], st, now) < 0)
+        swallow();
+    Py_XDECREF(s);
+}
+
+/* gave(st, cls, held): a give (a checkin, a signal); held items are queued now (-1: not a queue). */
+static PyObject *
+speedups_gave(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    long long now = now_ns(), held;
+    if (signal_args("gave", nargs, args, &held, NULL, 3) < 0)
+        return NULL;
+    signal_gave(args[0], args[1], held, now);
+    Py_RETURN_NONE;
+}
+
+/* ==========================================================================================
+ * SemaphoreAcquire / SemaphoreRelease: a watched threading.Semaphore's acquire (and __enter__)
+ * and release (_semaphores.threading_acquire_factory / threading_release_factory), when called
+ * with no argument but the semaphore: `with sem:`, `sem.acquire()`, `sem.release()`. Every other
+ * call, and one whose permit is not free (it will wait), goes to the Python wrapper unchanged.
+ * They share SectionFn's layout: the original method and the Python wrapper.
+ * ========================================================================================== */
+
+/* The semaphore's lock class (borrowed from its __dict__), or NULL with no error. */
+static PyObject *
+sem_class(PyObject *sem, PyObject **dict)
+{
+    *dict = PyObject_GenericGetDict(sem, NULL);
+    if (*dict == NULL) {
+        PyErr_Clear();
+        return NULL;
+    }
+    PyObject *cls = PyDict_GetItemWithError(*dict, s_lockwatch_class);
+    if (cls == NULL)
+        PyErr_Clear();
+    return cls;
+}
+
+/* A dict's int item as a long long, else `fallback` (no error). */
+static long long
+dict_ll(PyObject *dict, PyObject *key, long long fallback)
+{
+    PyObject *v = PyDict_GetItemWithError(dict, key);
+    long long out;
+    if (v == NULL || !PyLong_Check(v) || as_ll(v, &out) < 0) {
+        PyErr_Clear();
+        return fallback;
+    }
+    return out;
+}
+
+static PyObject *
+sem_acquire(SectionFn *fn, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+{
+    Py_ssize_t n = PyVectorcall_NARGS(nargsf);
+    if (n != 1 || kwnames != NULL || !g_ready || g_signal_stats == NULL)
+        return PyObject_Vectorcall(fn->python, args, nargsf, kwnames);
+    PyObject *sem = args[0], *dict, *cls = sem_class(sem, &dict), *st = NULL, *s = NULL;
+    if (cls == NULL || (st = usable_state()) == NULL || (s = stats_of(st, cls)) == NULL) {
+        Py_XDECREF(st);
+        Py_XDECREF(dict);
+        return PyObject_Vectorcall(fn->python, args, nargsf, kwnames);
+    }
+    Py_INCREF(cls); /* the dict's item may be replaced while the original runs */
+    PyObject *call[2] = {sem, Py_False};
+    PyObject *r = PyObject_Vectorcall(fn->original, call, 2, NULL);
+    int ok = r == NULL ? -1 : PyObject_IsTrue(r);
+    Py_XDECREF(r);
+    if (ok == 1) {
+        if (slot_add(&STATS[STATS_ACQUISITIONS], s, 1) < 0)
+            swallow();
+        signal_took(st, cls, dict_ll(dict, s_value, -1), dict_ll(dict, s_lw_capacity, -1),
+                    now_ns());
+    }
+    Py_DECREF(cls);
+    Py_DECREF(s);
+    Py_DECREF(st);
+    Py_DECREF(dict);
+    if (ok == 1)
+        Py_RETURN_TRUE;
+    if (ok < 0)
+        return NULL; /* the semaphore's own error, unchanged */
+    /* No permit free: the Python wrapper waits for one (and times the wait). */
+    return PyObject_Vectorcall(fn->python, args, nargsf, kwnames);
+}
+
+static PyObject *
+sem_release(SectionFn *fn, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+{
+    Py_ssize_t n = PyVectorcall_NARGS(nargsf);
+    if (n != 1 || kwnames != NULL || !g_ready || g_signal_stats == NULL)
+        return PyObject_Vectorcall(fn->python, args, nargsf, kwnames);
+    PyObject *dict, *cls = sem_class(args[0], &dict), *st = NULL;
+    if (cls == NULL || (st = usable_state()) == NULL) {
+        Py_XDECREF(dict);
+        return PyObject_Vectorcall(fn->python, args, nargsf, kwnames);
+    }
+    Py_INCREF(cls);
+    PyObject *r = PyObject_Vectorcall(fn->original, args, 1, NULL);
+    if (r != NULL) /* released (a bounded semaphore released too often raises: no checkin) */
+        signal_gave(st, cls, -1, now_ns());
+    Py_DECREF(cls);
+    Py_DECREF(st);
+    Py_DECREF(dict);
+    return r;
+}
+
+SECTION_FN_TYPE(SemaphoreAcquire,
+                "SemaphoreAcquire(original, python): a watched threading.Semaphore's acquire.",
+                sem_acquire);
+SECTION_FN_TYPE(SemaphoreRelease,
+                "SemaphoreRelease(original, python): a watched threading.Semaphore's release.",
+                sem_release);
+
+/* A watched threading.Condition's own notify (_conditions._signal_hooks): SectionFn's layout,
+ * with `globals` the condition's __dict__ (its class is read there on every call, as in Python).
+ * The bound original's result and errors pass through; a notify that raised signalled nothing. */
+static PyObject *
+cond_notify(SectionFn *fn, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+{
+    PyObject *cls = NULL, *st = NULL;
+    if (g_ready && g_signal_stats != NULL && PyDict_CheckExact(fn->globals) &&
+        (cls = PyDict_GetItemWithError(fn->globals, s_lockwatch_class)) != NULL)
+        st = usable_state();
+    PyErr_Clear();
+    if (st == NULL)
+        return PyObject_Vectorcall(fn->python, args, nargsf, kwnames);
+    Py_INCREF(cls);
+    PyObject *r = PyObject_Vectorcall(fn->original, args, nargsf, kwnames);
+    if (r != NULL) { /* a signal: no clock (a notify is made under the lock, whose release reads it) */
+        PyObject *s = signal_stats_of(st, cls);
+        if (s == NULL || slot_add(&SIGNAL[SIGNAL_GIVES], s, 1) < 0)
+            swallow();
+        Py_XDECREF(s);
+    }
+    Py_DECREF(cls);
+    Py_DECREF(st);
+    return r;
+}
+
+SECTION_FN_TYPE(ConditionNotify,
+                "ConditionNotify(original, python, dict): a watched threading.Condition's notify.",
+                cond_notify);
 
 /* ==========================================================================================
  * Module
@@ -1596,6 +1875,25 @@ bind_hold_members(void)
     }
     PyType_Modified(type);
     return 0;
+}
+
+static PyObject *
+speedups_setup_signals(PyObject *module, PyObject *args, PyObject *kwds)
+{
+    static char *kwlist[] = {"signal_stats", "fields", NULL};
+    PyObject *make, *fields;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "$OO", kwlist, &make, &fields))
+        return NULL;
+    if (!owned_here())
+        return NULL;
+    if (!g_ready) {
+        PyErr_SetString(PyExc_RuntimeError, "otel_lockwatch.capture._speedups: setup() first");
+        return NULL;
+    }
+    if (table_resolve(&TABLES[TABLE_SIGNAL], fields) < 0)
+        return NULL;
+    Py_XSETREF(g_signal_stats, Py_NewRef(make));
+    Py_RETURN_NONE;
 }
 
 static PyObject *
@@ -1728,6 +2026,12 @@ static PyMethodDef speedups_methods[] = {
      METH_VARARGS | METH_KEYWORDS, "The lock proxies' Python paths (from _threading)."},
     {"setup_sections", (PyCFunction)(void (*)(void))speedups_setup_sections,
      METH_VARARGS | METH_KEYWORDS, "The section arrays' tables and slow path (from _sections)."},
+    {"setup_signals", (PyCFunction)(void (*)(void))speedups_setup_signals,
+     METH_VARARGS | METH_KEYWORDS, "The signal paths' table and SignalStats maker (from _signal_waits)."},
+    {"took", (PyCFunction)(void (*)(void))speedups_took, METH_FASTCALL,
+     "took(st, cls, left, capacity): a take (_signal_waits.took)."},
+    {"gave", (PyCFunction)(void (*)(void))speedups_gave, METH_FASTCALL,
+     "gave(st, cls, held): a give (_signal_waits.gave)."},
     {"set_hold_metric_ns", speedups_set_hold_metric_ns, METH_O,
      "The hold (ns) from which a release takes the slow path (_bookkeeping.HOLD_METRIC_NS)."},
     {"direct_slots", speedups_direct_slots, METH_NOARGS,
@@ -1758,6 +2062,11 @@ PyInit__speedups(void)
     INTERN(s_st, "st");
     INTERN(s_acquire, "acquire");
     INTERN(s_release, "release");
+    INTERN(s_append, "append");
+    INTERN(s_pop, "pop");
+    INTERN(s_lockwatch_class, "_lockwatch_class");
+    INTERN(s_value, "_value");
+    INTERN(s_lw_capacity, "_lw_capacity");
     g_one = PyLong_FromLong(1);
     g_minus_one = PyLong_FromLong(-1);
     if (g_one == NULL || g_minus_one == NULL)
@@ -1774,6 +2083,14 @@ PyInit__speedups(void)
     g_lock_release = PyObject_GetAttr(g_lock_type, s_release);
     g_rlock_acquire = PyObject_GetAttr(g_rlock_type, s_acquire);
     g_rlock_release = PyObject_GetAttr(g_rlock_type, s_release);
+    PyObject *collections = PyImport_ImportModule("collections");
+    if (collections == NULL)
+        return NULL;
+    g_deque_type = PyObject_GetAttrString(collections, "deque");
+    Py_DECREF(collections);
+    if (g_deque_type == NULL || (g_deque_append = PyObject_GetAttr(g_deque_type, s_append)) == NULL ||
+        (g_deque_pop = PyObject_GetAttr(g_deque_type, s_pop)) == NULL)
+        return NULL;
     if (g_lock_acquire == NULL || g_lock_release == NULL || g_rlock_acquire == NULL ||
         g_rlock_release == NULL)
         return NULL;
@@ -1788,7 +2105,8 @@ PyInit__speedups(void)
     RLockBase_Type.tp_base = &LockBase_Type;
     if (PyType_Ready(&LockBase_Type) < 0 || PyType_Ready(&RLockBase_Type) < 0 ||
         PyType_Ready(&SectionAcquire_Type) < 0 ||
-        PyType_Ready(&SectionRelease_Type) < 0)
+        PyType_Ready(&SectionRelease_Type) < 0 || PyType_Ready(&SemaphoreAcquire_Type) < 0 ||
+        PyType_Ready(&SemaphoreRelease_Type) < 0 || PyType_Ready(&ConditionNotify_Type) < 0)
         return NULL;
     PyObject *m = PyModule_Create(&speedups_module);
     if (m == NULL)
@@ -1796,7 +2114,10 @@ PyInit__speedups(void)
     if (PyModule_AddObjectRef(m, "LockBase", (PyObject *)&LockBase_Type) < 0 ||
         PyModule_AddObjectRef(m, "RLockBase", (PyObject *)&RLockBase_Type) < 0 ||
         PyModule_AddObjectRef(m, "SectionAcquire", (PyObject *)&SectionAcquire_Type) < 0 ||
-        PyModule_AddObjectRef(m, "SectionRelease", (PyObject *)&SectionRelease_Type) < 0) {
+        PyModule_AddObjectRef(m, "SectionRelease", (PyObject *)&SectionRelease_Type) < 0 ||
+        PyModule_AddObjectRef(m, "SemaphoreAcquire", (PyObject *)&SemaphoreAcquire_Type) < 0 ||
+        PyModule_AddObjectRef(m, "SemaphoreRelease", (PyObject *)&SemaphoreRelease_Type) < 0 ||
+        PyModule_AddObjectRef(m, "ConditionNotify", (PyObject *)&ConditionNotify_Type) < 0) {
         Py_DECREF(m);
         return NULL;
     }

@@ -393,6 +393,9 @@ def render_html(manifest: Mapping[str, Any], *, title: str | None = None) -> str
                 text_cols=2,
             )
         )
+    if r["unused_locks"]:
+        names = ", ".join(_e(name) for name in r["unused_locks"])
+        body.append(f'<p class="muted">Never taken as a mutex: {names}.</p>')
     if r["sections"]:
         body.append("<h2>Section arrays</h2>")
         body.append(

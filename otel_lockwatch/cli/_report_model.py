@@ -68,6 +68,12 @@ def _list(value: Any) -> list[Any]:
     return list(value) if isinstance(value, (list, tuple)) else []
 
 
+def _unused(row: Mapping[str, Any]) -> bool:
+    """No acquisition, try, timeout, wait or hold: nothing a lock row would show."""
+    counts = (row["acquisitions"], row["contentions"], row["skipped"], row["timeouts"])
+    return not any(counts) and not row["wait_ms_total"] and not row["hold_ms_total"]
+
+
 def _lock_wait_ms(entry: Mapping[str, Any]) -> float:
     wait = finite_number(entry.get("wait_ms_total"))
     if wait is None:
@@ -144,6 +150,10 @@ def build_report(manifest: Mapping[str, Any]) -> dict[str, Any]:
             }
         )
     rows.sort(key=lambda r: (-r["wait_ms_total"], r["lock"]))
+    # A class never taken as a mutex and never waited on (a queue or a semaphore whose pool is
+    # reported on its own, a lock made and left alone) would be a row of zeros.
+    unused = [r["lock"] for r in rows if _unused(r)]
+    rows = [r for r in rows if not _unused(r)]
 
     distribution = _mapping(manifest.get("hold_time_distribution"))
     pool_names = {_mapping(raw).get("name") for raw in _list(manifest.get("resource_pools"))}
@@ -249,6 +259,7 @@ def build_report(manifest: Mapping[str, Any]) -> dict[str, Any]:
         "release_failures": release_failures,
         "cycles": cycles,
         "locks": rows,
+        "unused_locks": unused,
         "total_wait_ms": total_wait,
         "lock_order": _graph(manifest, cycles),
         "sections": sections,

@@ -276,6 +276,12 @@ def render_text(
         out += ["  " + line for line in _table(headers, rows, right=set(range(2, 12)))]
         if len(r["locks"]) > len(shown):
             out.append(s.dim(f"  ... and {len(r['locks']) - len(shown)} more"))
+    if r["unused_locks"]:
+        names = ", ".join(printable(n) for n in r["unused_locks"][:MAX_CHART_LOCKS])
+        more = len(r["unused_locks"]) - MAX_CHART_LOCKS
+        out.append(
+            s.dim(f"  never taken as a mutex: {names}" + (f" and {more} more" if more > 0 else ""))
+        )
 
     if r["sections"]:
         out.append("")

@@ -114,6 +114,7 @@ WORKER_FIELDS = (
     "stats",  # lock class -> Stats
     "in_lockwatch",  # True while lockwatch itself runs on this worker: nothing is recorded
     "last",  # the worker's last lock event (perf_counter_ns)
+    "signals",  # lock class -> SignalStats (record._signals)
     "first",  # its first
     "worker",  # its name
     "chain",  # the lock-order chain cache: (holding, acquiring) pairs already in the graph
@@ -121,7 +122,6 @@ WORKER_FIELDS = (
     "thread",  # the thread or task it belongs to, weakly (an ended one is folded away)
     "retired",  # observed time (ns) of the ended workers folded into this state
     "waiting",  # the lock class this worker is blocked on right now (set by the slow path), or None
-    "signals",  # lock class -> SignalStats (record._signals)
 )
 
 

@@ -48,6 +48,7 @@ from opentelemetry.trace import Tracer
 
 from .._version import __version__
 from ..record._outbox import OUTBOX
+from ._bounded import run_bounded
 from ._distributed import distributed_counters
 from ._exit_hooks import HOOKS
 
@@ -148,16 +149,7 @@ class Telemetry:
         if timeout_s is None:
             self._drain_as_lockwatch(then)
             return True
-        done = threading.Event()
-
-        def run() -> None:
-            try:
-                self._drain_as_lockwatch(then)
-            finally:
-                done.set()
-
-        threading.Thread(target=run, name="otel-lockwatch-flush", daemon=True).start()
-        if done.wait(timeout_s):
+        if run_bounded(lambda: self._drain_as_lockwatch(then), timeout_s, "otel-lockwatch-flush"):
             return True
         if abandon:
             self.abandon()

@@ -27,7 +27,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +41,7 @@ from ..manifest import _evaluate, _io
 from ..manifest._model import Manifest
 from ..record._outbox import OUTBOX
 from ..record._recorder import RECORDER
+from ._bounded import run_bounded
 from ._emitter import TELEMETRY
 from ._exit_hooks import HOOKS as _HOOKS
 
@@ -390,28 +391,14 @@ def _shutdown_processors(provider: Any, budget_s: float) -> None:
             continue  # ours: the front processor has written already
         if not callable(getattr(processor, "shutdown", None)):
             continue
-        done = _run_bounded(processor.shutdown, deadline - time.monotonic())
+        done = run_bounded(processor.shutdown, deadline - time.monotonic(), _EXIT_THREAD)
         if not done:
             exporter = getattr(processor, "span_exporter", None) or getattr(
                 getattr(processor, "_batch_processor", None), "_exporter", None
             )
             if exporter is not None and callable(getattr(exporter, "shutdown", None)):
-                _run_bounded(exporter.shutdown, _EXPORTER_GRACE_S)
+                run_bounded(exporter.shutdown, _EXPORTER_GRACE_S, _EXIT_THREAD)
 
 
 _EXPORTER_GRACE_S = 1.0
-
-
-def _run_bounded(fn: Callable[[], Any], timeout_s: float) -> bool:
-    """Run ``fn`` on a daemon thread; wait at most ``timeout_s``. True when it returned."""
-
-    def run() -> None:
-        try:
-            fn()
-        except Exception as exc:  # the SDK's trouble, not the host's: counted, never raised
-            OUTBOX.failed(exc)
-
-    thread = threading.Thread(target=run, name="otel-lockwatch-exit", daemon=True)
-    thread.start()
-    thread.join(max(0.0, timeout_s))
-    return not thread.is_alive()
+_EXIT_THREAD = "otel-lockwatch-exit"

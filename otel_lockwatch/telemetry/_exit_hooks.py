@@ -19,6 +19,8 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
+from ._bounded import STANDBY
+
 __all__ = ["HOOKS"]
 
 
@@ -42,6 +44,7 @@ class _Hooks:
             self._installed = True
             atexit.register(self._at_exit)
             self._install_sigterm()
+        STANDBY.ensure()  # the exit work's helper when no thread can be started then
 
     def unregister(self, exporter: Any) -> None:
         if exporter in self._exporters:

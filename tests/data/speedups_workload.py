@@ -1,4 +1,5 @@
-"""Every entry point of the lock path, once; prints what the recorder kept, as JSON.
+"""Every entry point of the lock path (and of the signal paths: semaphores, queues, a condition's
+notify), once; prints what the recorder kept, as JSON.
 
 Run by tests/test_speedups.py on the C path and on the pure-Python path
 (LOCKWATCH_DISABLE_EXTENSIONS=1); the two outputs must be equal. Single-threaded except for the
@@ -9,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import queue
 import threading
 
 from opentelemetry.sdk.metrics import MeterProvider
@@ -119,6 +121,37 @@ def main() -> None:
         expect_error(sections.acquire, "k8")  # re-entry
     expect_error(sections.release, "k9")  # not held
 
+    # The signal paths: a semaphore's checkouts and checkins, a queue's, a condition's notify.
+    sem = name_lock(threading.BoundedSemaphore(2), "sem")
+    for _ in range(20):
+        with sem:
+            pass
+    assert sem.acquire() and sem.acquire(blocking=False) and not sem.acquire(False)
+    assert not sem.acquire(timeout=0.001)  # no permit: the Python path on both, times out
+    assert in_thread(lambda: sem.acquire(blocking=False)) is False
+    sem.release()
+    sem.release()
+    expect_error(sem.release)  # released too often: no checkin
+    expect_error(sem.release, 1, 2)
+    assert sem.acquire(True, None)
+    sem.release(1)
+    plain = name_lock(threading.Semaphore(0), "plain")
+    plain.release(3)
+    assert plain.acquire() and plain.acquire(blocking=True)
+    jobs: queue.Queue[int] = name_lock(queue.Queue(), "jobs")
+    for i in range(5):
+        jobs.put(i)
+    while not jobs.empty():
+        jobs.get()
+    signalled = threading.Condition(name_lock(threading.Lock(), "signalled.lock"))
+    name_lock(signalled, "signalled")
+    expect_error(signalled.notify)  # not held: signalled nothing
+    with signalled:
+        signalled.notify()
+        signalled.notify(2)
+        signalled.notify_all()
+    expect_error(signalled.notify, 1, 2)
+
     async def tasks():
         asections = AsyncStripedSections(8, name="async")
         for _ in range(10):
@@ -139,6 +172,18 @@ def main() -> None:
         }
         for name, lock in sorted(snapshot["locks"].items())
     }
+    signals = {
+        name: {
+            "signal_waits": {
+                k: v for k, v in lock["signal_waits"].items() if k not in ("wait_ns", "workers")
+            }
+            | {"workers": {w: t["signals"] for w, t in lock["signal_waits"]["workers"].items()}},
+            "pool": {k: v for k, v in lock.get("pool", {}).items() if k != "hold_ns"}
+            | {"holds": lock["pool"]["hold_ns"].count if "pool" in lock else None},
+        }
+        for name, lock in sorted(snapshot["locks"].items())
+        if "signal_waits" in lock or "pool" in lock
+    }
     edges = sorted(
         (w.holding, w.acquiring, w.worker, list(w.sites)) for w in RECORDER.graph.edges()
     )
@@ -148,6 +193,12 @@ def main() -> None:
             {
                 "speedups": _fast_path.SPEEDUPS,
                 "locks": locks,
+                "signals": signals,
+                "signal_paths": [
+                    type(threading.Semaphore.acquire).__name__,
+                    type(threading.BoundedSemaphore.release).__name__,
+                    type(signalled.notify).__name__,
+                ],
                 "edges": edges,
                 "raised": raised,
                 "held": held,

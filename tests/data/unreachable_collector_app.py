@@ -1,12 +1,17 @@
 """A program whose OTLP/HTTP collector is unreachable: its exit must not hang.
 
-    python unreachable_collector_app.py simple|batch PORT MANIFEST [wait-for-sigint]
+    python unreachable_collector_app.py simple|batch|console PORT MANIFEST [wait-for-sigint]
+        [no-threads-at-exit]
 
 It contends a lock from four threads (hundreds of ``lock.wait`` spans queued for export), prints
 ``work done <epoch seconds>``, then exits; with ``wait-for-sigint`` it first waits for a SIGINT
-(the user's Ctrl-C) and exits by the KeyboardInterrupt.
+(the user's Ctrl-C) and exits by the KeyboardInterrupt. ``console`` exports to standard output
+instead (the port is not used), and lockwatch's emitter waits for the exit to send anything, so
+every span goes out in the exit's final flush. With ``no-threads-at-exit`` no thread can be
+started once the exit hooks run, as on CPython 3.12 (gh-113964).
 """
 
+import atexit
 import signal
 import sys
 import threading
@@ -15,16 +20,25 @@ import time
 from opentelemetry import trace
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor
+from opentelemetry.sdk.trace.export import (
+    BatchSpanProcessor,
+    ConsoleSpanExporter,
+    SimpleSpanProcessor,
+)
 
 from otel_lockwatch import LockwatchInstrumentor
+from otel_lockwatch.telemetry._emitter import TELEMETRY
 
 mode, port, manifest = sys.argv[1:4]
 provider = TracerProvider()
-processor = SimpleSpanProcessor if mode == "simple" else BatchSpanProcessor
-provider.add_span_processor(
-    processor(OTLPSpanExporter(endpoint=f"http://127.0.0.1:{port}/v1/traces"))
-)
+if mode == "console":
+    provider.add_span_processor(SimpleSpanProcessor(ConsoleSpanExporter()))
+    TELEMETRY.INTERVAL_S = 3600.0  # nothing is emitted before the exit's final flush
+else:
+    processor = SimpleSpanProcessor if mode == "simple" else BatchSpanProcessor
+    provider.add_span_processor(
+        processor(OTLPSpanExporter(endpoint=f"http://127.0.0.1:{port}/v1/traces"))
+    )
 trace.set_tracer_provider(provider)
 LockwatchInstrumentor().instrument(
     tracer_provider=provider, manifest_path=manifest, wait_span_threshold_ms=0.001
@@ -43,7 +57,14 @@ for t in threads:
     t.start()
 for t in threads:
     t.join()
+if "no-threads-at-exit" in sys.argv[4:]:
+
+    def refuse(self: threading.Thread) -> None:
+        raise RuntimeError("can't create new thread at interpreter shutdown")
+
+    # Registered after lockwatch's exit hook, so it runs first: from then on, as on 3.12.
+    atexit.register(setattr, threading.Thread, "start", refuse)
 print("work done", time.time(), flush=True)
-if sys.argv[4:] == ["wait-for-sigint"]:
+if "wait-for-sigint" in sys.argv[4:]:
     print("ready", flush=True)
     signal.pause()  # until the user's Ctrl-C: a KeyboardInterrupt ends the program

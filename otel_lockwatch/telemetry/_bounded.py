@@ -1,0 +1,110 @@
+"""Running a call with a deadline: on a helper thread, which the caller waits for at most so long.
+
+lockwatch's exit work (the final flush, the SDK's processors shut down) may block for as long as
+an exporter retries a collector that is down, and the process must still leave in time, so each
+step runs on a helper thread the caller waits for with a timeout (:func:`run_bounded`).
+
+A helper thread cannot always be started: CPython 3.12 refuses any new thread once the
+interpreter is shutting down, atexit handlers included (gh-113964; 3.13 allows it again), and a
+process at its thread limit refuses one at any time. So two *standby* threads, started with the
+exit hooks (:meth:`Standby.ensure`), wait idle and run the calls a refused thread would have
+run, still within the caller's deadline. Two, because the exit's last step shuts down the
+exporter of a processor whose shutdown is stuck on the first (ending its retries). Only with no
+standby does a call run on its caller, without a deadline.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from ..record._outbox import OUTBOX
+
+__all__ = ["STANDBY", "Standby", "run_bounded"]
+
+
+class Standby:
+    """Idle daemon threads, :data:`THREADS` per process, that run the calls handed to them
+    (each by the first thread free)."""
+
+    THREADS = 2
+
+    def __init__(self) -> None:
+        self._calls: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
+        self._threads: list[threading.Thread] = []
+        self._pid = 0
+
+    def ensure(self) -> None:
+        """Start the threads, unless this process has them (a forked child starts its own)."""
+        if self.ready():
+            return
+        calls: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
+        threads = [
+            threading.Thread(
+                target=self._serve, args=(calls,), name="otel-lockwatch-standby", daemon=True
+            )
+            for _ in range(self.THREADS)
+        ]
+        try:
+            for thread in threads:
+                thread.start()
+        except RuntimeError as exc:  # no thread now either: calls run on their caller
+            OUTBOX.failed(exc)
+            return
+        self._calls, self._threads, self._pid = calls, threads, os.getpid()
+
+    def ready(self) -> bool:
+        return self._pid == os.getpid() and any(t.is_alive() for t in self._threads)
+
+    def submit(self, call: Callable[[], None]) -> bool:
+        """Hand ``call`` to the threads; False when this process has none."""
+        if not self.ready():
+            return False
+        self._calls.put(call)
+        return True
+
+    def _after_fork_in_child(self) -> None:
+        if self._threads:  # the parent had them: so does the child
+            self._threads = []
+            self.ensure()
+
+    @staticmethod
+    def _serve(calls: queue.SimpleQueue[Callable[[], None]]) -> None:
+        while True:
+            calls.get()()  # each call catches its own errors (run_bounded's run)
+
+
+#: The process's standby threads.
+STANDBY = Standby()
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=STANDBY._after_fork_in_child)
+
+
+def run_bounded(fn: Callable[[], Any], timeout_s: float, name: str) -> bool:
+    """Run ``fn`` on a daemon thread named ``name`` and wait at most ``timeout_s`` for it.
+
+    An exception in ``fn`` is counted (``OUTBOX.failed``), never raised. When no thread can be
+    started, the standby thread runs it; when there is none, the caller does, unbounded.
+
+    Returns:
+        True when ``fn`` returned (or raised) in time.
+    """
+    done = threading.Event()
+
+    def run() -> None:
+        try:
+            fn()
+        except Exception as exc:  # the SDK's trouble, not the host's
+            OUTBOX.failed(exc)
+        finally:
+            done.set()
+
+    try:
+        threading.Thread(target=run, name=name, daemon=True).start()
+    except RuntimeError:  # the interpreter starts no thread now (shutting down on 3.12, limits)
+        if not STANDBY.submit(run):
+            run()
+    return done.wait(max(0.0, timeout_s))
