@@ -38,7 +38,13 @@ class Standby:
         self._pid = 0
 
     def ensure(self) -> None:
-        """Start the threads, unless this process has them (a forked child starts its own)."""
+        """Start the threads, unless this process has them.
+
+        A forked child has none (threads do not survive a fork), and none are started for it:
+        a program's child sees only the threads it started (CPython's own fork tests count
+        them). Its exit work starts helper threads as usual; only a child leaving through
+        atexit on 3.12 runs those steps on its exiting thread, without the deadline.
+        """
         if self.ready():
             return
         calls: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
@@ -66,11 +72,6 @@ class Standby:
         self._calls.put(call)
         return True
 
-    def _after_fork_in_child(self) -> None:
-        if self._threads:  # the parent had them: so does the child
-            self._threads = []
-            self.ensure()
-
     @staticmethod
     def _serve(calls: queue.SimpleQueue[Callable[[], None]]) -> None:
         while True:
@@ -79,8 +80,6 @@ class Standby:
 
 #: The process's standby threads.
 STANDBY = Standby()
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=STANDBY._after_fork_in_child)
 
 
 def run_bounded(fn: Callable[[], Any], timeout_s: float, name: str) -> bool:
