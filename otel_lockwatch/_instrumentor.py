@@ -16,7 +16,8 @@ the pools' sizes); ``instrument()`` installs it and ``uninstrument()`` puts back
 there. Locks created before ``instrument()``, and by OpenTelemetry, ``logging``, otel-lockwatch
 and the stdlib's own machinery, stay the plain locks they always were.
 
-A ``HeldLockSpanProcessor`` (and the manifest exporter) are added to an SDK tracer provider.
+A ``HeldLockSpanProcessor`` (and the manifest exporter) are added to an SDK tracer provider; the
+manifest's log record goes to the ``logger_provider`` given, else the global one.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from ._settings import Options, load_options
 from .capture import _multiprocess, _patches
 from .capture._bookkeeping import configure
 from .record._recorder import RECORDER
+from .record._sites import configure as configure_points
 from .telemetry import _exit
 from .telemetry._emitter import TELEMETRY
 
@@ -40,12 +42,13 @@ __all__ = ["LockwatchInstrumentor"]
 class LockwatchInstrumentor(BaseInstrumentor):
     """An OpenTelemetry instrumentor for locks.
 
-    ``instrument(tracer_provider=..., meter_provider=..., **options)``.
+    ``instrument(tracer_provider=..., meter_provider=..., logger_provider=..., **options)``
+    (the logger provider carries the manifest's log record; by default the global one).
 
     Options (each also an ``OTEL_PYTHON_LOCKWATCH_*`` variable; see ``environment_variables``):
     ``wait_span_threshold_ms``, ``hold_span_threshold_ms``, ``hold_metric_floor_ms``,
-    ``on_cycle``, ``manifest``, ``manifest_path``, ``checkpoint_interval_s``, ``pool_size``,
-    ``hot_lock_threshold_pct``, ``starvation_ratio``.
+    ``on_cycle``, ``manifest``, ``manifest_log_record``, ``manifest_path``,
+    ``checkpoint_interval_s``, ``pool_size``, ``hot_lock_threshold_pct``, ``starvation_ratio``.
     """
 
     @property
@@ -65,12 +68,13 @@ class LockwatchInstrumentor(BaseInstrumentor):
             hold_metric_ns=int(options.hold_metric_floor_ms * 1e6),
             on_cycle=options.on_cycle,
         )
+        configure_points(options.contention_points)
         if options.pool_size is not None:
             RECORDER.note_pool(options.pool_size, "env")
         TELEMETRY.configure(kwargs.get("tracer_provider"), kwargs.get("meter_provider"), RECORDER)
         _patches.install()
         self._add_processors(kwargs.get("tracer_provider"))
-        self._start_manifest(kwargs.get("tracer_provider"), options)
+        self._start_manifest(kwargs.get("tracer_provider"), options, kwargs.get("logger_provider"))
         _multiprocess.instrument(options, _exit.ACTIVE.exporter)
 
     def _uninstrument(self, **kwargs: Any) -> None:
@@ -94,14 +98,20 @@ class LockwatchInstrumentor(BaseInstrumentor):
         add(processor)
         LockwatchInstrumentor._added.append((provider, processor))
 
-    def _start_manifest(self, tracer_provider: Any, options: Options) -> None:
+    def _start_manifest(
+        self, tracer_provider: Any, options: Options, logger_provider: Any = None
+    ) -> None:
         from .telemetry._exit import ManifestExporter, install_first
 
         provider = tracer_provider if tracer_provider is not None else trace.get_tracer_provider()
         exporter = None
         if options.manifest:
             exporter = ManifestExporter(
-                options.manifest_path, options.checkpoint_interval_s, provider
+                options.manifest_path,
+                options.checkpoint_interval_s,
+                provider,
+                logger_provider,
+                options.manifest_log_record,
             )
         processor = install_first(provider, exporter)
         if processor is not None:

@@ -29,7 +29,15 @@ from dataclasses import dataclass, field, fields
 from types import MappingProxyType
 from typing import Any
 
-__all__ = ["ENV_PREFIX", "SETTINGS", "Options", "Setting", "docs_table_rows", "load_options"]
+__all__ = [
+    "ENV_PREFIX",
+    "MAX_CONTENTION_POINTS",
+    "SETTINGS",
+    "Options",
+    "Setting",
+    "docs_table_rows",
+    "load_options",
+]
 
 logger = logging.getLogger("otel_lockwatch")
 
@@ -87,6 +95,18 @@ def _integer_at_least_one(value: Any) -> int:
         value = value.strip()
     number = int(value)
     if number < 1 or (isinstance(value, float) and value != number):
+        raise ValueError
+    return number
+
+
+#: The largest ``contention_points`` setting (a manifest keeps 4 x it sites per lock class).
+MAX_CONTENTION_POINTS = 64
+
+
+def _points(value: Any) -> int:
+    """An integer in ``[1, MAX_CONTENTION_POINTS]``."""
+    number = _integer_at_least_one(value)
+    if number > MAX_CONTENTION_POINTS:
         raise ValueError
     return number
 
@@ -153,6 +173,12 @@ class Options:
         valid="true or false",
         doc="write the manifest at exit",
     )
+    manifest_log_record: bool = _option(
+        parse=_bool,
+        default=True,
+        valid="true or false",
+        doc="also send each manifest write as a `lockwatch.manifest` log record",
+    )
     manifest_path: str = _option(
         parse=_path,
         default="lockwatch-manifest.json",
@@ -188,6 +214,13 @@ class Options:
         default=5.0,
         valid="a number > 1",
         doc="a worker waiting more than this times a lock's median wait is starved",
+    )
+    contention_points: int = _option(
+        parse=_points,
+        default=8,
+        valid=f"an integer in [1, {MAX_CONTENTION_POINTS}]",
+        doc="the report's top waiting and holding sites per lock class; the manifest keeps 4 x "
+        "as many, the rest folded into `(other)`",
     )
 
 

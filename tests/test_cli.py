@@ -58,8 +58,10 @@ def _one_error(capsys: pytest.CaptureFixture[str], rc: int) -> str:
 
 
 def test_report_prints_the_summary_in_plain_text(billing, capsys, monkeypatch):
-    """Under pytest stdout is not a tty: no colour codes, every part of the report present."""
+    """Under pytest stdout is not a tty: no colour codes, every part of the report present (in
+    a terminal wide enough for each on one line)."""
     monkeypatch.delenv("NO_COLOR", raising=False)
+    monkeypatch.setenv("COLUMNS", "1000")
     assert main(["report", str(billing)]) == 0
     out, err = capsys.readouterr()
     assert err == ""

@@ -98,6 +98,53 @@ def test_demo_the_reporter_starves_on_stats_snapshot(demo_run):
     assert {w for w, _ in starved} == {"reporter"}, starved
 
 
+def _demo_site(function: str, code: str) -> str:
+    """``lockwatch_demo:function:line`` of the workload's line holding ``code``."""
+    source = Path(_demo.__file__).with_name("_demo_workload.py").read_text().splitlines()
+    (line,) = [i for i, text in enumerate(source, 1) if code in text]
+    return f"lockwatch_demo:{function}:{line}"
+
+
+def _top(points: dict) -> str:
+    """The site with the most wait of a contention or contending points table."""
+    return max(
+        points, key=lambda s: points[s]["sum"] if "sum" in points[s] else points[s]["wait_ns"]
+    )
+
+
+def test_demo_global_config_points_name_the_publishers_waiting_and_holding_site(demo_run):
+    """Who waits for the hot lock, and who held it meanwhile: the publishers' re-read of the
+    configuration, on both sides, with most of the wait."""
+    lock = load_manifest(demo_run[1]).to_dict()["locks"]["global_config"]
+    site = _demo_site("publish_event", "with self.config_lock:")
+    waits, holds = lock["contention_points"], lock["contending_points"]
+    assert _top(waits) == site and _top(holds) == site
+    assert waits[site]["sum"] > 0.5 * lock["wait_ns"]["sum"]
+    assert holds[site]["wait_ns"] > 0.5 * lock["wait_ns"]["sum"]
+
+
+def test_demo_the_starved_reporters_wait_names_the_compactors_hold(demo_run):
+    """The reporter waits at its snapshot, and the site that held ``stats_snapshot`` meanwhile
+    is the compactor's long hold; the report says both."""
+    lock = load_manifest(demo_run[1]).to_dict()["locks"]["stats_snapshot"]
+    reporter = _demo_site("reporter", 'with self._task("snapshot"), self.stats_lock:')
+    compactor = _demo_site("compactor", 'with self._task("compact"), self.stats_lock:')
+    assert _top(lock["contention_points"]) == reporter
+    assert _top(lock["contending_points"]) == compactor
+    out = demo_run[2]
+    section = out[out.index("\ncontention points") : out.index("\nlocks (most waited-on first)")]
+    assert reporter in section and compactor in section
+
+
+def test_demo_html_report_shows_the_points_and_the_timeline(demo_run, tmp_path, capsys):
+    html_path = tmp_path / "r.html"
+    assert main(["report", "--html", str(html_path), str(demo_run[1])]) == 0
+    capsys.readouterr()
+    page = html_path.read_text()
+    assert '<div class="points" data-lock="global_config">' in page
+    assert '<svg id="timeline-chart"' in page and 'data-lock="global_config"' in page
+
+
 def test_demo_the_accounts_ledger_cycle_has_its_witnesses(demo_run):
     doc = load_manifest(demo_run[1]).to_dict()
     (cycle,) = doc["pre_deadlock_ordering_witness"]
@@ -337,9 +384,10 @@ def test_run_prints_the_report_of_the_manifest_the_program_left(tmp_path, capsys
     assert not ANSI.search(out)
 
 
-def test_run_exits_with_the_program_status(tmp_path, capsys, no_otlp):
+def test_run_exits_with_the_program_status(tmp_path, capsys, no_otlp, monkeypatch):
     """The manifest is written on the way out of a failing program too; the temporary one is
     removed."""
+    monkeypatch.setenv("COLUMNS", "1000")  # the report's title on one line
     before = set(Path(os.environ.get("TMPDIR", "/tmp")).glob("otel-lockwatch-run-*"))
     rc = main(["run", sys.executable, str(_script(tmp_path, status=3))])
     out, err = capsys.readouterr()

@@ -278,9 +278,10 @@ def test_a_forged_verdict_without_overruns_is_refused(tmp_path):
         load_manifest(path)
 
 
-def test_the_report_shows_overruns_and_release_failures(tmp_path, capsys):
+def test_the_report_shows_overruns_and_release_failures(tmp_path, capsys, monkeypatch):
     """``otel-lockwatch report`` names the verdict, each overrun's worker and lock, and the
-    refused releases."""
+    refused releases (in a terminal wide enough for each on one line)."""
+    monkeypatch.setenv("COLUMNS", "1000")
     from otel_lockwatch.cli import main
 
     path = tmp_path / "m.json"

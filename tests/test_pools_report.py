@@ -67,7 +67,7 @@ def test_the_model_lists_the_pool_with_both_ways_out(pools):
 
 
 def test_the_terminal_report_has_a_pools_section(pools):
-    text = _report_text.render_text(pools)
+    text = _report_text.render_text(pools, width=1000)
     section = text[text.index("\nresource pools\n") : text.index("\nlock-order cycles\n")]
     lines = section.strip("\n").splitlines()
     assert lines[1].split() == [

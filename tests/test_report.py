@@ -82,7 +82,7 @@ def test_build_report_refuses_a_manifest_without_verdict():
 def test_text_report_shows_every_part_in_plain_text(full):
     """Verdict, pool sizes, throughput, hot lock with share and hold percentiles, starvation,
     the lockdep text of the cycle, the per-lock table and the sections, and no ANSI code."""
-    text = _report_text.render_text(full, source="m.json")
+    text = _report_text.render_text(full, source="m.json", width=1000)
     assert not ANSI.search(text)
     assert text.startswith("otel-lockwatch contention report: m.json\n")
     assert re.search(r"^verdict +CYCLIC_ORDERING_DETECTED$", text, re.M)
@@ -189,3 +189,39 @@ def test_write_text_atomic_into_missing_directory_raises_and_writes_nothing(tmp_
 def test_merged_process_is_named_by_its_pids(full):
     full["process"] = {"pids": [11, 12], "merged": 2, "service.name": "a, b"}
     assert "  a, b, merged from 2 processes (pids 11, 12)\n" in _report_text.render_text(full)
+
+
+def _long_named(full: dict) -> dict:
+    """The billing snapshot with a lock of a long dotted name, waited on at long sites."""
+    name = "billing.ledger.postings_by_account_and_currency_shard_017.settlement_window_lock"
+    site = "billing.ingest.handlers.postings_by_account_and_currency:apply_posting_batch:412"
+    doc = json.loads(json.dumps(full))
+    entry = doc["locks"].pop("config")
+    entry["contention_points"] = {site: {"sub_bits": 4, "buckets": [[216, 3]], "count": 3,
+                                         "sum": 300000, "min": 100000, "max": 100000}}  # fmt: skip
+    entry["contending_points"] = {site.replace("apply", "hold"): {"count": 3, "wait_ns": 300000}}
+    doc["locks"][name] = entry
+    return doc
+
+
+@pytest.mark.parametrize("width", [100, 80, 60])
+def test_text_report_lines_fit_the_width_and_tables_wrap_long_names(full, width):
+    """No line is wider than the terminal; a table whose names do not fit wraps them in their
+    column (or puts them on a line of their own above the figures), losing no character."""
+    doc = _long_named(full)
+    text = _report_text.render_text(doc, width=width)
+    lines = text.splitlines()
+    assert max(map(len, lines)) <= width, [line for line in lines if len(line) > width]
+    squeezed = "".join(line.strip() for line in lines)
+    assert "billing.ledger.postings_by_account_and_currency_shard_017.settlement_window_lock" in (
+        squeezed.replace(" ", "")
+    )
+    assert "contention points" in text
+    site = "billing.ingest.handlers.postings_by_account_and_currency:apply_posting_batch:412"
+    assert all(piece in text for piece in re.split(r"[.:_]", site))  # wrapped at separators
+
+
+def test_text_report_keeps_its_one_line_tables_when_they_fit(full):
+    """A table that fits the width is drawn as before: one line per row."""
+    text = _report_text.render_text(full, width=1000)
+    assert re.search(r"^  config +4\.1 s +93\.1 % +1200 +1\.5 ms +8\.65 ms +31 ms$", text, re.M)

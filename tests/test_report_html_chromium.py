@@ -9,7 +9,8 @@ along each arrow of the lock-order graph) and take a full-page screenshot.
 
 The reports: the billing snapshot of ``test_report.py``; the manifest of a real
 ``otel-lockwatch demo`` run; and generated manifests of 2, 5, 20 and 200 lock classes, with long
-creation-site names, long worker names, chains, fans and cycles in their lock-order graphs.
+creation-site names, long worker names, chains, fans and cycles in their lock-order graphs, long
+contention and contending sites, and a timeline of 256 buckets.
 
 The tests skip only when Chromium is not installed *and* ``CI`` is unset.
 """
@@ -31,6 +32,7 @@ from otel_lockwatch.cli._report_html import render_html
 from otel_lockwatch.cli._report_model import build_report
 from otel_lockwatch.manifest._evaluate import evaluate
 from otel_lockwatch.manifest._io import dump_manifest
+from otel_lockwatch.record._histogram import LogHistogram
 
 pytestmark = pytest.mark.e2e
 
@@ -124,6 +126,12 @@ PROBE = r"""
     var r = rect(el); r.lock = el.getAttribute("data-lock"); r.hot = el.classList.contains("hot");
     return r;
   });
+  out.timeline = all("#timeline-chart g.timeline-row").map(function (el) {
+    var r = rect(el); r.lock = el.getAttribute("data-lock");
+    r.bars = all("rect.bar.wait", el).length;
+    return r;
+  });
+  out.points = all("div.points").map(function (el) { return el.getAttribute("data-lock"); });
   out.hold_charts = all("svg.hold-chart").map(function (el) {
     var r = rect(el);
     r.lock = el.getAttribute("data-lock");
@@ -219,8 +227,33 @@ def generated_manifest(n: int, seed: int = 17) -> dict[str, Any]:
         }
         for cycle in cycles
     ]
+    # Contention points with long sites on both sides, the "(other)" row of a full table, and a
+    # timeline of the longest kind (256 buckets) for the classes with the most wait.
+    for i, name in enumerate(names):
+        waits = [
+            f"billing.ingest.handlers.postings_by_account_and_currency:apply_posting_batch:{k}"
+            if k % 2
+            else f"app:w{k}:{k}"
+            for k in range(1 + i % 10)
+        ]
+        locks[name]["contention_points"] = {
+            site: LogHistogram([1000 * (k + 1)] * (k + 1)).to_json() for k, site in enumerate(waits)
+        }
+        locks[name]["contending_points"] = {
+            site.replace("apply", "hold"): {"count": k + 1, "wait_ns": 1000 * (k + 1) ** 2}
+            for k, site in enumerate(waits)
+        }
+    series = {
+        name: {
+            "wait_ns": [rng.randrange(10**9) for _ in range(256)],
+            "hold_ns": [rng.randrange(10**9) for _ in range(256)],
+        }
+        for name in names[:8]
+    }
+    timeline = {"width_ms": 800, "start_ms": 1_796_000_000_000, "buckets": 256, "locks": series}
     return {
         "verdict": "CYCLIC_ORDERING_DETECTED",
+        "timeline": timeline,
         "nominal_pool_size": 16,
         "recommended_pool_size": 8,
         "effective_throughput_pct": 41.5,
@@ -383,6 +416,29 @@ def test_wait_share_chart_is_drawn_with_one_bar_per_waited_on_lock(measured):
     assert [lock for lock, b in bars.items() if b["hot"]] == ["config"]
     # 4100 ms vs 200 ms of wait: the drawn widths keep the ratio.
     assert bars["config"]["w"] / bars["accounts"]["w"] == pytest.approx(4100 / 200, rel=0.02)
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+@pytest.mark.parametrize("n", GENERATED)
+def test_the_timeline_and_the_contention_points_are_drawn(measured, reports, n, width):
+    """One timeline row per class of the manifest's timeline, the most wait first, each with its
+    wait bars, inside the page; the points of the most waited-on classes (at most 8)."""
+    probe = measured[(f"generated-{n}", width)]
+    _, manifest = reports[f"generated-{n}"]
+    rows = probe["timeline"]
+    series = manifest["timeline"]["locks"]
+    most = sorted(series, key=lambda k: (-sum(series[k]["wait_ns"]), -sum(series[k]["hold_ns"])))
+    assert [r["lock"] for r in rows] == most
+    assert all(r["bars"] > 200 and r["w"] > 0 and r["r"] <= width for r in rows)
+    locks = manifest["locks"]
+    waited = {k: sum(h["sum"] for h in locks[k]["contention_points"].values()) for k in locks}
+    assert probe["points"] == sorted(locks, key=lambda k: (-waited[k], k))[:8]
+
+
+def test_the_demo_shows_the_points_of_global_config_and_its_timeline(measured):
+    probe = measured[("demo", 1400)]
+    assert probe["points"][0] == "global_config"
+    assert probe["timeline"][0]["lock"] == "global_config"
 
 
 def test_hold_chart_of_the_hot_lock_draws_its_histogram(measured):

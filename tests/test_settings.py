@@ -49,6 +49,8 @@ def test_docs_table_rows():
         "| `ON_CYCLE` | `on_cycle` | `warn` | a new lock-order cycle: `warn`, `raise` or "
         "`ignore` |",
         "| `MANIFEST` | `manifest` | `true` | write the manifest at exit |",
+        "| `MANIFEST_LOG_RECORD` | `manifest_log_record` | `true` | also send each manifest "
+        "write as a `lockwatch.manifest` log record |",
         "| `MANIFEST_PATH` | `manifest_path` | `lockwatch-manifest.json` | where (`{pid}` is "
         "replaced) |",
         "| `CHECKPOINT_INTERVAL_S` | `checkpoint_interval_s` | 30 | rewrite the manifest this "
@@ -61,6 +63,8 @@ def test_docs_table_rows():
         "share of the aggregate wait is hot |",
         "| `STARVATION_RATIO` | `starvation_ratio` | 5 | a worker waiting more than this times "
         "a lock's median wait is starved |",
+        "| `CONTENTION_POINTS` | `contention_points` | 8 | the report's top waiting and holding "
+        "sites per lock class; the manifest keeps 4 x as many, the rest folded into `(other)` |",
     ]
 
 

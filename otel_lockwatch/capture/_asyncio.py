@@ -20,6 +20,7 @@ from ..sections import _asyncio as _array
 from ._bookkeeping import (
     check_order,
     current_context,
+    holder_entry,
     record_try,
     record_wait,
     stats_of,
@@ -76,20 +77,22 @@ async def _timed_wait(
     cls: LockClass,
     f: Any,
     extra: dict[str, Any] | None = None,
+    hold: Any = None,
 ) -> Any:
     """``_bookkeeping.timed_wait`` for an awaitable: a cancelled wait is recorded as one that
     did not get the lock."""
     ctx = current_context()
+    held_by = None if hold is None else holder_entry(hold)
     before, st.waiting = st.waiting, cls  # for the live gauges, as _bookkeeping.timed_wait
     t0 = _pc()
     try:
         ok = await acquiring
     except BaseException:
-        record_wait(st, s, cls, t0, _pc(), False, ctx, f, extra)
+        record_wait(st, s, cls, t0, _pc(), False, ctx, f, extra, held_by)
         raise
     finally:
         st.waiting = before
-    record_wait(st, s, cls, t0, _pc(), ok, ctx, f, extra)
+    record_wait(st, s, cls, t0, _pc(), ok, ctx, f, extra, held_by)
     return ok
 
 
@@ -112,7 +115,7 @@ def lock_acquire_factory(original: Any) -> Any:
             await original(self)
             s.acquisitions += 1
         else:
-            await _timed_wait(original(self), st, s, cls, f)
+            await _timed_wait(original(self), st, s, cls, f, None, self)
         track_hold(self, st, s, (cls, f, f.f_lasti, self, False))
         return True
 
@@ -168,7 +171,7 @@ def async_section_acquire_factory(original: Any) -> Any:
                     s.collisions += 1
                 extra = {"lockwatch.section.index": index, "lockwatch.section.collision": collision}
                 acquiring = original(self, index, key, True, timeout, canonical)
-                if not await _timed_wait(acquiring, st, s, cls, f, extra):
+                if not await _timed_wait(acquiring, st, s, cls, f, extra, track.slots[index]):
                     return False
         elif not record_try(s, await original(self, index, key, False, None, canonical)):
             return False

@@ -50,6 +50,7 @@ from ..exceptions import PotentialDeadlockError
 from ..record._histogram import bucket_of
 from ..record._outbox import OUTBOX
 from ..record._recorder import RECORDER, STATS_FIELDS, WORKER_FIELDS, Stats, WorkerState
+from ..record._sites import UNKNOWN, SiteTable, code_attributes, code_site
 from ..record._witness import EdgeWitness, utc_timestamp
 from ._dropped import collected_gone, dropped
 from ._fast_path import speedups
@@ -65,6 +66,7 @@ __all__ = [
     "current_context",
     "discard",
     "entry_site",
+    "holder_entry",
     "lock_wait",
     "record_try",
     "record_wait",
@@ -122,33 +124,20 @@ def stats_of(st: WorkerState, cls: LockClass) -> Stats:
 
 
 # -- sites -----------------------------------------------------------------------------------
-def _line_of(code: Any, lasti: int) -> int:
-    for start, end, line in code.co_lines():
-        if start <= lasti < end and line is not None:
-            return line
-    return code.co_firstlineno
-
-
 def entry_site(entry: tuple) -> str:
     """``module:function:line`` where a held lock was acquired."""
-    code, lasti = entry[1].f_code, entry[2]
-    return f"{_module_of_code(code)}:{code.co_name}:{_line_of(code, lasti)}"
+    return code_site(entry[1].f_code, entry[2])
 
 
-_code_modules: dict[Any, str] = {}
-
-
-def _module_of_code(code: Any) -> str:
-    # The code object does not know its module; the file does. Map the file to a module name once.
-    name = _code_modules.get(code.co_filename)
-    if name is None:
-        name = code.co_filename
-        for mod_name, module in list(sys.modules.items()):
-            if getattr(module, "__file__", None) == code.co_filename:
-                name = mod_name
-                break
-        _code_modules[code.co_filename] = name
-    return name
+def holder_entry(hold: Any) -> tuple | None:
+    """The held-stack entry of the last hold that ``hold`` (the object that keeps a lock's hold)
+    tracked: the holder a waiter arrived during, or the one that released (or handed over) in
+    the moment between the waiter's failed try and this look; None when nobody this process
+    watched ever held it."""
+    try:
+        return hold._lw_entry
+    except AttributeError:  # never held yet
+        return None
 
 
 # -- the lock order --------------------------------------------------------------------------
@@ -272,9 +261,11 @@ def record_wait(
     ctx: Any,
     f: Any,
     extra: dict[str, Any] | None,
+    held_by: tuple | None = None,
 ) -> None:
     """Count a blocking attempt that had to wait from ``t0`` to ``t1`` (``ok``: it got the lock)
-    and queue it for OpenTelemetry (``extra``: more span attributes)."""
+    at its site (the frame ``f``) while the held-stack entry ``held_by`` held the lock (None:
+    unknown), and queue it for OpenTelemetry (``extra``: more span attributes)."""
     w = t1 - t0
     s.contentions += 1
     s.wait_total_ns += w
@@ -291,6 +282,13 @@ def record_wait(
         s.timeouts += 1
     st.in_lockwatch = True
     try:
+        sites = s.sites
+        if sites is None:
+            sites = s.sites = SiteTable()
+        holder = UNKNOWN if held_by is None else (held_by[1].f_code, held_by[2])
+        sites.add(UNKNOWN if f is None else (f.f_code, f.f_lasti), holder, w)
+        if w >= WAIT_SPAN_NS and held_by is not None:  # the span names who held the lock
+            extra = {**(extra or {}), **code_attributes(entry_site(held_by), "lockwatch.holder.")}
         OUTBOX.wait(
             cls,
             t0,
@@ -315,10 +313,13 @@ def timed_wait(
     cls: LockClass,
     f: Any,
     extra: dict[str, Any] | None = None,
+    hold: Any = None,
 ) -> Any:
     """The slow path of a blocking acquire whose try failed: ``acquire(*args)``, timed, and the
-    wait recorded. Returns what ``acquire`` returned."""
+    wait recorded, charged to the holder ``hold`` keeps at the arrival (``hold``: the object
+    that keeps the lock's hold). Returns what ``acquire`` returned."""
     ctx = current_context()
+    held_by = None if hold is None else holder_entry(hold)
     # Noted for the live gauges while the worker is blocked (restored: a wait may nest one).
     before, st.waiting = st.waiting, cls
     t0 = _pc()
@@ -326,15 +327,22 @@ def timed_wait(
         ok = acquire(*args)
     finally:
         st.waiting = before
-    record_wait(st, s, cls, t0, _pc(), ok, ctx, f, extra)
+    record_wait(st, s, cls, t0, _pc(), ok, ctx, f, extra, held_by)
     return ok
 
 
 def lock_wait(
-    lock: Any, st: WorkerState, s: Stats, cls: LockClass, f: Any, timeout: float = -1
+    lock: Any,
+    st: WorkerState,
+    s: Stats,
+    cls: LockClass,
+    f: Any,
+    timeout: float = -1,
+    hold: Any = None,
 ) -> bool:
-    """:func:`timed_wait` in ``lock.acquire(True, timeout)``."""
-    return timed_wait(lock.acquire, (True, timeout), st, s, cls, f)
+    """:func:`timed_wait` in ``lock.acquire(True, timeout)`` (``hold``: the object that keeps
+    the lock's hold, whose holder the wait is charged to)."""
+    return timed_wait(lock.acquire, (True, timeout), st, s, cls, f, None, hold)
 
 
 #: What an object that keeps a hold notes at the acquisition, for the release. The C fast path
@@ -402,7 +410,7 @@ def acquire_tracked(
             s.acquisitions += 1
         else:
             held.pop()  # not held while it waits (the live gauges read the stack)
-            if not lock_wait(lock, st, s, cls, f, timeout):
+            if not lock_wait(lock, st, s, cls, f, timeout, hold):
                 return False
             t0 = _pc()
             held.append(entry)

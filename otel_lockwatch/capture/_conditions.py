@@ -50,6 +50,7 @@ _tls = RECORDER.tls  # never replaced: Recorder.reset() keeps it
 # watched lock wraps one.
 _plain_rlock = threading.RLock
 _through_notify: dict[type, bool] = {}
+_STDLIB_NOTIFY = threading.Condition.notify
 
 
 def _calls_notify(kind: type) -> bool:
@@ -61,10 +62,15 @@ def _calls_notify(kind: type) -> bool:
     return known
 
 
+def _is_stdlib_notify(notify: Any) -> bool:
+    """Whether a bound ``notify`` is ``threading.Condition``'s own (not a subclass's override),
+    whose call with no waiter only checks that the lock is held: the C path may do that itself."""
+    return getattr(notify, "__func__", None) is _STDLIB_NOTIFY
+
+
 def _signal_hooks(cond: Any, state: Any) -> None:
     """Give ``cond`` its own ``notify`` (and ``notify_all``, unless it calls ``notify``);
     ``state`` finds the calling worker's state (None: the calling thread's)."""
-    d = cond.__dict__
     notify = cond.notify
 
     def _notify(*args: Any, **kwargs: Any) -> None:
@@ -81,7 +87,7 @@ def _signal_hooks(cond: Any, state: Any) -> None:
                 st = state()
             if st.in_lockwatch:
                 return
-            cls = d["_lockwatch_class"]
+            cls = cond._lockwatch_class
             s = st.signals.get(cls)
             if s is None:
                 s = signal_stats(st, cls)
@@ -94,7 +100,7 @@ def _signal_hooks(cond: Any, state: Any) -> None:
     cond.notify = (
         _notify
         if speedups is None or state is not None
-        else (speedups.ConditionNotify(notify, _notify, d))
+        else speedups.ConditionNotify(notify, _notify, cond, _is_stdlib_notify(notify))
     )
     if not _calls_notify(type(cond)):
         notify_all = cond.notify_all
@@ -104,7 +110,7 @@ def _signal_hooks(cond: Any, state: Any) -> None:
             try:
                 st = thread_state() if state is None else state()
                 if not st.in_lockwatch:
-                    gave(st, d["_lockwatch_class"], -1)
+                    gave(st, cond._lockwatch_class, -1)
             except Exception as exc:
                 OUTBOX.failed(exc)
 
@@ -115,8 +121,7 @@ def _signal_hooks(cond: Any, state: Any) -> None:
 # -- threading.Condition --------------------------------------------------------------------
 def watch_condition(cond: Any, cls: LockClass) -> None:
     """Make ``cond`` a watched condition of class ``cls`` (called at its creation)."""
-    d = cond.__dict__
-    d["_lockwatch_class"] = cls
+    cond._lockwatch_class = cls
     restore = cond._acquire_restore
     wait = cond.wait
     wakes: dict[int, int] = {}  # thread -> when its wait was woken
@@ -132,7 +137,7 @@ def watch_condition(cond: Any, cls: LockClass) -> None:
         ctx = current_context()
         me = _get_ident()
         wakes.pop(me, None)
-        cls = d["_lockwatch_class"]
+        cls = cond._lockwatch_class
         before, st.waiting = st.waiting, cls  # for the live gauges, as _bookkeeping.timed_wait
         t0 = _pc()
         try:
@@ -187,8 +192,7 @@ def condition_init_factory(original: Any) -> Any:
 
 # -- asyncio.Condition ----------------------------------------------------------------------
 def _watch_async(cond: Any, cls: LockClass) -> None:
-    d = cond.__dict__
-    d["_lockwatch_class"] = cls
+    cond._lockwatch_class = cls
     acquire = cond.acquire  # the lock's, bound by the condition; wait() re-acquires with it
     wait = cond.wait
     wakes: dict[Any, int] = {}  # waiting worker's state -> when its wait was woken (0: not yet)
@@ -205,7 +209,7 @@ def _watch_async(cond: Any, cls: LockClass) -> None:
             return await wait()
         ctx = current_context()
         wakes[st] = 0
-        cls = d["_lockwatch_class"]
+        cls = cond._lockwatch_class
         before, st.waiting = st.waiting, cls  # for the live gauges
         t0 = _pc()
         try:

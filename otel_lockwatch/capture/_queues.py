@@ -77,8 +77,7 @@ def queue_init_factory(original: Any) -> Any:
 
 def watch_queue(q: Any, cls: LockClass) -> None:
     """Make ``q`` a watched queue of class ``cls`` (called at its creation)."""
-    d = q.__dict__
-    d["_lockwatch_class"] = cls
+    q._lockwatch_class = cls
     get, put, size = q._get, q._put, q._qsize
     sized = type(q)._qsize in _LEN_OF_QUEUE
 
@@ -90,7 +89,7 @@ def watch_queue(q: Any, cls: LockClass) -> None:
             except AttributeError:
                 st = RECORDER.thread_state()
             if not st.in_lockwatch:
-                took(st, d["_lockwatch_class"], len(d["queue"]) if sized else size(), -1)
+                took(st, q._lockwatch_class, len(q.queue) if sized else size(), -1)
         except Exception as exc:
             OUTBOX.failed(exc)
         return item
@@ -104,17 +103,17 @@ def watch_queue(q: Any, cls: LockClass) -> None:
             except AttributeError:
                 st = RECORDER.thread_state()
             if not st.in_lockwatch:
-                gave(st, d["_lockwatch_class"], len(d["queue"]) if sized else size())
+                gave(st, q._lockwatch_class, len(q.queue) if sized else size())
         except Exception as exc:
             OUTBOX.failed(exc)
 
     q._get = _get
     q._put = _put
-    _time_waits(q.not_empty, d, give=False)
-    _time_waits(q.not_full, d, give=True)
+    _time_waits(q.not_empty, q, give=False)
+    _time_waits(q.not_full, q, give=True)
 
 
-def _time_waits(cond: Any, d: dict, give: bool) -> None:
+def _time_waits(cond: Any, q: Any, give: bool) -> None:
     """Time every ``wait`` on one of the queue's conditions as a signal wait of the queue."""
     wait = cond.wait
 
@@ -122,7 +121,7 @@ def _time_waits(cond: Any, d: dict, give: bool) -> None:
         st = thread_state()
         if st.in_lockwatch:
             return wait(timeout)
-        cls = d["_lockwatch_class"]
+        cls = q._lockwatch_class
         try:  # a worker of the class from now: it counts as alive while it waits
             signal_stats(st, cls)
         except Exception as exc:

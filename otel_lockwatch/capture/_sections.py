@@ -127,7 +127,7 @@ def section_wait(
         s.collisions += 1
     extra = {"lockwatch.section.index": index, "lockwatch.section.collision": collision}
     args = (self, index, key, True, timeout, canonical)
-    return timed_wait(original, args, st, s, cls, f, extra)
+    return timed_wait(original, args, st, s, cls, f, extra, self._lw.slots[index])
 
 
 def section_acquire_factory(original: Any) -> Any:

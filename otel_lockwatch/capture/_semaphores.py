@@ -71,7 +71,7 @@ def semaphore_init_factory(original: Any, kind: str) -> Any:
 def _took_permit(sem: Any, st: WorkerState, cls: LockClass) -> None:
     """A checkout of a permit of ``sem`` (the permits left read after it)."""
     try:
-        left, capacity = sem._value, sem.__dict__.get("_lw_capacity", -1)
+        left, capacity = sem._value, getattr(sem, "_lw_capacity", -1)
     except Exception as exc:  # a subclass without the stdlib's fields
         OUTBOX.failed(exc)
         return
@@ -88,7 +88,7 @@ def _waited_for_permit(
         return
     try:  # it gave up: the capacity is known all the same
         s = signal_stats(st, cls)
-        s.most = max(s.most, sem.__dict__.get("_lw_capacity", -1))
+        s.most = max(s.most, getattr(sem, "_lw_capacity", -1))
     except Exception as exc:
         OUTBOX.failed(exc)
 
@@ -98,7 +98,7 @@ def threading_acquire_factory(original: Any) -> Any:
     """The patched ``threading.Semaphore.acquire`` (and ``__enter__``)."""
 
     def acquire(self: Any, blocking: bool = True, timeout: float | None = None) -> bool:
-        cls = self.__dict__.get("_lockwatch_class")
+        cls = getattr(self, "_lockwatch_class", None)
         if cls is None or (timeout is not None and not blocking):
             return original(self, blocking, timeout)
         try:
@@ -141,7 +141,7 @@ def threading_release_factory(original: Any) -> Any:
 
     def release(self: Any, n: int = 1) -> None:
         original(self, n)  # raises when a bounded semaphore is released too often: no checkin
-        cls = self.__dict__.get("_lockwatch_class")
+        cls = getattr(self, "_lockwatch_class", None)
         if cls is None:
             return
         try:
@@ -161,7 +161,7 @@ def async_acquire_factory(original: Any) -> Any:
     """The patched ``asyncio.Semaphore.acquire`` (the worker is the task)."""
 
     async def acquire(self: Any) -> bool:
-        cls = self.__dict__.get("_lockwatch_class")
+        cls = getattr(self, "_lockwatch_class", None)
         if cls is None:
             return await original(self)
         st = task_state()
@@ -195,7 +195,7 @@ def async_release_factory(original: Any) -> Any:
 
     def release(self: Any) -> None:
         original(self)
-        cls = self.__dict__.get("_lockwatch_class")
+        cls = getattr(self, "_lockwatch_class", None)
         if cls is not None:
             st = task_state()
             if not st.in_lockwatch:

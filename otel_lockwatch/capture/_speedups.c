@@ -52,7 +52,7 @@ static PyObject *g_context;        /* the current OpenTelemetry context: context
 static PyObject *g_context_var;    /* the ContextVar whose get() context is, else NULL */
 static PyObject *g_failed;         /* OUTBOX.failed(exc) */
 static PyObject *g_check_order;    /* check_order(st, cls, frame, obj, canonical) */
-static PyObject *g_lock_wait;      /* lock_wait(lock, st, s, cls, frame) -> bool */
+static PyObject *g_lock_wait;      /* lock_wait(lock, st, s, cls, frame, -1, hold) -> bool */
 static PyObject *g_record_hold;    /* record_hold(st, entry, t0, t1, ctx, index or None) */
 static int g_ready = 0;
 /* setup_locks(), from _threading.py */
@@ -85,7 +85,7 @@ static PyInterpreterState *g_interp = NULL;
 
 /* interned attribute names */
 static PyObject *s_st, *s_acquire, *s_release, *s_append, *s_pop, *s_lockwatch_class, *s_value,
-    *s_lw_capacity;
+    *s_lw_capacity, *s_waiters, *s_is_owned;
 static PyObject *g_one, *g_minus_one;
 
 static inline long long
@@ -757,7 +757,13 @@ lock_acquire_fast(LockBase *self, int blocking)
                 swallow();
         }
         else {
-            PyObject *r = PyObject_CallFunctionObjArgs(g_lock_wait, lock, st, s, cls, f, NULL);
+            /* the wait is charged to the holder this proxy keeps (its HOLD_* members) */
+            PyObject *forever = PyLong_FromLong(-1);
+            if (forever == NULL)
+                goto error;
+            PyObject *r = PyObject_CallFunctionObjArgs(g_lock_wait, lock, st, s, cls, f, forever,
+                                                       (PyObject *)self, NULL);
+            Py_DECREF(forever);
             if (r == NULL)
                 goto error;
             if (!consume_truth(r)) {
@@ -1546,6 +1552,22 @@ SECTION_FN_TYPE(SectionRelease,
  * Python wrappers stay the one place that decides what an operation is. An error goes to
  * OUTBOX.failed, as in Python; both return None. */
 
+/* obj.name (new reference), or NULL with no error when it has none. Unlike reading its __dict__,
+ * this never makes the instance's dictionary, which would slow every later attribute access
+ * of the object (the standard library's own code included). */
+static PyObject *
+optional_attr(PyObject *obj, PyObject *name)
+{
+    PyObject *v = NULL;
+#if PY_VERSION_HEX >= 0x030D0000
+    if (PyObject_GetOptionalAttr(obj, name, &v) < 0)
+#else
+    if (_PyObject_LookupAttr(obj, name, &v) < 0)
+#endif
+        PyErr_Clear();
+    return v;
+}
+
 /* The worker's SignalStats for the class (new reference), made by the Python routine when new. */
 static PyObject *
 signal_stats_of(PyObject *st, PyObject *cls)
@@ -1689,31 +1711,17 @@ speedups_gave(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
  * They share SectionFn's layout: the original method and the Python wrapper.
  * ========================================================================================== */
 
-/* The semaphore's lock class (borrowed from its __dict__), or NULL with no error. */
-static PyObject *
-sem_class(PyObject *sem, PyObject **dict)
-{
-    *dict = PyObject_GenericGetDict(sem, NULL);
-    if (*dict == NULL) {
-        PyErr_Clear();
-        return NULL;
-    }
-    PyObject *cls = PyDict_GetItemWithError(*dict, s_lockwatch_class);
-    if (cls == NULL)
-        PyErr_Clear();
-    return cls;
-}
-
-/* A dict's int item as a long long, else `fallback` (no error). */
+/* An int attribute as a long long, else `fallback` (no error). */
 static long long
-dict_ll(PyObject *dict, PyObject *key, long long fallback)
+attr_ll(PyObject *obj, PyObject *name, long long fallback)
 {
-    PyObject *v = PyDict_GetItemWithError(dict, key);
+    PyObject *v = optional_attr(obj, name);
     long long out;
     if (v == NULL || !PyLong_Check(v) || as_ll(v, &out) < 0) {
         PyErr_Clear();
-        return fallback;
+        out = fallback;
     }
+    Py_XDECREF(v);
     return out;
 }
 
@@ -1723,13 +1731,12 @@ sem_acquire(SectionFn *fn, PyObject *const *args, size_t nargsf, PyObject *kwnam
     Py_ssize_t n = PyVectorcall_NARGS(nargsf);
     if (n != 1 || kwnames != NULL || !g_ready || g_signal_stats == NULL)
         return PyObject_Vectorcall(fn->python, args, nargsf, kwnames);
-    PyObject *sem = args[0], *dict, *cls = sem_class(sem, &dict), *st = NULL, *s = NULL;
+    PyObject *sem = args[0], *cls = optional_attr(sem, s_lockwatch_class), *st = NULL, *s = NULL;
     if (cls == NULL || (st = usable_state()) == NULL || (s = stats_of(st, cls)) == NULL) {
         Py_XDECREF(st);
-        Py_XDECREF(dict);
+        Py_XDECREF(cls);
         return PyObject_Vectorcall(fn->python, args, nargsf, kwnames);
     }
-    Py_INCREF(cls); /* the dict's item may be replaced while the original runs */
     PyObject *call[2] = {sem, Py_False};
     PyObject *r = PyObject_Vectorcall(fn->original, call, 2, NULL);
     int ok = r == NULL ? -1 : PyObject_IsTrue(r);
@@ -1737,13 +1744,12 @@ sem_acquire(SectionFn *fn, PyObject *const *args, size_t nargsf, PyObject *kwnam
     if (ok == 1) {
         if (slot_add(&STATS[STATS_ACQUISITIONS], s, 1) < 0)
             swallow();
-        signal_took(st, cls, dict_ll(dict, s_value, -1), dict_ll(dict, s_lw_capacity, -1),
+        signal_took(st, cls, attr_ll(sem, s_value, -1), attr_ll(sem, s_lw_capacity, -1),
                     now_ns());
     }
     Py_DECREF(cls);
     Py_DECREF(s);
     Py_DECREF(st);
-    Py_DECREF(dict);
     if (ok == 1)
         Py_RETURN_TRUE;
     if (ok < 0)
@@ -1758,18 +1764,16 @@ sem_release(SectionFn *fn, PyObject *const *args, size_t nargsf, PyObject *kwnam
     Py_ssize_t n = PyVectorcall_NARGS(nargsf);
     if (n != 1 || kwnames != NULL || !g_ready || g_signal_stats == NULL)
         return PyObject_Vectorcall(fn->python, args, nargsf, kwnames);
-    PyObject *dict, *cls = sem_class(args[0], &dict), *st = NULL;
+    PyObject *cls = optional_attr(args[0], s_lockwatch_class), *st = NULL;
     if (cls == NULL || (st = usable_state()) == NULL) {
-        Py_XDECREF(dict);
+        Py_XDECREF(cls);
         return PyObject_Vectorcall(fn->python, args, nargsf, kwnames);
     }
-    Py_INCREF(cls);
     PyObject *r = PyObject_Vectorcall(fn->original, args, 1, NULL);
     if (r != NULL) /* released (a bounded semaphore released too often raises: no checkin) */
         signal_gave(st, cls, -1, now_ns());
     Py_DECREF(cls);
     Py_DECREF(st);
-    Py_DECREF(dict);
     return r;
 }
 
@@ -1781,20 +1785,53 @@ SECTION_FN_TYPE(SemaphoreRelease,
                 sem_release);
 
 /* A watched threading.Condition's own notify (_conditions._signal_hooks): SectionFn's layout,
- * with `globals` the condition's __dict__ (its class is read there on every call, as in Python).
- * The bound original's result and errors pass through; a notify that raised signalled nothing. */
+ * with `globals` the condition (its class is read on every call, as in Python) and `mirror` set
+ * when the instance's notify is threading.Condition's own. The bound original's result and
+ * errors pass through; a notify that raised signalled nothing.
+ *
+ * A notify with no waiter (the common case of a pool that is not exhausted) checks that the
+ * lock is held and does nothing else, in every version of threading.Condition.notify: with
+ * `mirror`, the default n (or an int >= 0) and an empty waiters deque, it runs here, asking the
+ * condition's own _is_owned(); every other call runs the original. */
+static int
+notify_nobody(SectionFn *fn, PyObject *const *args, Py_ssize_t n, PyObject *kwnames)
+{
+    if (!fn->mirror || kwnames != NULL || n > 1 ||
+        (n == 1 && (!PyLong_CheckExact(args[0]) || _PyLong_Sign(args[0]) < 0)))
+        return 0;
+    PyObject *waiters = optional_attr(fn->globals, s_waiters);
+    int empty = waiters != NULL && Py_TYPE(waiters) == (PyTypeObject *)g_deque_type &&
+                PyObject_Length(waiters) == 0;
+    Py_XDECREF(waiters);
+    PyObject *is_owned = empty ? optional_attr(fn->globals, s_is_owned) : NULL;
+    if (is_owned == NULL) {
+        PyErr_Clear();
+        return 0;
+    }
+    PyObject *r = PyObject_CallNoArgs(is_owned);
+    Py_DECREF(is_owned);
+    int owned = r == NULL ? -1 : PyObject_IsTrue(r);
+    Py_XDECREF(r);
+    if (owned < 0)
+        PyErr_Clear();
+    return owned == 1; /* not owned (or unknown): the original raises as it always did */
+}
+
 static PyObject *
 cond_notify(SectionFn *fn, PyObject *const *args, size_t nargsf, PyObject *kwnames)
 {
     PyObject *cls = NULL, *st = NULL;
-    if (g_ready && g_signal_stats != NULL && PyDict_CheckExact(fn->globals) &&
-        (cls = PyDict_GetItemWithError(fn->globals, s_lockwatch_class)) != NULL)
+    if (g_ready && g_signal_stats != NULL &&
+        (cls = optional_attr(fn->globals, s_lockwatch_class)) != NULL)
         st = usable_state();
     PyErr_Clear();
-    if (st == NULL)
+    if (st == NULL) {
+        Py_XDECREF(cls);
         return PyObject_Vectorcall(fn->python, args, nargsf, kwnames);
-    Py_INCREF(cls);
-    PyObject *r = PyObject_Vectorcall(fn->original, args, nargsf, kwnames);
+    }
+    PyObject *r = notify_nobody(fn, args, PyVectorcall_NARGS(nargsf), kwnames)
+                      ? Py_NewRef(Py_None)
+                      : PyObject_Vectorcall(fn->original, args, nargsf, kwnames);
     if (r != NULL) { /* a signal: no clock (a notify is made under the lock, whose release reads it) */
         PyObject *s = signal_stats_of(st, cls);
         if (s == NULL || slot_add(&SIGNAL[SIGNAL_GIVES], s, 1) < 0)
@@ -1807,7 +1844,8 @@ cond_notify(SectionFn *fn, PyObject *const *args, size_t nargsf, PyObject *kwnam
 }
 
 SECTION_FN_TYPE(ConditionNotify,
-                "ConditionNotify(original, python, dict): a watched threading.Condition's notify.",
+                "ConditionNotify(original, python, condition, mirror): a watched threading.Condition's "
+                "notify.",
                 cond_notify);
 
 /* ==========================================================================================
@@ -2067,6 +2105,8 @@ PyInit__speedups(void)
     INTERN(s_lockwatch_class, "_lockwatch_class");
     INTERN(s_value, "_value");
     INTERN(s_lw_capacity, "_lw_capacity");
+    INTERN(s_waiters, "_waiters");
+    INTERN(s_is_owned, "_is_owned");
     g_one = PyLong_FromLong(1);
     g_minus_one = PyLong_FromLong(-1);
     if (g_one == NULL || g_minus_one == NULL)

@@ -10,7 +10,8 @@ reads manifests:
   run -- python app.py     a program under lockwatch (opentelemetry-instrument), then its report
   report MANIFEST          the terminal summary; --json, --html OUT, --dot OUT
   check MANIFEST -p N      may a successor spawn N workers? exit 0 yes, 1 no, 2 unreadable
-  merge A B ... -o OUT     one manifest from the manifests of several processes
+  merge INPUT... -o OUT    one manifest from the manifests of several processes (files,
+                           directories, globs, a Collector's file of manifest records)
 
 Exit status: 0 success (or admissible), 1 pool-size violation, 2 a user error (a missing or
 invalid file, an edited manifest or one that does not agree with its data, a bad option, a
@@ -42,8 +43,9 @@ from otel_lockwatch.cli._common import (
 )
 from otel_lockwatch.exceptions import ManifestError
 from otel_lockwatch.manifest._admission import may_spawn_pool_size
+from otel_lockwatch.manifest._fleet import expand_inputs, read_inputs
 from otel_lockwatch.manifest._io import DEFAULT_MAX_BYTES, dump_manifest, load_manifest
-from otel_lockwatch.manifest._merge import merge_manifests
+from otel_lockwatch.manifest._merge import MAX_MERGED_WORKERS, ManifestFold
 from otel_lockwatch.record._witness import printable
 
 __all__ = ["PROG", "SUBCOMMANDS", "CommandError", "Subcommand", "build_parser", "main"]
@@ -159,15 +161,33 @@ def _run_check(args: argparse.Namespace, out: IO[str], err: IO[str]) -> int:
 
 
 def _configure_merge(p: argparse.ArgumentParser) -> None:
-    p.add_argument("manifests", metavar="MANIFEST", nargs="+", help="manifests to combine")
+    p.add_argument(
+        "manifests",
+        metavar="INPUT",
+        nargs="+",
+        help="manifest files, directories of them, glob patterns, or a Collector's file of "
+        "lockwatch.manifest records",
+    )
     p.add_argument("-o", "--output", metavar="OUT", required=True, help="where to write the result")
+    p.add_argument(
+        "--max-workers",
+        metavar="N",
+        type=positive_int,
+        default=MAX_MERGED_WORKERS,
+        help="workers kept per lock class, the longest waits; the others are summed into one "
+        f"'(other workers)' row (default {MAX_MERGED_WORKERS})",
+    )
     _add_max_bytes(p)
 
 
 def _run_merge(args: argparse.Namespace, out: IO[str], err: IO[str]) -> int:
-    manifests = [load_manifest(path, max_bytes=args.max_bytes) for path in args.manifests]
+    fold = ManifestFold(args.max_workers)
+    for data, thresholds in read_inputs(expand_inputs(args.manifests), max_bytes=args.max_bytes):
+        fold.add_data(data, thresholds)
+    if not fold.count:
+        raise CommandError("nothing to merge: the inputs hold no manifest")
     try:
-        merged = merge_manifests(manifests)
+        merged = fold.result()
     except ValueError as exc:  # ManifestError included: manifests that cannot be combined
         raise CommandError(f"cannot merge: {exc}") from None
     try:
@@ -178,8 +198,8 @@ def _run_merge(args: argparse.Namespace, out: IO[str], err: IO[str]) -> int:
         ) from None
     process = merged.process
     print(
-        f"merged {len(manifests)} manifests into {printable(args.output, None)}: "
-        f"verdict {merged.verdict}, {process.get('merged', len(manifests))} processes, "
+        f"merged {fold.count} manifests into {printable(args.output, None)}: "
+        f"verdict {merged.verdict}, {process.get('merged', fold.count)} processes, "
         f"{len(merged.locks)} locks, recommended pool size {merged.recommended_pool_size}",
         file=out,
     )
@@ -223,7 +243,10 @@ SUBCOMMANDS: tuple[Subcommand, ...] = (
         _run_merge,
         description=(
             "Combine the manifests of several processes into one (distributions merged "
-            "exactly, verdict evaluated again) and write it atomically to OUT."
+            "exactly, verdict evaluated again) and write it atomically to OUT. Each INPUT is a "
+            "manifest file, a directory (its *.json and *.jsonl files), a glob pattern, or the "
+            "file a Collector's file exporter writes the lockwatch.manifest log records to "
+            "(the latest record of each process is merged). The inputs are read one at a time."
         ),
     ),
 )

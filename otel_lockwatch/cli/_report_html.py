@@ -6,10 +6,12 @@ the file can be mailed, attached to a CI run, or opened offline. It shows the mo
 aggregate wait per lock, the hold-time distribution of each hot lock (from its histogram when
 the manifest carries one, else its p50/p95/max), and the lock-order graph in layers
 (``_report_graph``: labels never crossed, the size following the graph), cycle edges in red; a
-table of the resource pools, with the way out of a pool that is the bottleneck. Tables wrap long
-names in their cells rather than overflow the page. Its elements carry stable ids and classes
-(``#wait-share-chart``, ``.hold-chart``, ``#lock-order-graph``, ``.edge.cycle``,
-``#resource-pools``, ``.bottleneck``, ``#idle-waits``) for tests and for anyone who wants to
+table of the resource pools, with the way out of a pool that is the bottleneck; the contention
+points of the most waited-on classes; and the timeline of wait and hold
+(``_report_timeline``). Tables wrap long names in their cells rather than overflow the page.
+Its elements carry stable ids and classes (``#wait-share-chart``, ``.hold-chart``,
+``#lock-order-graph``, ``.edge.cycle``, ``#resource-pools``, ``.bottleneck``, ``#idle-waits``,
+``div.points``, ``#timeline-chart``) for tests and for anyone who wants to
 restyle it.
 """
 
@@ -24,16 +26,21 @@ from typing import Any
 from otel_lockwatch.cli._report_graph import MAX_GRAPH_NODES, svg_lock_order
 from otel_lockwatch.cli._report_model import VERDICT_SEVERITY, build_report, finite_number
 from otel_lockwatch.cli._report_text import (
+    HOLDER_HEADERS,
     MAX_CHART_LOCKS,
     POOL_HEADERS,
+    WAITER_HEADERS,
     duration,
+    holder_row,
     idle_line,
     integer,
     lock_row,
     percent,
     pool_row,
     process_line,
+    waiter_row,
 )
+from otel_lockwatch.cli._report_timeline import svg_timeline
 
 __all__ = ["render_html"]
 
@@ -69,6 +76,9 @@ svg .threshold { stroke: var(--bad); stroke-dasharray: 4 3; }
 .hold-panel { background: var(--panel); border: 1px solid var(--rule); border-radius: 8px;
               padding: 12px; }
 svg.hold-chart .bar { fill: #0969da; }
+svg .bar.hold { fill: #afb8c1; } svg .bar.wait { fill: var(--hot); }
+.points { display: grid; grid-template-columns: repeat(auto-fill, minmax(460px, 1fr));
+          gap: 16px; margin-bottom: 16px; }
 svg .node rect { fill: #ffffff; stroke: var(--bar); stroke-width: 1.5; }
 svg .node.cycle rect { stroke: var(--bad); stroke-width: 2.5; fill: #fff5f5; }
 svg .edge { fill: none; stroke: var(--bar); stroke-width: 1.5; }
@@ -276,13 +286,42 @@ def _pools_html(r: Mapping[str, Any]) -> list[str]:
     return out
 
 
+def _points_html(r: Mapping[str, Any]) -> list[str]:
+    """Where the wait comes from (the sites that waited, the sites holding the lock meanwhile,
+    per class) and when (the timeline)."""
+    out = ["<h2>Contention points</h2>"]
+    if r["contention_points"]:
+        out.append(
+            '<p class="muted">Per lock class, the sites that waited for it, and the sites that '
+            "held it when a waiter arrived (whom they waited for).</p>"
+        )
+    else:
+        out.append('<p class="muted">No wait recorded its sites.</p>')
+    for p in r["contention_points"]:
+        waiters = _html_table(WAITER_HEADERS, map(waiter_row, p["waiters"]))
+        holders = _html_table(HOLDER_HEADERS, map(holder_row, p["holders"]))
+        out.append(
+            f'<h3>{_wrappable(p["lock"])} <span class="muted">· {_e(integer(p["contentions"]))} '
+            f"waits, {_e(duration(p['wait_ms']))}</span></h3>"
+            f'<div class="points" data-lock="{_e(p["lock"])}">'
+            + waiters.replace("<table>", '<table class="waiters">', 1)
+            + holders.replace("<table>", '<table class="holders">', 1)
+            + "</div>"
+        )
+    out.append("<h2>Timeline</h2>")
+    out.append(svg_timeline(r["timeline"], duration))
+    return out
+
+
 def render_html(manifest: Mapping[str, Any], *, title: str | None = None) -> str:
     """One self-contained HTML page: summary cards, the wait share per lock
     (``svg#wait-share-chart``), a hold-time chart per hot lock (``svg.hold-chart``, from the
     hold histogram when the manifest has one, else its p50/p95/max), the lock-order graph
     (``svg#lock-order-graph``, cycle edges ``path.edge.cycle``), the lockdep text of each cycle,
     the starvation signatures, the resource pools (``table#resource-pools``, a bottleneck's way
-    out in ``p.bottleneck``, the idle waits in ``p#idle-waits``) and the per-lock table. No
+    out in ``p.bottleneck``, the idle waits in ``p#idle-waits``), the contention points
+    (``div.points``, a ``table.waiters`` and a ``table.holders`` per class), the timeline
+    (``svg#timeline-chart``) and the per-lock table. No
     script, no network.
 
     Args:
@@ -370,6 +409,7 @@ def render_html(manifest: Mapping[str, Any], *, title: str | None = None) -> str
     else:
         body.append('<p class="muted">No worker starved.</p>')
     body += _pools_html(r)
+    body += _points_html(r)
 
     if r["locks"]:
         body.append("<h2>Locks</h2>")

@@ -16,7 +16,9 @@ after it, in the order a reader checks it:
    waits (consumers waiting for work), which are not contention;
 5. the lock-order cycles, written lockdep-style: the cycle, then each edge with the worker that
    took it and the two acquisition sites, then the interleaving that would deadlock;
-6. a per-lock table and the section arrays.
+6. where the wait comes from: for the most waited-on classes, the sites that waited and the
+   sites that held the lock meanwhile; and when: the timeline of wait and hold;
+7. a per-lock table and the section arrays.
 
 :func:`build_report` computes that model once from the manifest as a plain dict
 (``Manifest.to_dict()`` or the JSON as loaded); ``_report_text`` draws it for a terminal, as
@@ -32,6 +34,8 @@ from typing import Any
 
 from otel_lockwatch.record._histogram import LogHistogram, bucket_bounds
 from otel_lockwatch.record._witness import Cycle
+
+from ._report_points import points_report, timeline_report
 
 __all__ = ["VERDICT_SEVERITY", "build_report", "finite_number", "format_cycle", "pool_advice"]
 
@@ -110,7 +114,8 @@ def build_report(manifest: Mapping[str, Any]) -> dict[str, Any]:
         ``ratio`` to the median), ``resource_pools`` (each with its ``advice`` when it is the
         bottleneck), ``idle_waits`` and their ``idle_wait_ms`` in all, ``lease_overruns`` and
         ``release_failures`` of distributed locks, ``cycles`` (each with
-        its lockdep-style ``text``), ``locks``
+        its lockdep-style ``text``), ``contention_points`` and ``timeline``
+        (``_report_points``), ``locks``
         (one row per lock, most waited-on first, with its ``wait_share_pct``), ``lock_order``
         (node and edge lists of the lock-order graph, cycle edges flagged), ``sections`` and
         ``manifest_digest``.
@@ -258,6 +263,8 @@ def build_report(manifest: Mapping[str, Any]) -> dict[str, Any]:
         "lease_overruns": lease_overruns,
         "release_failures": release_failures,
         "cycles": cycles,
+        "contention_points": points_report(locks),
+        "timeline": timeline_report(manifest.get("timeline")),
         "locks": rows,
         "unused_locks": unused,
         "total_wait_ms": total_wait,

@@ -24,10 +24,12 @@ cut to the same text are still two nodes.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping, Sequence
+import shutil
+from collections.abc import Mapping
 from typing import Any
 
 from otel_lockwatch.cli._report_model import VERDICT_SEVERITY, build_report, finite_number
+from otel_lockwatch.cli._report_table import DEFAULT_WIDTH, fit, table
 from otel_lockwatch.record._witness import printable
 
 __all__ = [
@@ -39,6 +41,11 @@ __all__ = [
     "process_line",
     "render_dot",
     "render_json",
+    "HOLDER_HEADERS",
+    "WAITER_HEADERS",
+    "holder_row",
+    "points_section",
+    "waiter_row",
     "render_text",
 ]
 
@@ -118,8 +125,9 @@ def process_line(proc: Any) -> str:
 class _Style:
     """ANSI styling, or none at all."""
 
-    def __init__(self, color: bool) -> None:
+    def __init__(self, color: bool, width: int = DEFAULT_WIDTH) -> None:
         self.color = color
+        self.width = width  # what every line fits
 
     def _wrap(self, code: str, text: str) -> str:
         return f"\x1b[{code}m{text}\x1b[0m" if self.color else text
@@ -140,22 +148,12 @@ class _Style:
         return self._wrap("31", text)
 
 
-def _table(headers: Sequence[str], rows: Iterable[Sequence[str]], right: set[int]) -> list[str]:
-    rows = [[printable(c) for c in r] for r in rows]  # names (and kinds) cut, escaped
-    widths = [
-        max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(headers)
-    ]
-
-    def line(cells: Sequence[str]) -> str:
-        return "  ".join(
-            c.rjust(widths[i]) if i in right else c.ljust(widths[i]) for i, c in enumerate(cells)
-        ).rstrip()
-
-    return [line(headers)] + [line(r) for r in rows]
-
-
 def render_text(
-    manifest: Mapping[str, Any], *, color: bool = False, source: str | None = None
+    manifest: Mapping[str, Any],
+    *,
+    color: bool = False,
+    source: str | None = None,
+    width: int | None = None,
 ) -> str:
     """The terminal summary of a manifest.
 
@@ -163,12 +161,16 @@ def render_text(
         manifest: the manifest as a dict.
         color: emit ANSI colour codes (the CLI passes True only for a tty without ``NO_COLOR``).
         source: the manifest's path, shown in the title.
+        width: the columns every line fits (default: the terminal's, ``COLUMNS``, else 100);
+            tables wrap their names to fit (``_report_table``).
 
     Raises:
         ValueError: as :func:`build_report`.
     """
     r = build_report(manifest)
-    s = _Style(color)
+    if width is None:
+        width = shutil.get_terminal_size((DEFAULT_WIDTH, 24)).columns
+    s = _Style(color, max(width, 40))
     out: list[str] = []
     title = "otel-lockwatch contention report"
     out.append(s.bold(title + (f": {printable(source, None)}" if source else "")))
@@ -221,7 +223,7 @@ def render_text(
             for h in r["hot_locks"]
         ]
         headers = ["lock", "wait", "share", "holds", "hold p50", "p95", "max"]
-        out += ["  " + line for line in _table(headers, rows, right={1, 2, 3, 4, 5, 6})]
+        out += ["  " + line for line in table(headers, rows, {1, 2, 3, 4, 5, 6}, s.width)]
     else:
         out.append("  none")
 
@@ -254,6 +256,8 @@ def render_text(
             f"  none ({len(graph['edges'])} ordering edges among {len(graph['nodes'])} locks)"
         )
 
+    out += points_section(r, s)
+
     if r["locks"]:
         out.append("")
         out.append(s.bold("locks") + s.dim(" (most waited-on first)"))
@@ -273,7 +277,7 @@ def render_text(
             "p95",
             "max",
         ]
-        out += ["  " + line for line in _table(headers, rows, right=set(range(2, 12)))]
+        out += ["  " + line for line in table(headers, rows, set(range(2, 12)), s.width)]
         if len(r["locks"]) > len(shown):
             out.append(s.dim(f"  ... and {len(r['locks']) - len(shown)} more"))
     if r["unused_locks"]:
@@ -297,8 +301,8 @@ def render_text(
             for sec in r["sections"]
         ]
         headers = ["array", "sections", "collision waits", "max held", "recommended"]
-        out += ["  " + line for line in _table(headers, rows, right={1, 2, 3, 4})]
-    return "\n".join(out) + "\n"
+        out += ["  " + line for line in table(headers, rows, {1, 2, 3, 4}, s.width)]
+    return "\n".join(fit(out, s.width)) + "\n"
 
 
 def _json_escape(char: str) -> str:
@@ -384,12 +388,45 @@ def pools_section(report: Mapping[str, Any], s: _Style) -> list[str]:
     pools = report["resource_pools"]
     if pools:
         rows = [pool_row(p) for p in pools]
-        out += ["  " + line for line in _table(POOL_HEADERS, rows, right=set(range(2, 10)))]
+        out += ["  " + line for line in table(POOL_HEADERS, rows, set(range(2, 10)), s.width)]
         out += ["  " + s.red(p["advice"]) for p in pools if p["advice"]]
     else:
         out.append("  none")
     if report["idle_waits"]:
         out.append("  " + s.dim("idle waits (not contention): " + idle_line(report)))
+    return out
+
+
+#: The columns of a class's contention points and of its contending points.
+WAITER_HEADERS = ("waited at", "waits", "wait", "share", "wait p95")
+HOLDER_HEADERS = ("held by (the holder's site)", "waits", "wait", "share")
+
+
+def waiter_row(w: Mapping[str, Any]) -> list[str]:
+    """A contention point (a site that waited) as the cells of :data:`WAITER_HEADERS`."""
+    return [*holder_row(w), duration(w.get("p95_ms"))]
+
+
+def holder_row(h: Mapping[str, Any]) -> list[str]:
+    """A contending point (a site holding the lock meanwhile) as :data:`HOLDER_HEADERS`."""
+    return [h["site"], integer(h["count"]), duration(h["wait_ms"]), percent(h["share_pct"])]
+
+
+def points_section(report: Mapping[str, Any], s: _Style) -> list[str]:
+    """Where the wait comes from: per class, the sites that waited and the sites holding it."""
+    if not report["contention_points"]:
+        return []
+    out = ["", s.bold("contention points") + s.dim(" (who waits, and who held the lock meanwhile)")]
+    for p in report["contention_points"]:
+        out.append(
+            f"  {printable(p['lock'])}: {integer(p['contentions'])} waits, {duration(p['wait_ms'])}"
+        )
+        for headers, rows in (
+            (WAITER_HEADERS, [waiter_row(w) for w in p["waiters"]]),
+            (HOLDER_HEADERS, [holder_row(h) for h in p["holders"]]),
+        ):
+            figures = set(range(1, len(headers)))
+            out += ["    " + line for line in table(headers, rows, figures, s.width, 4)]
     return out
 
 

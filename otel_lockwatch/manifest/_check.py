@@ -44,6 +44,8 @@ __all__ = [
     "check_doc",
     "check_document",
     "check_json",
+    "check_mergeable",
+    "check_mergeable_parts",
     "shown",
 ]
 
@@ -231,9 +233,9 @@ def check_doc(doc: object, where: str) -> Manifest:
     return check_document(doc, where)
 
 
-def check_document(doc: Any, where: str) -> Manifest:
-    """:func:`check_doc` of a document whose JSON is checked already (by :func:`check_json`,
-    or by the parser's hooks and :func:`check_depth`)."""
+def _check_envelope(doc: Any, where: str) -> bool:
+    """Check a document's type, schema, fields and digest; return whether its schema is a
+    legacy one."""
     if not isinstance(doc, dict):
         raise ManifestError(f"{where} is not a JSON object")
     legacy = doc.get("schema") in LEGACY_SCHEMAS
@@ -242,9 +244,45 @@ def check_document(doc: Any, where: str) -> Manifest:
     missing = [k for k in REQUIRED_FIELDS if k not in doc]
     if missing:
         raise ManifestError(f"{where} lacks field(s): {', '.join(missing)}")
-    digest = doc["manifest_digest"]
-    if digest != compute_digest(doc):
+    if doc["manifest_digest"] != compute_digest(doc):
         raise ManifestError(f"{where} was edited: its manifest_digest does not match its content")
+    return legacy
+
+
+def check_mergeable_parts(
+    data: Mapping[str, Any], thresholds: object, where: str
+) -> tuple[dict[str, Any], dict[str, float]]:
+    """A data part, normalized, and the two thresholds a merge carries over, checked.
+
+    Raises:
+        ManifestError: one line naming ``where`` and the offending field or value.
+    """
+    try:
+        if not isinstance(thresholds, dict):
+            raise ValueError(f"thresholds must be an object, got {type(thresholds).__name__}")
+        keys = ("hot_lock_threshold_pct", "starvation_ratio")
+        return normalize(data), {k: _threshold(thresholds, k) for k in keys}
+    except (ValueError, TypeError) as e:
+        raise ManifestError(printable(f"{where} is invalid: {e}", _MESSAGE_LIMIT)) from None
+
+
+def check_mergeable(doc: Any, where: str) -> tuple[dict[str, Any], dict[str, float]]:
+    """What a merge takes of a document whose JSON is checked already: its data, normalized,
+    and its two thresholds, after the checks of :func:`check_document` but the last (its derived
+    fields are not evaluated again: a merge evaluates the merged data, and uses none of them).
+
+    Raises:
+        ManifestError: one line naming ``where`` and the offending field or value.
+    """
+    _check_envelope(doc, where)
+    return check_mergeable_parts(doc, doc["thresholds"], where)
+
+
+def check_document(doc: Any, where: str) -> Manifest:
+    """:func:`check_doc` of a document whose JSON is checked already (by :func:`check_json`,
+    or by the parser's hooks and :func:`check_depth`)."""
+    legacy = _check_envelope(doc, where)
+    digest = doc["manifest_digest"]
     try:
         manifest = _evaluate_again(doc)
     except (ValueError, TypeError) as e:

@@ -31,6 +31,7 @@ from ..record._data import (
 from ..record._histogram import LogHistogram
 from ..record._witness import Cycle, EdgeWitness
 from ._distributed import with_distributed_fields
+from ._points import with_points_fields
 from ._pools import with_pool_fields
 
 __all__ = ["COUNT_LIMIT", "normalize"]
@@ -293,4 +294,5 @@ def normalize(data: object) -> dict[str, Any]:
         "process": _process(data.get("process", {})),
     }
     with_pool_fields(data, norm)  # signal waits, pools, peak workers: checked last
-    return with_distributed_fields(data, norm)  # key templates, leases, release failures
+    with_distributed_fields(data, norm)  # key templates, leases, release failures
+    return with_points_fields(data, norm)  # contention points, the timeline

@@ -39,6 +39,7 @@ from fractions import Fraction
 from typing import Any
 
 from .._settings import SETTINGS
+from ..record._data import OTHER_WORKERS
 from ..record._histogram import RELATIVE_ERROR, LogHistogram
 from ._data import normalize
 from ._distributed import distributed_reports
@@ -180,6 +181,8 @@ def _starving(
     starving: list[tuple[int, str, str, int]] = []
     for name, lock in locks.items():
         rows = lock["workers"].rows
+        if OTHER_WORKERS in rows:  # a bounded merge's sum of many workers: no one worker
+            rows = {worker: row for worker, row in rows.items() if worker != OTHER_WORKERS}
         split = splits.get(name)
         if split is None:
             names: Iterable[str] = rows.keys()

@@ -46,7 +46,15 @@ from typing import Any, Union
 
 from ..exceptions import ManifestError
 from ..record._witness import printable
-from ._check import INT_LIMIT, MAX_DEPTH, check_depth, check_document, check_json, shown
+from ._check import (
+    INT_LIMIT,
+    MAX_DEPTH,
+    check_depth,
+    check_document,
+    check_json,
+    check_mergeable,
+    shown,
+)
 from ._model import Manifest
 
 __all__ = [
@@ -54,6 +62,9 @@ __all__ = [
     "PathLike",
     "dump_manifest",
     "load_manifest",
+    "load_mergeable",
+    "open_regular",
+    "parse_json",
     "write_atomically",
 ]
 
@@ -147,7 +158,7 @@ def dump_manifest(manifest: Manifest, path: PathLike) -> Path:
 
 
 class _Refused(ValueError):
-    """A value the JSON parser's hooks refuse (caught by :func:`_parse`)."""
+    """A value the JSON parser's hooks refuse (caught by :func:`parse_json`)."""
 
 
 def _file_kind(mode: int) -> str:
@@ -163,13 +174,16 @@ def _file_kind(mode: int) -> str:
     return "not a regular file"  # pragma: no cover
 
 
-def _read(path: PathLike, where: str, max_bytes: int) -> bytearray:
-    """The file's bytes, refusing what is not a regular file or is larger than ``max_bytes``.
+def open_regular(path: PathLike, where: str, max_bytes: int) -> int:
+    """A descriptor open for reading on ``path``, refusing what is not a regular file or is
+    larger than ``max_bytes``.
 
     The kind and size are checked on ``stat`` before the file is opened (opening a FIFO would
     block, reading ``/dev/zero`` would never end), then again on the open descriptor (the path
-    may have been replaced in between); at most ``max_bytes + 1`` bytes are read, so a file
-    that lies about its size (or grows) is refused too.
+    may have been replaced in between).
+
+    Raises:
+        ManifestError: naming ``where``.
     """
     try:
         st = os.stat(path)
@@ -185,6 +199,17 @@ def _read(path: PathLike, where: str, max_bytes: int) -> bytearray:
         raise ManifestError(f"{where} cannot be read: {e.strerror or e}") from None
     try:
         _check_stat(os.fstat(fd), where, max_bytes)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _read(path: PathLike, where: str, max_bytes: int) -> bytearray:
+    """The file's bytes (:func:`open_regular`); at most ``max_bytes + 1`` bytes are read, so a
+    file that lies about its size (or grows) is refused too."""
+    fd = open_regular(path, where, max_bytes)
+    try:
         data = bytearray()
         while len(data) <= max_bytes:
             chunk = os.read(fd, min(_READ_CHUNK, max_bytes + 1 - len(data)))
@@ -239,7 +264,9 @@ def _constant(text: str) -> Any:
     raise _Refused(f"has {text}, which is not a JSON number")
 
 
-def _parse(data: bytearray, where: str) -> Any:
+def parse_json(data: bytearray, where: str) -> Any:
+    """Parse untrusted JSON bytes within the limits of the module docstring (duplicate keys,
+    nesting, numbers, surrogates), or raise one :class:`ManifestError` line naming ``where``."""
     long_digits = b"9" * 19 in data.translate(_DIGITS_AS_NINES)  # faster than a regex
     try:
         text = data.decode("utf-8")
@@ -288,9 +315,30 @@ def load_manifest(path: PathLike, *, max_bytes: int = DEFAULT_MAX_BYTES) -> Mani
         TypeError: ``max_bytes`` is not an int.
         ValueError: ``max_bytes`` < 1.
     """
+    _check_max_bytes(max_bytes)
+    where = f"manifest {printable(os.fspath(path), None)}"
+    return check_document(parse_json(_read(path, where, max_bytes), where), where)
+
+
+def _check_max_bytes(max_bytes: object) -> None:
     if type(max_bytes) is not int:  # noqa: E721
         raise TypeError(f"max_bytes must be an int, got {max_bytes!r}")
     if max_bytes < 1:
         raise ValueError(f"max_bytes must be >= 1, got {max_bytes}")
+
+
+def load_mergeable(
+    path: PathLike, *, max_bytes: int = DEFAULT_MAX_BYTES
+) -> tuple[dict[str, Any], dict[str, float]]:
+    """What a merge needs of a manifest file: its normalized data and its two thresholds.
+
+    The file is read and checked as :func:`load_manifest` does, but for the last check (its
+    derived fields evaluated again from its data): a merge evaluates the merged data and uses
+    none of them, so a file's own evaluation would cost as much as the merge itself.
+
+    Raises:
+        ManifestError: as :func:`load_manifest`, but for derived fields.
+    """
+    _check_max_bytes(max_bytes)
     where = f"manifest {printable(os.fspath(path), None)}"
-    return check_document(_parse(_read(path, where, max_bytes), where), where)
+    return check_mergeable(parse_json(_read(path, where, max_bytes), where), where)

@@ -10,33 +10,33 @@ What only a merge of processes does: a single process's worker ``name`` becomes
 ``"<pid>/<name>"`` (workers of different processes are different workers, even with the same
 thread name), and the processes themselves are listed (pids, service names, the first start and
 the last end, how many manifests were merged).
+
+A merge streams: :class:`ManifestFold` takes one manifest (or one data part read from a file or
+a Collector's record) at a time and keeps only the merged data, so a fleet of ten thousand
+processes costs the memory of its lock classes, not of its manifests. The one part of the data
+that grows with the processes, their workers (``<pid>/<name>``), is bounded per lock class
+(:data:`MAX_MERGED_WORKERS`, the longest waits kept, the others summed exactly into one row).
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from .._settings import SETTINGS
-from ..record._data import WorkerTotals, merge_data
+from ..record._data import DataFold, WorkerTotals
 from ._check import check_doc, check_json
 from ._data import normalize
 from ._evaluate import evaluate_normalized
-from ._io import DEFAULT_MAX_BYTES, PathLike, load_manifest
+from ._io import DEFAULT_MAX_BYTES, PathLike, load_mergeable
 from ._model import Manifest
 
-__all__ = ["merge_manifests"]
+__all__ = ["MAX_MERGED_WORKERS", "ManifestFold", "merge_manifests"]
 
-
-def _as_manifest(item: object, max_bytes: int) -> Manifest:
-    if isinstance(item, Manifest):
-        return item
-    if isinstance(item, Mapping):
-        return check_doc(dict(item), "manifest")
-    if isinstance(item, (str, os.PathLike)):
-        return load_manifest(item, max_bytes=max_bytes)
-    raise TypeError(f"cannot merge a {type(item).__name__}: expected a Manifest, dict or path")
+#: The workers a merge keeps per lock class by default (the longest waits; the others are
+#: summed into one row); 16 times as many at the top level.
+MAX_MERGED_WORKERS = 256
 
 
 def _qualify_workers(data: dict[str, Any]) -> dict[str, Any]:
@@ -65,42 +65,134 @@ def _qualify_workers(data: dict[str, Any]) -> dict[str, Any]:
     return data
 
 
-def _merge_processes(processes: list[Mapping[str, Any]]) -> dict[str, Any]:
-    pids: set[int] = set()
-    names: set[str] = set()
-    starts, ends, merged = [], [], 0
-    for p in processes:
+class _Processes:
+    """The merged ``process`` field, folded one process (or merged manifest) at a time: the
+    pids and service names seen, the first start, the last end, how many were merged."""
+
+    __slots__ = ("ends", "merged", "names", "pids", "starts")
+
+    def __init__(self) -> None:
+        self.pids: set[int] = set()
+        self.names: set[str] = set()
+        self.starts: str | None = None
+        self.ends: str | None = None
+        self.merged = 0
+
+    def add(self, p: Mapping[str, Any]) -> None:
         if "pids" in p:
-            pids.update(p["pids"])
-            names.update(p.get("service.names", [p.get("service.name", "unknown_service")]))
-            merged += p.get("merged", len(p["pids"]))
+            self.pids.update(p["pids"])
+            self.names.update(p.get("service.names", [p.get("service.name", "unknown_service")]))
+            self.merged += p.get("merged", len(p["pids"]))
         else:
             if "pid" in p:
-                pids.add(p["pid"])
-            names.add(p.get("service.name", "unknown_service"))
-            merged += 1
-        if p.get("start") is not None:
-            starts.append(str(p["start"]))
-        if p.get("end") is not None:
-            ends.append(str(p["end"]))
-    ordered_names = sorted(names)
-    return {
-        "pids": sorted(pids),
-        "service.name": ", ".join(ordered_names),
-        "service.names": ordered_names,
+                self.pids.add(p["pid"])
+            self.names.add(p.get("service.name", "unknown_service"))
+            self.merged += 1
         # ISO 8601 timestamps of one format and zone order as strings.
-        "start": min(starts) if starts else None,
-        "end": max(ends) if ends else None,
-        "merged": merged,
-    }
+        if p.get("start") is not None:
+            start = str(p["start"])
+            self.starts = start if self.starts is None else min(self.starts, start)
+        if p.get("end") is not None:
+            end = str(p["end"])
+            self.ends = end if self.ends is None else max(self.ends, end)
+
+    def result(self) -> dict[str, Any]:
+        ordered_names = sorted(self.names)
+        return {
+            "pids": sorted(self.pids),
+            "service.name": ", ".join(ordered_names),
+            "service.names": ordered_names,
+            "start": self.starts,
+            "end": self.ends,
+            "merged": self.merged,
+        }
+
+
+#: The thresholds a merge carries over when every input shares them.
+_THRESHOLDS = ("hot_lock_threshold_pct", "starvation_ratio")
+_DIFFER = object()
+
+
+class ManifestFold:
+    """Manifests merged one at a time, in memory bounded by what they hold in common.
+
+    What it keeps is the merged data (:class:`~..record._data.DataFold`: per lock class and
+    edge, with at most about ``max_workers`` workers per class), the pids and service names,
+    and one value per threshold; never a list of the manifests. :meth:`result` is
+    :func:`merge_manifests` of every manifest added.
+
+    Args:
+        max_workers: the workers kept per lock class (``None``: all); see
+            :data:`MAX_MERGED_WORKERS`.
+    """
+
+    __slots__ = ("_data", "_processes", "_thresholds", "count")
+
+    def __init__(self, max_workers: int | None = MAX_MERGED_WORKERS) -> None:
+        self._data = DataFold(max_workers)
+        self._processes = _Processes()
+        self._thresholds: dict[str, Any] = {}
+        #: How many manifests (or records) were added.
+        self.count = 0
+
+    def add_data(self, data: dict[str, Any], thresholds: Mapping[str, Any]) -> None:
+        """Fold in one normalized data part (``_data.normalize``; it is taken over) and the
+        thresholds of the manifest it came from."""
+        _qualify_workers(data)
+        self._data.add(data)
+        self._processes.add(data["process"])
+        for key in _THRESHOLDS:
+            value = thresholds.get(key)
+            if self.count == 0:
+                self._thresholds[key] = value
+            elif self._thresholds[key] is not _DIFFER and self._thresholds[key] != value:
+                self._thresholds[key] = _DIFFER
+        self.count += 1
+
+    def add(self, manifest: Manifest) -> None:
+        """Fold in a manifest (it is not modified)."""
+        self.add_data(normalize(manifest._doc), manifest._doc["thresholds"])
+
+    def result(
+        self,
+        hot_lock_threshold_pct: float | None = None,
+        starvation_ratio: float | None = None,
+    ) -> Manifest:
+        """The merged manifest, evaluated again (see :func:`merge_manifests`).
+
+        Raises:
+            ValueError: nothing was added, or a threshold is out of range.
+            ManifestError: the merged counts leave the range a manifest may hold.
+        """
+        if not self.count:
+            raise ValueError("merge_manifests needs at least one manifest")
+        merged = self._data.result()
+        merged["process"] = self._processes.result()
+
+        def shared(key: str) -> Any:
+            value = self._thresholds[key]
+            return None if value is _DIFFER else value
+
+        hot_pct, ratio = (
+            SETTINGS[key].resolve(argument if argument is not None else shared(key))
+            for key, argument in (
+                ("hot_lock_threshold_pct", hot_lock_threshold_pct),
+                ("starvation_ratio", starvation_ratio),
+            )
+        )
+        result = evaluate_normalized(merged, hot_pct, ratio, SETTINGS["pool_size"].resolve(), "env")
+        # Sums of counts below 2**63 may reach it: such a manifest could not be read back.
+        check_json(result.to_dict(), "the merged manifest", surrogates=False)
+        return result
 
 
 def merge_manifests(
-    manifests: Sequence[Manifest | Mapping[str, Any] | PathLike],
+    manifests: Iterable[Manifest | Mapping[str, Any] | PathLike],
     *,
     hot_lock_threshold_pct: float | None = None,
     starvation_ratio: float | None = None,
     max_bytes: int = DEFAULT_MAX_BYTES,
+    max_workers: int | None = MAX_MERGED_WORKERS,
 ) -> Manifest:
     """Merge the manifests of several processes (or runs) exactly, then evaluate again.
 
@@ -112,6 +204,12 @@ def merge_manifests(
     learnt from its executor (else from the environment; the largest such). The result does
     not depend on the order of the inputs nor on how they are grouped.
 
+    The inputs are read and folded one at a time (an iterator is consumed lazily), so memory
+    grows with the lock classes and edges, not with the number of manifests. Past
+    ``max_workers`` workers on one lock class, the ones that waited longest are kept and the
+    others are added into one ``(other workers)`` row (sums stay exact; see
+    :class:`~..record._data.DataFold`).
+
     Args:
         manifests: :class:`Manifest` objects, manifest dicts (as loaded from JSON; their digest
             is checked) or paths of manifest files.
@@ -119,6 +217,8 @@ def merge_manifests(
             share, else the environment's or the default.
         starvation_ratio: likewise.
         max_bytes: the largest manifest file read (as for :func:`load_manifest`).
+        max_workers: the workers kept per lock class (16 times as many at the top level);
+            None keeps every one.
 
     Raises:
         ValueError: no manifests, or a threshold out of range.
@@ -126,25 +226,17 @@ def merge_manifests(
             it), or the merged counts leave the range a manifest may hold (``2**63``).
         TypeError: an item is neither a Manifest, a dict nor a path.
     """
-    items = [_as_manifest(m, max_bytes) for m in manifests]
-    if not items:
-        raise ValueError("merge_manifests needs at least one manifest")
-    datas = [_qualify_workers(normalize(m._doc)) for m in items]
-    merged = merge_data(datas)
-    merged["process"] = _merge_processes([data["process"] for data in datas])
-
-    def shared(key: str) -> Any:
-        values = {m._doc["thresholds"].get(key) for m in items}
-        return values.pop() if len(values) == 1 else None
-
-    hot_pct, ratio = (
-        SETTINGS[key].resolve(argument if argument is not None else shared(key))
-        for key, argument in (
-            ("hot_lock_threshold_pct", hot_lock_threshold_pct),
-            ("starvation_ratio", starvation_ratio),
-        )
-    )
-    result = evaluate_normalized(merged, hot_pct, ratio, SETTINGS["pool_size"].resolve(), "env")
-    # Sums of counts below 2**63 may reach it: such a manifest could not be read back.
-    check_json(result.to_dict(), "the merged manifest", surrogates=False)
-    return result
+    fold = ManifestFold(max_workers)
+    for item in manifests:
+        if isinstance(item, Manifest):
+            fold.add(item)
+        elif isinstance(item, Mapping):  # checked here and dropped: its document is taken over
+            doc = check_doc(dict(item), "manifest")._doc
+            fold.add_data(doc, doc["thresholds"])
+        elif isinstance(item, (str, os.PathLike)):
+            fold.add_data(*load_mergeable(item, max_bytes=max_bytes))
+        else:
+            raise TypeError(
+                f"cannot merge a {type(item).__name__}: expected a Manifest, dict or path"
+            )
+    return fold.result(hot_lock_threshold_pct, starvation_ratio)

@@ -13,6 +13,7 @@ Public surface::
 
     find_cycles(edges, max_cycles=1024) -> list[Cycle]     # canonical, sorted
     merge_order_data(datas, max_cycles=1024) -> {"edges": [...], "cycles": [...]}
+    EdgeUnion().add(data) ... .result(max_cycles)       # the same, one input at a time
     shortest_path(successors, src, dst) -> list[EdgeWitness] | None   # BFS, shared with _order
 """
 
@@ -26,7 +27,7 @@ from typing import Any
 
 from ._witness import Cycle, EdgeWitness, read_order_data
 
-__all__ = ["find_cycles", "merge_order_data", "shortest_path"]
+__all__ = ["EdgeUnion", "find_cycles", "merge_order_data", "shortest_path"]
 
 _logger = logging.getLogger("otel_lockwatch")
 
@@ -171,6 +172,41 @@ def _witness_sort_key(w: EdgeWitness) -> tuple[str, str]:
     return (w.at, json.dumps(w.to_json(), sort_keys=True))
 
 
+class EdgeUnion:
+    """The union of lock-order edges, folded one input at a time: each edge keeps its earliest
+    witness (by ``at``, ties broken by the witness's canonical JSON), so the union depends on
+    the set of inputs only. Its size is the number of distinct edges, whatever the number of
+    inputs; :meth:`result` finds the cycles of the union."""
+
+    __slots__ = ("_best",)
+
+    def __init__(self) -> None:
+        self._best: dict[tuple[str, str], EdgeWitness] = {}
+
+    def add(self, data: Any) -> None:
+        """Fold one ``{"edges": [...], "cycles": [...]}`` in (its cycles are checked for shape
+        and then ignored).
+
+        Raises:
+            ValueError: the input is malformed.
+        """
+        edges, _ = read_order_data(data)
+        best = self._best
+        for w in edges:
+            key = (w.holding, w.acquiring)
+            old = best.get(key)
+            if old is None or _witness_sort_key(w) < _witness_sort_key(old):
+                best[key] = w
+
+    def result(self, max_cycles: int = 1024) -> dict[str, Any]:
+        """``{"edges": [...], "cycles": [...]}`` of the union (see :func:`merge_order_data`)."""
+        merged = [self._best[key] for key in sorted(self._best)]
+        return {
+            "edges": [w.to_json() for w in merged],
+            "cycles": [c.to_json() for c in find_cycles(merged, max_cycles=max_cycles)],
+        }
+
+
 def merge_order_data(datas: Iterable[Any], max_cycles: int = 1024) -> dict[str, Any]:
     """Merge the lock-order data of several processes (or runs) into one.
 
@@ -193,16 +229,7 @@ def merge_order_data(datas: Iterable[Any], max_cycles: int = 1024) -> dict[str, 
     Raises:
         ValueError: an input is malformed.
     """
-    best: dict[tuple[str, str], EdgeWitness] = {}
+    union = EdgeUnion()
     for d in datas:
-        edges, _ = read_order_data(d)
-        for w in edges:
-            key = (w.holding, w.acquiring)
-            old = best.get(key)
-            if old is None or _witness_sort_key(w) < _witness_sort_key(old):
-                best[key] = w
-    merged = [best[key] for key in sorted(best)]
-    return {
-        "edges": [w.to_json() for w in merged],
-        "cycles": [c.to_json() for c in find_cycles(merged, max_cycles=max_cycles)],
-    }
+        union.add(d)
+    return union.result(max_cycles)

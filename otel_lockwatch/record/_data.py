@@ -27,14 +27,26 @@ edges: nothing in it grows with the number of acquisitions, and every field merg
 ``pool``                 the best-informed source: an executor's size before the environment's
                          before any other, then the largest size; ``peak_workers`` (the most
                          workers alive at once) add, since processes run side by side
+``locks`` (points)       a lock's ``contention_points`` (site -> wait histogram) and
+                         ``contending_points`` (site -> ``{count, wait_ns}``): sites unite,
+                         histograms merge, counts add; then the ``4 x contention_points`` sites
+                         with the most wait are kept and the rest fold into ``(other)``
+                         (``_sites``), so the totals stay exact (a fold trims a table when it
+                         has doubled, so its memory does not grow with the parts)
+``timeline``             the widest bucket width of the parts (doubled while the union of their
+                         spans needs more than 256 buckets), every bucket's sums added into the
+                         merged bucket holding it; the 8 classes with the most wait kept
+                         (``_timeline``; a fold keeps every class until its result). Present
+                         when a part has one
 =======================  ==========================================================================
 
 Each rule is commutative and associative, so a merge depends neither on the order of its parts
-nor on how they are grouped. :func:`merge_data` is the one implementation: the recorder's
-snapshot is the merge of one part per (worker, lock class) statistics, and ``merge_manifests``
-merges the data of several processes with it. The ``process`` field says who recorded, not
-what: a merge leaves it to the caller (the recorder writes its own process, ``merge_manifests``
-the list of processes).
+nor on how they are grouped (the points and the timeline's classes: while nothing is folded
+away, that is while each part keeps every site and class it saw). :func:`merge_data` is the
+one implementation: the recorder's snapshot is the merge of one part per (worker, lock
+class) statistics, and ``merge_manifests`` merges the data of several processes with it. The
+``process`` field says who recorded, not what: a merge leaves it to the caller (the recorder
+writes its own process, ``merge_manifests`` the list of processes).
 
 In memory a lock's per-worker totals are a :class:`WorkerTotals` (tuples: the bulk of a large
 snapshot); they become ``{worker: {acquisitions, contentions, wait_ns, hold_ns}}`` objects only in
@@ -43,22 +55,27 @@ the snapshot handed out and in JSON.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+import operator
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from ._cycles import merge_order_data
+from ._cycles import EdgeUnion
 from ._histogram import LogHistogram
+from ._sites import merge_points, trim_points
+from ._timeline import merge_timelines
 
 __all__ = [
     "DATA_FIELDS",
     "FAILURE_KINDS",
     "LEASE_WORKER_FIELDS",
     "MAX_TEMPLATES",
+    "OTHER_WORKERS",
     "LOCK_COUNTERS",
     "LOCK_WORKER_FIELDS",
     "SECTION_FIELDS",
     "SIGNAL_WORKER_FIELDS",
     "WORKER_FIELDS",
+    "DataFold",
     "WorkerTotals",
     "expand_lock_workers",
     "merge_data",
@@ -92,6 +109,12 @@ FAILURE_KINDS = ("not_owned", "lock_error")
 SECTION_FIELDS = ("count", "collision_waits", "max_held")
 #: The pool size sources, best informed first; any other source ranks after these.
 _POOL_SOURCE_RANK = {"executor": 0, "env": 1}
+#: The row a bounded merge (:class:`DataFold`) adds the workers it does not keep into. Its name
+#: has no ``/``: a merged manifest's workers are all ``<pid>/<name>``.
+OTHER_WORKERS = "(other workers)"
+#: A bounded merge keeps this many times more workers at the top level than per lock class.
+_TOP_LEVEL_FACTOR = 16
+_GET_WAIT = operator.itemgetter("wait_ns")
 
 Row = tuple[int, int, int, int]
 
@@ -163,6 +186,8 @@ def _merge_lock(into: dict[str, dict[str, Any]], name: str, lock: Mapping[str, A
         _merge_pool_fields(acc, lock)
     if "key_templates" in lock or "lease" in lock or "release_failures" in lock:
         _merge_distributed_fields(acc, lock)
+    if "contention_points" in lock or "contending_points" in lock:
+        merge_points(acc, lock)
 
 
 def _larger(a: int | None, b: int | None) -> int | None:
@@ -248,6 +273,134 @@ def _pool_key(pool: Mapping[str, Any]) -> tuple[int, int, str]:
     return (_POOL_SOURCE_RANK.get(source, len(_POOL_SOURCE_RANK)), -pool["nominal"], source or "")
 
 
+def _keep_top(
+    rows: dict[str, Any], keep: int, wait: Callable[[Any], int], add: Callable[[Any, Any], Any]
+) -> None:
+    """Keep, in place, the ``keep`` rows of the longest ``wait`` (ties: the least name) and fold
+    every other into the :data:`OTHER_WORKERS` row with ``add``, so that sums stay exact."""
+    other = rows.pop(OTHER_WORKERS, None)
+    if len(rows) > keep:
+        ranked = sorted(rows, key=lambda w: (-wait(rows[w]), w))
+        for worker in ranked[keep:]:
+            row = rows.pop(worker)
+            other = row if other is None else add(other, row)
+    if other is not None:
+        rows[OTHER_WORKERS] = other
+
+
+def _add_rows(a: Row, b: Row) -> Row:
+    return (a[0] + b[0], a[1] + b[1], a[2] + b[2], a[3] + b[3])
+
+
+def _add_totals(a: Mapping[str, int], b: Mapping[str, int]) -> dict[str, int]:
+    return {key: a[key] + b[key] for key in WORKER_FIELDS}
+
+
+class DataFold:
+    """Data parts folded in one at a time, by the rules of the module docstring.
+
+    What it holds grows with the lock classes, workers, edges and sections it has seen, never
+    with the number of parts; :meth:`result` is :func:`merge_data` of every part added.
+
+    Args:
+        max_workers: None (the default) keeps every worker. A number bounds the workers kept per
+            lock class and at the top level to about that many: when a class has twice as many,
+            the ones that waited longest are kept (ties: the least name) and the others are
+            added into one row named :data:`OTHER_WORKERS`, so every sum stays exact. A merge
+            of parts whose worker names are disjoint (one process each) keeps the same workers
+            in any order; a worker evicted and seen again in a later part starts a new row.
+    """
+
+    __slots__ = (
+        "_blocking",
+        "_locks",
+        "_max_workers",
+        "_order",
+        "_peak_workers",
+        "_pool",
+        "_sections",
+        "_timeline",
+        "_workers",
+    )
+
+    def __init__(self, max_workers: int | None = None) -> None:
+        self._max_workers = max_workers
+        self._locks: dict[str, dict[str, Any]] = {}
+        self._workers: dict[str, dict[str, int]] = {}
+        self._blocking: dict[str, dict[str, int]] = {}
+        self._sections: dict[str, dict[str, int]] = {}
+        self._order = EdgeUnion()
+        self._pool: Mapping[str, Any] | None = None
+        self._peak_workers: int | None = None
+        self._timeline: dict[str, Any] | None = None
+
+    def add(self, part: Mapping[str, Any]) -> None:
+        """Fold one data part in (see :func:`merge_data` for its form; it is not modified).
+
+        Raises:
+            ValueError: its lock-order graph is malformed.
+        """
+        locks, bound = self._locks, self._max_workers
+        for name, lock in part.get("locks", {}).items():
+            _merge_lock(locks, name, lock)
+            rows = locks[name]["workers"]
+            if bound is not None and len(rows) > 2 * bound:
+                _keep_top(rows, bound, operator.itemgetter(2), _add_rows)
+            trim_points(locks[name], grown_past=2)
+        workers = self._workers
+        for worker, totals in part.get("workers", {}).items():
+            _add_counts(workers.setdefault(worker, dict.fromkeys(WORKER_FIELDS, 0)), totals)
+        if bound is not None and len(workers) > 2 * _TOP_LEVEL_FACTOR * bound:
+            _keep_top(workers, _TOP_LEVEL_FACTOR * bound, _GET_WAIT, _add_totals)
+        for lock_name, spans in part.get("blocking_under_lock", {}).items():
+            _add_counts(self._blocking.setdefault(lock_name, {}), spans)
+        for name, s in part.get("sections", {}).items():
+            _merge_section(self._sections, name, s)
+        if "lock_order" in part:
+            self._order.add(part["lock_order"])
+        timeline = part.get("timeline")
+        if timeline is not None:  # every class kept until the result picks the top ones
+            self._timeline = merge_timelines(
+                [timeline] if self._timeline is None else [self._timeline, timeline], keep=None
+            )
+        pool = part.get("pool")
+        if pool is not None:
+            if pool.get("nominal") is not None and (
+                self._pool is None or _pool_key(pool) < _pool_key(self._pool)
+            ):
+                self._pool = {"nominal": pool["nominal"], "source": pool["source"]}
+            if "peak_workers" in pool:
+                self._peak_workers = (self._peak_workers or 0) + pool["peak_workers"]
+
+    def result(self) -> dict[str, Any]:
+        """The merge of every part added: a new data part without ``process``, its histograms
+        new objects, its per-lock workers :class:`WorkerTotals`. The fold is spent after."""
+        bound = self._max_workers
+        locks = self._locks
+        for lock in locks.values():
+            if bound is not None:
+                _keep_top(lock["workers"], bound, operator.itemgetter(2), _add_rows)
+            lock["workers"] = WorkerTotals(lock["workers"])
+            trim_points(lock)
+        if bound is not None:
+            _keep_top(self._workers, _TOP_LEVEL_FACTOR * bound, _GET_WAIT, _add_totals)
+        best = self._pool or {"nominal": None, "source": None}
+        merged_pool = {"nominal": best["nominal"], "source": best["source"]}
+        if self._peak_workers is not None:
+            merged_pool["peak_workers"] = self._peak_workers
+        merged: dict[str, Any] = {
+            "locks": locks,
+            "workers": self._workers,
+            "lock_order": self._order.result(),
+            "blocking_under_lock": self._blocking,
+            "sections": self._sections,
+            "pool": merged_pool,
+        }
+        if self._timeline is not None:
+            merged["timeline"] = merge_timelines([self._timeline])
+        return merged
+
+
 def merge_data(parts: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
     """Merge data parts exactly, by the rules of the module docstring.
 
@@ -261,44 +414,10 @@ def merge_data(parts: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
         A new data part without ``process``; its histograms are new objects, its per-lock
         workers :class:`WorkerTotals`.
     """
-    locks: dict[str, dict[str, Any]] = {}
-    workers: dict[str, dict[str, int]] = {}
-    blocking: dict[str, dict[str, int]] = {}
-    sections: dict[str, dict[str, int]] = {}
-    orders: list[Mapping[str, Any]] = []
-    pools: list[Mapping[str, Any]] = []
-    peaks: list[int] = []
+    fold = DataFold()
     for part in parts:
-        for name, lock in part.get("locks", {}).items():
-            _merge_lock(locks, name, lock)
-        for worker, totals in part.get("workers", {}).items():
-            _add_counts(workers.setdefault(worker, dict.fromkeys(WORKER_FIELDS, 0)), totals)
-        for lock_name, spans in part.get("blocking_under_lock", {}).items():
-            _add_counts(blocking.setdefault(lock_name, {}), spans)
-        for name, s in part.get("sections", {}).items():
-            _merge_section(sections, name, s)
-        if "lock_order" in part:
-            orders.append(part["lock_order"])
-        pool = part.get("pool")
-        if pool is not None:
-            if pool.get("nominal") is not None:
-                pools.append(pool)
-            if "peak_workers" in pool:
-                peaks.append(pool["peak_workers"])
-    for lock in locks.values():
-        lock["workers"] = WorkerTotals(lock["workers"])
-    best = min(pools, key=_pool_key) if pools else {"nominal": None, "source": None}
-    merged_pool = {"nominal": best["nominal"], "source": best["source"]}
-    if peaks:
-        merged_pool["peak_workers"] = sum(peaks)
-    return {
-        "locks": locks,
-        "workers": workers,
-        "lock_order": merge_order_data(orders),
-        "blocking_under_lock": blocking,
-        "sections": sections,
-        "pool": merged_pool,
-    }
+        fold.add(part)
+    return fold.result()
 
 
 def expand_lock_workers(data: dict[str, Any]) -> dict[str, Any]:

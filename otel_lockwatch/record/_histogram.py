@@ -98,6 +98,26 @@ def _is_int(x: object) -> bool:
     return isinstance(x, int) and not isinstance(x, bool)
 
 
+def _checked_buckets(buckets: list[Any]) -> dict[int, int] | None:
+    """The buckets of a histogram's JSON form as ``{index: count}`` when every pair is well
+    formed (checked with C-level loops: the common case of a merge of many manifests); None
+    when one is not, for the pair-by-pair check to name it."""
+    try:
+        if not set(map(type, buckets)) <= {list} or not set(map(len, buckets)) <= {2}:
+            return None
+        indices = [pair[0] for pair in buckets]
+        counts = [pair[1] for pair in buckets]
+    except TypeError:  # pragma: no cover - a list's len never fails
+        return None
+    if not set(map(type, indices)) <= {int} or not set(map(type, counts)) <= {int}:
+        return None  # a bool, a float or a str among them
+    if indices and not (indices[0] >= 0 and indices[-1] < MAX_BUCKETS and min(counts) > 0):
+        return None
+    if indices != sorted(set(indices)):  # strictly ascending
+        return None
+    return dict(zip(indices, counts, strict=True))
+
+
 class LogHistogram:
     """A log-linear histogram of non-negative integers with 16 sub-buckets per power of two.
 
@@ -279,9 +299,10 @@ class LogHistogram:
         buckets = obj["buckets"]
         if not isinstance(buckets, list):
             raise ValueError(f"histogram buckets must be a list, got {type(buckets).__name__}")
-        counts: dict[int, int] = {}
+        fast = _checked_buckets(buckets)
+        counts: dict[int, int] = {} if fast is None else fast
         previous = -1
-        for pair in buckets:
+        for pair in buckets if fast is None else ():  # the slow path names the culprit
             if (
                 not isinstance(pair, list)
                 or len(pair) != 2

@@ -20,7 +20,6 @@ import threading
 import time
 import weakref
 from collections.abc import Iterator
-from datetime import datetime, timezone
 from itertools import chain
 from typing import Any
 
@@ -31,6 +30,9 @@ from ._live import live_counts
 from ._lock_class import ROLES, LockClass
 from ._peak import PeakWorkers
 from ._signals import SignalStats, merge_signals, signal_parts
+from ._sites import SiteTable, merge_tables, site_points
+from ._timeline import Timeline
+from ._witness import utc_timestamp
 
 __all__ = [
     "MAX_WORKERS",
@@ -66,6 +68,7 @@ STATS_TABLE: tuple[tuple[str, str], ...] = (
     ("wait_min_ns", "min"),  # NO_SAMPLE until the first contended wait
     ("wait_max_ns", "max"),
     ("collisions", "sum"),  # contended waits caused by a colliding key (sections only)
+    ("sites", "sites"),  # None until the first contended wait, then its SiteTable (_sites)
 )
 STATS_FIELDS = tuple(name for name, _ in STATS_TABLE)
 NO_SAMPLE = 1 << 62  # the minimum of no sample (more than any duration a process measures)
@@ -91,12 +94,15 @@ class Stats:
         self.wait_min_ns = NO_SAMPLE
         self.wait_max_ns = 0
         self.collisions = 0
+        self.sites: SiteTable | None = None
 
     def merge(self, other: Stats) -> None:
         """Add another worker's statistics of the same lock class to these."""
         for name, how in STATS_TABLE:
             mine, theirs = getattr(self, name), getattr(other, name)
-            if how == "buckets":
+            if how == "sites":
+                self.sites = merge_tables(mine, theirs)
+            elif how == "buckets":
                 for bucket, n in theirs.items():
                     mine[bucket] = mine.get(bucket, 0) + n
             elif how == "min":
@@ -181,14 +187,6 @@ class WorkerState:
         self.first = self.last = time.perf_counter_ns()
 
 
-def _iso(ns: int) -> str:
-    return (
-        datetime.fromtimestamp(ns / 1e9, tz=timezone.utc)
-        .isoformat(timespec="milliseconds")
-        .replace("+00:00", "Z")
-    )
-
-
 class _ForeignThread:
     """Stands for a thread that ``threading`` does not know (started by ``_thread`` or by C).
 
@@ -238,6 +236,7 @@ class Recorder:
         # entries dropped by the order check): lockdep's "held lock freed".
         self.held_locks_freed: dict[str, int] = {}
         self.peak = PeakWorkers()  # the most workers alive at once
+        self.timeline = Timeline()  # wait and hold per class per slice of time, sampled
         self.reset()
         if hasattr(os, "register_at_fork"):
             os.register_at_fork(after_in_child=self._after_fork_in_child)
@@ -267,6 +266,7 @@ class Recorder:
             self.graph = LockOrderGraph()
             self.held_locks_freed = {}
             self.peak.reset(keep)
+            self.timeline.reset()
             DISTRIBUTED.reset()
 
     def _register(self, worker: str, owner: Any = None) -> WorkerState:
@@ -357,6 +357,7 @@ class Recorder:
             self._names.add(fresh.worker)
             self.tls.st = fresh
         self.peak.after_fork_in_child(self.tls.st if current is not None else None)
+        self.timeline.after_fork()
 
     def note_array(self, track: Any) -> None:
         """Remember a section array's tracking (its count and the most sections held at once)."""
@@ -385,6 +386,10 @@ class Recorder:
                         out[key] = out.get(key, 0) + n
         return out
 
+    def sample_timeline(self, periodic: bool = False) -> dict[str, Any]:
+        """Sample every worker's totals into the timeline (the emitter's tick, each snapshot)."""
+        return self.timeline.sample_states(list(self._states), periodic)
+
     def live(self) -> dict[tuple[str, str], tuple[int, int]]:
         """Workers waiting on and holding each lock class right now (see ``_live``)."""
         return live_counts(list(self._states))
@@ -397,6 +402,7 @@ class Recorder:
         process: its section arrays, lock-order graph, pool size and identity.
         """
         now = time.perf_counter_ns()
+        timeline = self.sample_timeline()  # before the totals are read: never ahead of them
         states = [state for state in list(self._states) if state.stats]  # else: not a worker
         tracks = list(self._arrays)
         data = merge_data(
@@ -418,12 +424,13 @@ class Recorder:
         )
         for name in data["locks"].keys() & ROLES.keys():
             data["locks"][name]["role"] = ROLES[name]
+        data.update(timeline)
         data["pool"] = {"nominal": self.pool_size, "source": self.pool_source}
         data["pool"]["peak_workers"] = self.peak.peak()
         data["process"] = {
             "pid": os.getpid(),
-            "start": _iso(self.start_ns),
-            "end": _iso(time.time_ns()),
+            "start": utc_timestamp(self.start_ns),
+            "end": utc_timestamp(),
         }
         return data
 
@@ -478,6 +485,7 @@ def _stats_data(kind: str, worker: str, s: Stats) -> dict[str, Any]:
         "workers": WorkerTotals(
             {worker: (s.acquisitions, s.contentions, s.wait_total_ns, s.hold_total_ns)}
         ),
+        **site_points(s.sites),
     }
 
 

@@ -48,6 +48,7 @@ from opentelemetry.trace import Tracer
 
 from .._version import __version__
 from ..record._outbox import OUTBOX
+from ..record._sites import code_attributes
 from ._bounded import run_bounded
 from ._distributed import distributed_counters
 from ._exit_hooks import HOOKS
@@ -124,6 +125,10 @@ class Telemetry:
         stop = self._stop
         while not stop.wait(self.INTERVAL_S):
             self._drain()
+            try:
+                RECORDER.sample_timeline(periodic=True)  # the timeline, off the lock path
+            except Exception as exc:  # never into the host
+                OUTBOX.failed(exc)
             HOOKS.check_lost_sigterm()
 
     def flush(
@@ -341,12 +346,7 @@ class Telemetry:
         if outcome is not None:
             attrs["lockwatch.outcome"] = outcome
         if site:
-            module, _, rest = site.partition(":")
-            function, _, line = rest.rpartition(":")
-            attrs["code.namespace"] = module
-            attrs["code.function"] = function
-            if line.isdigit():
-                attrs["code.lineno"] = int(line)
+            attrs.update(code_attributes(site))
         if extra:
             attrs.update(extra)
         assert self.tracer is not None

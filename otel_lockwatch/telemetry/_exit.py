@@ -44,6 +44,7 @@ from ..record._recorder import RECORDER
 from ._bounded import run_bounded
 from ._emitter import TELEMETRY
 from ._exit_hooks import HOOKS as _HOOKS
+from ._fleet import ManifestRecords
 
 __all__ = ["ManifestExporter", "evaluate", "write_manifest"]
 
@@ -120,12 +121,16 @@ def write_manifest(path: str | os.PathLike[str] | None = None) -> Path:
 
 class ManifestExporter(SpanExporter):
     """Writes the contention manifest when the tracer provider shuts down (and at exit, on
-    SIGTERM, and at checkpoints); sends the ``lockwatch.manifest`` span.
+    SIGTERM, and at checkpoints) and sends its ``lockwatch.manifest`` log record each time;
+    sends the ``lockwatch.manifest`` span at the final write.
 
     Args:
         path: the manifest's path (``{pid}`` is replaced); default from the options.
         checkpoint_interval_s: seconds between checkpoints; 0 for none.
         tracer_provider: the provider whose tracer carries the manifest span.
+        logger_provider: the provider the manifest's log record goes to; None for the global
+            one.
+        log_records: whether to send the log record at all.
     """
 
     def __init__(
@@ -133,10 +138,13 @@ class ManifestExporter(SpanExporter):
         path: str | None = None,
         checkpoint_interval_s: float = 0.0,
         tracer_provider: Any = None,
+        logger_provider: Any = None,
+        log_records: bool = True,
     ) -> None:
         self._path = path
         self._interval = checkpoint_interval_s
         self._provider = tracer_provider
+        self._records = ManifestRecords(logger_provider, log_records)
         self._span_sent = False
         self._stop = threading.Event()
         self._checkpointer: threading.Thread | None = None
@@ -214,7 +222,10 @@ class ManifestExporter(SpanExporter):
             _HOOKS.unregister(self)
             if _HOOKS.exiting:
                 budget = _exit_timeout_s() - (time.monotonic() - started)
-                _shutdown_processors(self._provider, budget)
+                # The log processors too, unless the final record was flushed in time: then the
+                # logs provider's own exit hook carries what a later final write sends.
+                logs = () if self._records.flushed else self._records.processors()
+                _shutdown_processors(_span_processors(self._provider) + logs, budget)
 
     def write(self, final: bool) -> Path | None:
         """Evaluate and write the manifest now; ``final`` also sends the manifest span once.
@@ -224,6 +235,11 @@ class ManifestExporter(SpanExporter):
         (interrupted inside the recorder), and a checkpoint holding the exporter's lock while
         it waited for that recorder lock would never let the handler in. Two writes evaluated
         concurrently leave the later evaluation on disk.
+
+        The log record of a checkpoint is sent after the lock is released (a processor that
+        exports as it is called must not hold up the final write); its sequence is the order
+        its evaluation began in, so a late one never passes for the latest. The final record is
+        sent with the span, within the deadline.
         """
         if _multiprocess.skip_write():  # a child process that recorded no lock activity
             return None
@@ -241,22 +257,26 @@ class ManifestExporter(SpanExporter):
                     else _multiprocess.manifest_path(self._path)  # a child's own file
                 )
                 with self._lock:
-                    if ticket > self._on_disk or self.last_path is None:
+                    newest = ticket > self._on_disk or self.last_path is None
+                    if newest:
                         self.last_path = _io.dump_manifest(manifest, path)
                         self._on_disk = ticket
                         self.writes += 1
                     written = self.last_path  # else a later evaluation is on disk already
+                    assert written is not None  # this write's or an earlier one's
                     if final and _HOOKS.exiting:
                         _HOOKS.arm_second_signal()  # the manifest is on disk: a 2nd signal ends it
                     if final and not self._span_sent:
                         self._span_sent = True
+
                         # The manifest first, the telemetry after, within a deadline: the SDK's
                         # export may block as long as its exporter retries a collector that is
                         # down.
-                        sent = TELEMETRY.flush(
-                            _exit_timeout_s(),
-                            lambda: _send_manifest_span(manifest, written, self._provider),
-                        )
+                        def send() -> None:
+                            _send_manifest_span(manifest, written, self._provider)
+                            self._records.send(manifest, ticket, True, _exit_timeout_s())
+
+                        sent = TELEMETRY.flush(_exit_timeout_s(), send)
                         if not sent:
                             logger.warning(
                                 "otel-lockwatch: spans still unsent after %g s were dropped "
@@ -264,7 +284,16 @@ class ManifestExporter(SpanExporter):
                                 _exit_timeout_s(),
                                 written,
                             )
-                    return written
+                    elif final and newest:  # a later final write: its record, as bounded
+                        budget = _exit_timeout_s()
+                        run_bounded(
+                            lambda: self._records.send(manifest, ticket, True, budget),
+                            budget,
+                            _EXIT_THREAD,
+                        )
+            if newest and not final:  # signals are not deferred while a processor exports
+                self._records.send(manifest, ticket, False)
+            return written
         except OSError as exc:  # the path's fault, not lockwatch's: say so at every failed write
             logger.warning("otel-lockwatch: could not write the manifest: %s", exc)
             return None
@@ -376,25 +405,31 @@ def _exit_timeout_s() -> float:
     return float(SETTINGS["exit_timeout_s"].resolve())
 
 
-def _shutdown_processors(provider: Any, budget_s: float) -> None:
-    """Shut down the provider's span processors (not lockwatch's own) within ``budget_s``.
+def _span_processors(provider: Any) -> tuple[Any, ...]:
+    """An SDK tracer provider's span processors (none for another provider)."""
+    multi = getattr(provider, "_active_span_processor", None)
+    return tuple(getattr(multi, "_span_processors", ()))
+
+
+def _shutdown_processors(processors: tuple[Any, ...], budget_s: float) -> None:
+    """Shut down span or log record processors (not lockwatch's own) within ``budget_s``.
 
     Each processor's ``shutdown()`` runs on a helper thread; one still running when the budget
     is spent has its exporter shut down, which ends the exporter's retries at once (the OTLP
     exporters wait on a shutdown event between attempts), and is given a short grace to return.
     """
-    multi = getattr(provider, "_active_span_processor", None)
-    processors = getattr(multi, "_span_processors", ())
     deadline = time.monotonic() + max(0.0, budget_s)
-    for processor in tuple(processors):
+    for processor in processors:
         if type(processor).__module__.startswith("otel_lockwatch."):
             continue  # ours: the front processor has written already
         if not callable(getattr(processor, "shutdown", None)):
             continue
         done = run_bounded(processor.shutdown, deadline - time.monotonic(), _EXIT_THREAD)
         if not done:
-            exporter = getattr(processor, "span_exporter", None) or getattr(
-                getattr(processor, "_batch_processor", None), "_exporter", None
+            exporter = (
+                getattr(processor, "span_exporter", None)
+                or getattr(processor, "_exporter", None)
+                or getattr(getattr(processor, "_batch_processor", None), "_exporter", None)
             )
             if exporter is not None and callable(getattr(exporter, "shutdown", None)):
                 run_bounded(exporter.shutdown, _EXPORTER_GRACE_S, _EXIT_THREAD)

@@ -151,6 +151,22 @@ def main() -> None:
         signalled.notify(2)
         signalled.notify_all()
     expect_error(signalled.notify, 1, 2)
+    with signalled:
+        signalled.notify(0)
+        expect_error(signalled.notify, -1)  # an odd n: the C path leaves it to the original
+        expect_error(signalled.notify, "one")
+
+    class Counting(threading.Condition):
+        calls = 0
+
+        def notify(self, n=1):
+            Counting.calls += 1
+            super().notify(n)
+
+    overridden = name_lock(Counting(), "overridden")
+    with overridden:
+        overridden.notify()  # the subclass's notify runs (the C path never skips it)
+    raised.append(f"Counting.notify ran {Counting.calls} time(s)")
 
     async def tasks():
         asections = AsyncStripedSections(8, name="async")

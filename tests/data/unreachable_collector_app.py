@@ -1,4 +1,5 @@
-"""A program whose OTLP/HTTP collector is unreachable: its exit must not hang.
+"""A program whose OTLP/HTTP collector is unreachable (for spans and the manifest's log
+record): its exit must not hang.
 
     python unreachable_collector_app.py simple|batch|console PORT MANIFEST [wait-for-sigint]
         [no-threads-at-exit]
@@ -18,7 +19,10 @@ import threading
 import time
 
 from opentelemetry import trace
+from opentelemetry.exporter.otlp.proto.http._log_exporter import OTLPLogExporter
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+from opentelemetry.sdk._logs import LoggerProvider
+from opentelemetry.sdk._logs.export import BatchLogRecordProcessor, SimpleLogRecordProcessor
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import (
     BatchSpanProcessor,
@@ -40,8 +44,18 @@ else:
         processor(OTLPSpanExporter(endpoint=f"http://127.0.0.1:{port}/v1/traces"))
     )
 trace.set_tracer_provider(provider)
+# The manifest's log record goes to the same unreachable collector, through the same kind of
+# processor.
+logs = LoggerProvider()
+log_processor = SimpleLogRecordProcessor if mode == "simple" else BatchLogRecordProcessor
+logs.add_log_record_processor(
+    log_processor(OTLPLogExporter(endpoint=f"http://127.0.0.1:{port}/v1/logs"))
+)
 LockwatchInstrumentor().instrument(
-    tracer_provider=provider, manifest_path=manifest, wait_span_threshold_ms=0.001
+    tracer_provider=provider,
+    logger_provider=logs,
+    manifest_path=manifest,
+    wait_span_threshold_ms=0.001,
 )
 lock = threading.Lock()
 

@@ -153,6 +153,22 @@ def http_get(url: str, timeout: float = 5.0) -> tuple[int, bytes]:
         return error.code, error.read()
 
 
+def collector_env(ports: list[int], jaeger_otlp: str, tempo_otlp: str) -> dict[str, str]:
+    """The addresses collector-config/otel-collector.yaml reads, on 127.0.0.1: ``ports`` are
+    the OTLP/gRPC, OTLP/HTTP, Prometheus, health-check and own-metrics ports; the two trace
+    exporters send to ``jaeger_otlp`` and ``tempo_otlp``."""
+    grpc, http, prometheus, health, metrics = ports
+    return {
+        "OTELCOL_OTLP_GRPC_ENDPOINT": f"127.0.0.1:{grpc}",
+        "OTELCOL_OTLP_HTTP_ENDPOINT": f"127.0.0.1:{http}",
+        "OTELCOL_PROMETHEUS_ENDPOINT": f"127.0.0.1:{prometheus}",
+        "OTELCOL_HEALTH_ENDPOINT": f"127.0.0.1:{health}",
+        "OTELCOL_METRICS_PORT": str(metrics),
+        "JAEGER_OTLP_ENDPOINT": jaeger_otlp,
+        "TEMPO_OTLP_ENDPOINT": tempo_otlp,
+    }
+
+
 @dataclass
 class Service:
     """A process started from a collector-config file, with its log and addresses."""

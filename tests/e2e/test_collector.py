@@ -1,11 +1,11 @@
 """End to end through the collector: collector-config/otel-collector.yaml in a real collector.
 
 The collector is the one ``scripts/build-otelcol.sh`` builds from tools/otelcol/manifest.yaml
-(receiver otlp; processors memory_limiter, batch; exporters otlp, prometheus; extension
-health_check), run with the configuration file unchanged. Its two trace exporters point at two
-Jaeger v2 instances: the session's Jaeger, and a second one standing in for Tempo (both take
-OTLP/gRPC, and only Jaeger can be built here), so the test sees every span arrive on both
-branches of the fan-out. The metrics pipeline is read back from the Prometheus exporter.
+(receiver otlp; processors memory_limiter, batch, filter; exporters otlp, prometheus, file;
+extension health_check), run with the configuration file unchanged. Its two trace exporters
+point at two Jaeger v2 instances: the session's Jaeger, and a second one standing in for Tempo
+(both take OTLP/gRPC, and only Jaeger can be built here), so the test sees every span arrive on
+both branches of the fan-out. The metrics pipeline is read back from the Prometheus exporter.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from _e2e_harness import (
     START_TIMEOUT_S,
     Jaeger,
     Service,
+    collector_env,
     free_ports,
     http_get,
     parent_id,
@@ -97,16 +98,8 @@ def collector(
 ) -> Iterator[Collector]:
     """The collector with collector-config/otel-collector.yaml on free loopback ports,
     forwarding traces to ``jaeger`` and ``tempo_stand_in``; stopped at the end."""
-    grpc, http, prometheus, health, metrics = free_ports(5)
-    env = {
-        "OTELCOL_OTLP_GRPC_ENDPOINT": f"127.0.0.1:{grpc}",
-        "OTELCOL_OTLP_HTTP_ENDPOINT": f"127.0.0.1:{http}",
-        "OTELCOL_PROMETHEUS_ENDPOINT": f"127.0.0.1:{prometheus}",
-        "OTELCOL_HEALTH_ENDPOINT": f"127.0.0.1:{health}",
-        "OTELCOL_METRICS_PORT": str(metrics),
-        "JAEGER_OTLP_ENDPOINT": jaeger.otlp_grpc,
-        "TEMPO_OTLP_ENDPOINT": tempo_stand_in.otlp_grpc,
-    }
+    grpc, _, prometheus, health, _ = ports = free_ports(5)
+    env = collector_env(ports, jaeger.otlp_grpc, tempo_stand_in.otlp_grpc)
     argv = [str(otelcol_binary), "--config", str(CONFIG_DIR / "otel-collector.yaml")]
     log_path = tmp_path_factory.mktemp("otelcol") / "otelcol.log"
     with run_service("collector", argv, env, log_path) as service:

@@ -223,3 +223,25 @@ def test_demo_lock_waits_are_children_of_its_task_spans(demo_run: dict[str, Any]
         parents["stats_snapshot"] <= {"snapshot", "compact"}
         and "snapshot" in parents["stats_snapshot"]
     )
+
+
+def test_demo_lock_waits_name_the_holders_site(demo_run: dict[str, Any]) -> None:
+    """A slow wait in Jaeger names who held the lock: the ``lock.wait`` spans of
+    ``stats_snapshot`` carry the compactor's hold site (``lockwatch.holder.code.*``), those of
+    ``global_config`` a publish's (the lock's only holders)."""
+    holders: dict[str, set[tuple[str, str]]] = {}
+    for trace in demo_run["traces"]:
+        for span in trace["spans"]:
+            if span["operationName"] != "lock.wait":
+                continue
+            t = tags(span)
+            assert isinstance(t["lockwatch.holder.code.lineno"], int), t
+            holders.setdefault(t["lockwatch.lock.name"], set()).add(
+                (t["lockwatch.holder.code.namespace"], t["lockwatch.holder.code.function"])
+            )
+    assert holders["global_config"] == {("lockwatch_demo", "publish_event")}
+    assert ("lockwatch_demo", "compactor") in holders["stats_snapshot"]
+    assert holders["stats_snapshot"] <= {
+        ("lockwatch_demo", "compactor"),
+        ("lockwatch_demo", "reporter"),
+    }

@@ -1,0 +1,148 @@
+"""Benchmark: ``otel-lockwatch merge`` over 10^4 manifests of 100 lock classes each (the goal:
+under 60 s and under 1 GiB of peak memory).
+
+Each generated manifest is one process of a fleet that shares its lock classes: 100 classes,
+each with a wait and a hold histogram of a few dozen samples over many buckets, 8 workers per
+class (the process's threads, ``worker-0`` .. ``worker-7``), a few lock-order edges (one pair in
+opposite orders in some processes, so the merge finds a cycle across processes), a section
+array and the pool's size. The manifests are written to a temporary directory by
+``evaluate()`` and ``dump_manifest`` (not timed); the timed part is one ``otel-lockwatch merge
+DIR -o OUT`` subprocess, whose peak resident memory is read from
+``resource.getrusage(RUSAGE_CHILDREN)`` (the largest of the children waited for: the merge is
+the only one).
+
+Run: ``python benchmarks/bench_merge.py [--manifests N] [--locks N] [--workers N] [--keep DIR]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from otel_lockwatch.manifest._evaluate import evaluate
+from otel_lockwatch.record._histogram import LogHistogram
+
+TARGET_S = 60.0
+TARGET_MIB = 1024.0
+
+
+def build_snapshot(pid: int, n_locks: int, n_workers: int, rng: random.Random) -> dict:
+    """One process's snapshot: ``n_locks`` shared lock classes used by ``n_workers`` threads."""
+    workers = [f"worker-{i}" for i in range(n_workers)]
+    worker_wait = dict.fromkeys(workers, 0)
+    locks = {}
+    for i in range(n_locks):
+        # A fifth of the classes are contended (their waits spread over many buckets); the
+        # others never waited. Holds spread over a few powers of two, as real ones do.
+        contended = i % 5 == 0
+        samples = 60
+        waits = [
+            rng.randrange(0, 40_000_000 if i % 25 == 0 else 400_000) if contended else 0
+            for _ in range(samples)
+        ]
+        holds = [rng.randrange(2_000, 200_000) for _ in range(samples)]
+        per_worker = {}
+        for j, w in enumerate(workers):
+            share = waits[j::n_workers]
+            per_worker[w] = {
+                "acquisitions": len(share),
+                "contentions": sum(1 for v in share if v),
+                "wait_ns": sum(share),
+                "hold_ns": sum(holds[j::n_workers]),
+            }
+            worker_wait[w] += sum(share)
+        locks[f"app/module_{i // 10}.py:{100 + i}"] = {
+            "kind": "threading.Lock",
+            "acquisitions": len(waits),
+            "contentions": sum(1 for v in waits if v),
+            "skipped": 0,
+            "timeouts": 0,
+            "wait_ns": LogHistogram(waits),
+            "hold_ns": LogHistogram(holds),
+            "workers": per_worker,
+        }
+    names = sorted(locks)
+    edges = [(names[k], names[k + 1]) for k in range(0, 6, 2)]
+    if pid % 100 == 7:  # a few processes take one pair the other way round
+        edges.append((names[1], names[0]))
+    witnesses = [
+        {
+            "holding": a,
+            "acquiring": b,
+            "worker": workers[k % n_workers],
+            "sites": ["app/jobs.py:run:10", "app/jobs.py:run:11"],
+            "at": f"2026-12-01T08:{pid % 60:02d}:00.000Z",
+            "trace_id": None,
+            "span_id": None,
+        }
+        for k, (a, b) in enumerate(edges)
+    ]
+    from otel_lockwatch.record._cycles import merge_order_data
+
+    return {
+        "locks": locks,
+        "workers": {w: {"observed_ns": 60 * 10**9, "wait_ns": worker_wait[w]} for w in workers},
+        "lock_order": merge_order_data([{"edges": witnesses, "cycles": []}]),
+        "blocking_under_lock": {},
+        "sections": {"emitter": {"count": 256, "collision_waits": rng.randrange(9), "max_held": 8}},
+        "pool": {"nominal": n_workers, "source": "executor", "peak_workers": n_workers},
+        "process": {
+            "pid": pid,
+            "service.name": "bench-fleet",
+            "start": "2026-12-01T08:00:00.000Z",
+            "end": "2026-12-01T09:00:00.000Z",
+        },
+    }
+
+
+def generate(directory: Path, n: int, n_locks: int, n_workers: int) -> None:
+    """Write ``n`` manifests as the processes would (``evaluate``, then the manifest's JSON),
+    without an fsync per file."""
+    rng = random.Random(1)
+    for k in range(n):
+        manifest = evaluate(build_snapshot(1000 + k, n_locks, n_workers, rng))
+        (directory / f"manifest.{1000 + k}.json").write_text(manifest.to_json())
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--manifests", type=int, default=10_000)
+    parser.add_argument("--locks", type=int, default=100)
+    parser.add_argument("--workers", type=int, default=8)
+    parser.add_argument("--keep", metavar="DIR", help="generate into DIR (reused if full)")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="bench-merge-") as tmp:
+        directory = Path(args.keep) if args.keep else Path(tmp) / "manifests"
+        directory.mkdir(parents=True, exist_ok=True)
+        if len(list(directory.glob("manifest.*.json"))) != args.manifests:
+            t0 = time.perf_counter()
+            generate(directory, args.manifests, args.locks, args.workers)
+            print(f"generated {args.manifests} manifests in {time.perf_counter() - t0:.1f} s")
+        size = sum(p.stat().st_size for p in directory.iterdir()) / 2**20
+        out = Path(tmp) / "merged.json"
+        argv = [sys.executable, "-m", "otel_lockwatch", "merge", str(directory), "-o", str(out)]
+        t0 = time.perf_counter()
+        done = subprocess.run(argv, capture_output=True, text=True, env=os.environ.copy())
+        seconds = time.perf_counter() - t0
+        peak_mib = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024  # KiB on Linux
+        if done.returncode != 0:
+            print(done.stderr, file=sys.stderr)
+            return 1
+        print(done.stdout.strip())
+        print(
+            f"merge of {args.manifests} manifests x {args.locks} classes ({size:.0f} MiB): "
+            f"{seconds:.1f} s (target < {TARGET_S:.0f} s), peak RSS {peak_mib:.0f} MiB "
+            f"(target < {TARGET_MIB:.0f} MiB)"
+        )
+        return 0 if seconds < TARGET_S and peak_mib < TARGET_MIB else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

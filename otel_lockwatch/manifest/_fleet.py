@@ -1,0 +1,325 @@
+"""A fleet's manifests: the OTLP log record each process sends, the Collector's file of them,
+and the inputs of a merge (manifest files, directories, globs, Collector files).
+
+The record. Besides its manifest file, a process sends its manifest's mergeable part as one
+OTLP log record whose event name is :data:`EVENT_NAME`; its body is a string, the canonical
+JSON (sorted keys, no whitespace) of::
+
+    {"schema": "otel-lockwatch/manifest-record/1",
+     "manifest_schema": "otel-lockwatch/manifest/3",
+     "instance": "<32 hex digits, new in every process>", "sequence": 1, 2, ...,
+     "final": false | true,
+     "thresholds": {...the manifest's...}, "data": {...the manifest's data fields...},
+     "digest": "<SHA-256 of the canonical JSON of every other field>"}
+
+A process sends one at every checkpoint and one (``final``) at exit, each the whole data so far:
+only the latest ``sequence`` of an ``instance`` counts, so a merge keeps that one. The record's
+attributes repeat ``instance``, ``sequence`` and ``final`` (so a reader finds each process's
+latest record without parsing every body) and add the verdict; none is a lock's key or a path.
+
+The Collector's ``file`` exporter writes one JSON line per batch: an OTLP
+``ExportLogsServiceRequest`` in protobuf JSON (``resourceLogs[].scopeLogs[].logRecords[]``,
+``eventName``, ``body.stringValue``, ``attributes[{key, value}]``; 64-bit integers as strings).
+:func:`read_collector_file` reads it in two passes, one line at a time: the first notes the
+latest sequence of each instance (a few bytes per process), the second checks and yields the
+bodies of those records only. Its memory is one line plus that index, whatever the file's size.
+
+Every byte of these inputs is untrusted, as a manifest file is (``_io``): a line, a body or a
+field that is not what this module writes stops the merge with one :class:`ManifestError` line
+naming the file and the line.
+"""
+
+from __future__ import annotations
+
+import glob
+import hashlib
+import os
+from collections.abc import Iterable, Iterator, Mapping
+from typing import Any
+
+from ..exceptions import ManifestError
+from ..record._data import DATA_FIELDS
+from ..record._witness import printable
+from ._check import check_mergeable_parts
+from ._io import DEFAULT_MAX_BYTES, PathLike, load_mergeable, open_regular, parse_json
+from ._model import LEGACY_SCHEMAS, SCHEMA, Manifest, canonical_json
+
+__all__ = [
+    "ATTR_EVENT_NAME",
+    "EVENT_NAME",
+    "RECORD_SCHEMA",
+    "expand_inputs",
+    "read_collector_file",
+    "read_inputs",
+    "record_attributes",
+    "record_body",
+]
+
+#: The event name of a manifest's log record.
+EVENT_NAME = "lockwatch.manifest"
+#: The schema of a record's body.
+RECORD_SCHEMA = "otel-lockwatch/manifest-record/1"
+#: The record's attributes.
+ATTR_INSTANCE = "lockwatch.manifest.instance"
+ATTR_SEQUENCE = "lockwatch.manifest.sequence"
+ATTR_FINAL = "lockwatch.manifest.final"
+ATTR_VERDICT = "lockwatch.verdict"
+#: Where a record sent through opentelemetry-api before 1.35 (no event name) carries it.
+ATTR_EVENT_NAME = "event.name"
+_BODY_FIELDS = (
+    "data",
+    "digest",
+    "final",
+    "instance",
+    "manifest_schema",
+    "schema",
+    "sequence",
+    "thresholds",
+)
+# What a Collector file's lines start with (a manifest file starts otherwise).
+_COLLECTOR_PREFIX = b'{"resourceLogs"'
+
+
+def _digest(body: Mapping[str, Any]) -> str:
+    return hashlib.sha256(
+        canonical_json({k: v for k, v in body.items() if k != "digest"})
+    ).hexdigest()
+
+
+def record_body(manifest: Manifest, instance: str, sequence: int, final: bool) -> str:
+    """The body of ``manifest``'s log record (see the module docstring)."""
+    doc = manifest.to_dict()
+    body: dict[str, Any] = {
+        "schema": RECORD_SCHEMA,
+        "manifest_schema": doc["schema"],
+        "instance": instance,
+        "sequence": sequence,
+        "final": final,
+        "thresholds": doc["thresholds"],
+        "data": {key: doc[key] for key in DATA_FIELDS},
+    }
+    body["digest"] = _digest(body)
+    return canonical_json(body).decode("utf-8")
+
+
+def record_attributes(
+    manifest: Manifest, instance: str, sequence: int, final: bool
+) -> dict[str, Any]:
+    """The attributes of ``manifest``'s log record."""
+    return {
+        ATTR_INSTANCE: instance,
+        ATTR_SEQUENCE: sequence,
+        ATTR_FINAL: final,
+        ATTR_VERDICT: str(manifest.verdict),
+    }
+
+
+# --------------------------------------------------------------------------------------------
+# Reading the Collector's file
+
+
+def _is_hex(text: object, length: int) -> bool:
+    return (
+        isinstance(text, str) and len(text) == length and all(c in "0123456789abcdef" for c in text)
+    )
+
+
+def _check_body(text: object, where: str) -> tuple[dict[str, Any], dict[str, float], str, int]:
+    """A record's body checked: ``(normalized data, thresholds, instance, sequence)``."""
+    if not isinstance(text, str):
+        raise ManifestError(f"{where} has no string body")
+    body = parse_json(bytearray(text.encode("utf-8", "surrogatepass")), f"{where}'s body")
+    if not isinstance(body, dict) or body.get("schema") != RECORD_SCHEMA:
+        got = body.get("schema") if isinstance(body, dict) else None
+        raise ManifestError(
+            f"{where}'s body has schema {printable(repr(got), 80)}, expected {RECORD_SCHEMA!r}"
+        )
+    missing = [k for k in _BODY_FIELDS if k not in body]
+    if missing:
+        raise ManifestError(f"{where}'s body lacks field(s): {', '.join(missing)}")
+    if body["manifest_schema"] != SCHEMA and body["manifest_schema"] not in LEGACY_SCHEMAS:
+        raise ManifestError(
+            f"{where}'s body has manifest_schema {printable(repr(body['manifest_schema']), 80)}"
+        )
+    if body["digest"] != _digest(body):
+        raise ManifestError(f"{where}'s body was edited: its digest does not match its content")
+    instance, sequence = body["instance"], body["sequence"]
+    if not _is_hex(instance, 32) or type(sequence) is not int or sequence < 1:  # noqa: E721
+        raise ManifestError(f"{where}'s body has an invalid instance or sequence")
+    if not isinstance(body["data"], dict):
+        raise ManifestError(f"{where}'s body has data that is not an object")
+    data, thresholds = check_mergeable_parts(body["data"], body["thresholds"], where)
+    return data, thresholds, instance, sequence
+
+
+def _attributes(record: Mapping[str, Any], where: str) -> dict[str, Any]:
+    """A record's attributes as ``{key: value}`` (OTLP JSON: 64-bit integers as strings)."""
+    out: dict[str, Any] = {}
+    raw = record.get("attributes", [])
+    if not isinstance(raw, list):
+        raise ManifestError(f"{where} has attributes that are not a list")
+    for attr in raw:
+        if not isinstance(attr, dict) or not isinstance(attr.get("value"), dict):
+            raise ManifestError(f"{where} has a malformed attribute")
+        value = attr["value"]
+        if "intValue" in value:
+            try:
+                out[str(attr.get("key"))] = int(value["intValue"])
+            except (TypeError, ValueError):
+                raise ManifestError(f"{where} has a malformed attribute") from None
+        else:
+            out[str(attr.get("key"))] = next(iter(value.values()), None)
+    return out
+
+
+def _records(doc: Any, where: str) -> Iterator[tuple[str, Mapping[str, Any]]]:
+    """``(place, record)`` of every log record of one line that carries :data:`EVENT_NAME`."""
+    if not isinstance(doc, dict) or not isinstance(doc.get("resourceLogs"), list):
+        raise ManifestError(f"{where} is not an OTLP logs request (no resourceLogs list)")
+    for i, resource in enumerate(doc["resourceLogs"]):
+        scopes = resource.get("scopeLogs", []) if isinstance(resource, dict) else None
+        if not isinstance(scopes, list):
+            raise ManifestError(f"{where}: resourceLogs[{i}] has no scopeLogs list")
+        for j, scope in enumerate(scopes):
+            records = scope.get("logRecords", []) if isinstance(scope, dict) else None
+            if not isinstance(records, list):
+                raise ManifestError(f"{where}: resourceLogs[{i}].scopeLogs[{j}] has no logRecords")
+            for k, record in enumerate(records):
+                if isinstance(record, dict) and _is_manifest_record(record):
+                    yield f"resourceLogs[{i}].scopeLogs[{j}].logRecords[{k}]", record
+
+
+_NAMED = {"key": ATTR_EVENT_NAME, "value": {"stringValue": EVENT_NAME}}
+
+
+def _is_manifest_record(record: Mapping[str, Any]) -> bool:
+    """Named :data:`EVENT_NAME` by its event name, or (sent through an older API) by its
+    ``event.name`` attribute."""
+    if record.get("eventName") == EVENT_NAME:
+        return True
+    attributes = record.get("attributes")
+    return isinstance(attributes, list) and _NAMED in attributes
+
+
+def _lines(path: PathLike, where: str, max_bytes: int) -> Iterator[tuple[int, bytearray]]:
+    """The file's non-empty lines, numbered from 1, each refused past ``max_bytes``."""
+    fd = open_regular(path, where, 2**63 - 1)
+    with os.fdopen(fd, "rb") as f:
+        number = 0
+        while True:
+            try:
+                line = f.readline(max_bytes + 1)
+            except OSError as e:
+                raise ManifestError(f"{where} cannot be read: {e.strerror or e}") from None
+            if not line:
+                return
+            number += 1
+            if len(line) > max_bytes and not line.endswith(b"\n"):
+                raise ManifestError(f"{where} line {number} is longer than {max_bytes} bytes")
+            if line.strip():
+                yield number, bytearray(line)
+
+
+def read_collector_file(
+    path: PathLike, *, max_bytes: int = DEFAULT_MAX_BYTES
+) -> Iterator[tuple[dict[str, Any], dict[str, float]]]:
+    """The latest record of each process in a Collector ``file`` exporter's output, as
+    ``(normalized data, thresholds)``, one at a time (see the module docstring).
+
+    Args:
+        path: the file of JSON lines.
+        max_bytes: the longest line read.
+
+    Raises:
+        ManifestError: (one line naming the file, the line and the record) the file cannot be
+            read, a line is not JSON or not an OTLP logs request, or a manifest record is not
+            what a process sends.
+    """
+    where = f"collector file {printable(os.fspath(path), None)}"
+    latest: dict[str, tuple[int, int, str]] = {}  # instance -> (sequence, line, place)
+    for number, line in _lines(path, where, max_bytes):
+        at = f"{where} line {number}"
+        for place, record in _records(parse_json(line, at), at):
+            attrs = _attributes(record, f"{at} {place}")
+            instance, sequence = attrs.get(ATTR_INSTANCE), attrs.get(ATTR_SEQUENCE)
+            if not _is_hex(instance, 32) or type(sequence) is not int:  # noqa: E721
+                raise ManifestError(f"{at} {place} lacks its instance or sequence attribute")
+            seen = latest.get(instance)  # type: ignore[arg-type]
+            if seen is None or (sequence, number, place) > seen:
+                latest[instance] = (sequence, number, place)  # type: ignore[index]
+    wanted = {(number, place): instance for instance, (_, number, place) in latest.items()}
+    lines = {number for number, _ in wanted}
+    for number, line in _lines(path, where, max_bytes):
+        if number not in lines:
+            continue
+        at = f"{where} line {number}"
+        for place, record in _records(parse_json(line, at), at):
+            instance = wanted.get((number, place))
+            if instance is None:
+                continue
+            body = record.get("body")
+            text = body.get("stringValue") if isinstance(body, dict) else None
+            data, thresholds, got, sequence = _check_body(text, f"{at} {place}")
+            if got != instance or sequence != latest[instance][0]:
+                raise ManifestError(f"{at} {place}: its body and attributes disagree")
+            yield data, thresholds
+
+
+# --------------------------------------------------------------------------------------------
+# The inputs of a merge
+
+
+def expand_inputs(arguments: Iterable[str]) -> list[str]:
+    """The files named by a merge's arguments, in order: a file as itself; a directory as its
+    ``*.json`` and ``*.jsonl`` files (sorted, not recursive); a pattern that names no file as
+    its matches (``glob``, sorted).
+
+    Raises:
+        ManifestError: a directory without such files, or a pattern that matches nothing.
+    """
+    files: list[str] = []
+    for argument in arguments:
+        shown = printable(argument, None)
+        if os.path.isdir(argument):
+            found = sorted(
+                os.path.join(argument, name)
+                for name in os.listdir(argument)
+                if name.endswith((".json", ".jsonl"))
+                and os.path.isfile(os.path.join(argument, name))
+            )
+            if not found:
+                raise ManifestError(f"directory {shown} holds no *.json or *.jsonl file")
+            files.extend(found)
+        elif not os.path.lexists(argument) and glob.has_magic(argument):
+            matches = sorted(glob.glob(argument))
+            if not matches:
+                raise ManifestError(f"{shown} matches no file")
+            files.extend(matches)
+        else:
+            files.append(argument)
+    return files
+
+
+def _is_collector_file(path: str) -> bool:
+    where = f"manifest {printable(path, None)}"
+    fd = open_regular(path, where, 2**63 - 1)
+    try:
+        return os.read(fd, len(_COLLECTOR_PREFIX)) == _COLLECTOR_PREFIX
+    finally:
+        os.close(fd)
+
+
+def read_inputs(
+    files: Iterable[str], *, max_bytes: int = DEFAULT_MAX_BYTES
+) -> Iterator[tuple[dict[str, Any], dict[str, float]]]:
+    """Every manifest of ``files`` as ``(normalized data, thresholds)``, one at a time: a
+    manifest file as itself, a Collector file as the latest record of each process in it.
+
+    Raises:
+        ManifestError: an input is unreadable or invalid (one line naming it).
+    """
+    for path in files:
+        if _is_collector_file(path):
+            yield from read_collector_file(path, max_bytes=max_bytes)
+        else:
+            yield load_mergeable(path, max_bytes=max_bytes)

@@ -1,0 +1,323 @@
+"""A fleet's manifests: the ``lockwatch.manifest`` log record each process sends, the
+Collector's file of them read back by ``otel-lockwatch merge``, its other inputs (directories,
+globs), its refusals of crafted input, and the bounded streaming merge.
+
+The records are encoded to OTLP JSON here by the OTLP exporter's own encoder and protobuf's JSON
+mapping, the encoding the Collector's file exporter writes (``tests/e2e/test_collector_fleet.py``
+runs the real Collector).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import threading
+
+import pytest
+from google.protobuf.json_format import MessageToDict
+from opentelemetry.exporter.otlp.proto.common._log_encoder import encode_logs
+from opentelemetry.sdk._logs import LoggerProvider
+from opentelemetry.sdk._logs.export import InMemoryLogRecordExporter, SimpleLogRecordProcessor
+
+from otel_lockwatch import load_manifest, merge_manifests, name_lock
+from otel_lockwatch.cli._main import main
+from otel_lockwatch.manifest._evaluate import evaluate
+from otel_lockwatch.manifest._fleet import EVENT_NAME, read_collector_file
+from otel_lockwatch.manifest._io import dump_manifest
+from otel_lockwatch.manifest._merge import ManifestFold
+from otel_lockwatch.manifest._model import canonical_json
+from otel_lockwatch.record._data import DATA_FIELDS, OTHER_WORKERS, DataFold
+from otel_lockwatch.record._outbox import OUTBOX
+from otel_lockwatch.telemetry import _exit
+
+MS = 1_000_000
+
+
+def data_digest(doc: dict) -> str:
+    return hashlib.sha256(canonical_json({k: doc[k] for k in DATA_FIELDS})).hexdigest()
+
+
+def collector_line(records) -> str:
+    """One line as the Collector's file exporter writes it: an ExportLogsServiceRequest in
+    protobuf's JSON mapping, compact."""
+    request = encode_logs(list(records))
+    return json.dumps(MessageToDict(request), separators=(",", ":"))
+
+
+def process_manifest(pid: int, waits: list[tuple[str, str, int]]):
+    """A single-process manifest of ``(worker, lock, wait_ns)`` acquisitions."""
+    from _snapshots import locks_and_workers
+
+    locks, workers = locks_and_workers([(w, lock, wait, MS) for w, lock, wait in waits])
+    return evaluate(
+        {
+            "locks": locks,
+            "workers": workers,
+            "process": {
+                "pid": pid,
+                "service.name": "svc",
+                "start": "2026-12-01T08:00:00.000Z",
+                "end": "2026-12-01T09:00:00.000Z",
+            },
+        }
+    )
+
+
+@pytest.fixture
+def logs():
+    exporter = InMemoryLogRecordExporter()
+    provider = LoggerProvider(shutdown_on_exit=False)
+    provider.add_log_record_processor(SimpleLogRecordProcessor(exporter))
+    return provider, exporter
+
+
+# ---------------------------------------------------------------------------------------------
+# The record
+
+
+def test_each_write_sends_the_manifest_record_and_the_final_one_once(make_watched, logs, tmp_path):
+    """A checkpoint and the final write each send one ``lockwatch.manifest`` record whose body
+    carries the manifest's data as written to the file; the final one says so, and a later
+    sequence."""
+    provider, exporter = logs
+    path = tmp_path / "manifest.json"
+    make_watched(manifest=True, manifest_path=str(path), logger_provider=provider)
+    lock = name_lock(threading.Lock(), "fleet-lock")
+    with lock:
+        pass
+    writer = _exit.ACTIVE.exporter
+    assert writer is not None
+    writer.write(final=False)
+    checkpoint = load_manifest(path)
+    with lock:
+        pass
+    writer.write(final=True)
+    final = load_manifest(path)
+
+    records = [r.log_record for r in exporter.get_finished_logs()]
+    assert [r.event_name for r in records] == [EVENT_NAME, EVENT_NAME]
+    bodies = [json.loads(r.body) for r in records]
+    assert [b["final"] for b in bodies] == [False, True]
+    assert bodies[0]["sequence"] < bodies[1]["sequence"]
+    assert bodies[0]["instance"] == bodies[1]["instance"]
+    assert data_digest(bodies[0]["data"]) == data_digest(checkpoint.to_dict())
+    assert data_digest(bodies[1]["data"]) == data_digest(final.to_dict())
+    assert bodies[1]["data"]["locks"]["fleet-lock"]["acquisitions"] == 2
+    assert dict(records[1].attributes) == {
+        "lockwatch.manifest.instance": bodies[1]["instance"],
+        "lockwatch.manifest.sequence": bodies[1]["sequence"],
+        "lockwatch.manifest.final": True,
+        "lockwatch.verdict": str(final.verdict),
+    }
+
+
+def test_the_record_can_be_turned_off(make_watched, logs, tmp_path):
+    """``manifest_log_record=False``: the file is written, no record is sent."""
+    provider, exporter = logs
+    path = tmp_path / "manifest.json"
+    make_watched(
+        manifest=True, manifest_path=str(path), logger_provider=provider, manifest_log_record=False
+    )
+    assert _exit.ACTIVE.exporter.write(final=False) == path
+    assert _exit.ACTIVE.exporter.write(final=True) == path
+    assert exporter.get_finished_logs() == ()
+
+
+def test_a_failing_logger_provider_never_reaches_the_host(make_watched, tmp_path):
+    """A logger provider that raises: the manifest is still written, the error is counted."""
+
+    class Broken:
+        def get_logger(self, *args, **kwargs):
+            raise RuntimeError("no logs today")
+
+    path = tmp_path / "manifest.json"
+    make_watched(manifest=True, manifest_path=str(path), logger_provider=Broken())
+    before = OUTBOX.errors
+    assert _exit.ACTIVE.exporter.write(final=False) == path
+    assert OUTBOX.errors == before + 1
+    load_manifest(path)
+
+
+# ---------------------------------------------------------------------------------------------
+# The Collector's file
+
+
+def records_of(manifests, logs, *, checkpoints=0):
+    """Send each manifest as its own process would (``checkpoints`` earlier, smaller records
+    first); return the SDK's log records."""
+    from otel_lockwatch.telemetry._fleet import ManifestRecords
+
+    provider, exporter = logs
+    for manifest in manifests:
+        sender = ManifestRecords(provider)
+        sender._pid = -1  # each manifest is another process: a new instance
+        for sequence in range(1, checkpoints + 1):
+            sender.send(process_manifest(9, [("w", "early", MS)]), sequence, False)
+        sender.send(manifest, checkpoints + 1, True)
+    return exporter.get_finished_logs()
+
+
+@pytest.mark.parametrize("event_name", [True, False], ids=["event-name", "older-api"])
+def test_merge_of_the_collector_file_equals_the_merge_of_the_files(
+    logs, tmp_path, monkeypatch, event_name
+):
+    """The latest record of each process, read from the Collector's JSON lines (several per
+    line, out of order), merges into the manifest the files merge into; a record sent through an
+    API without event names is named by its ``event.name`` attribute."""
+    from otel_lockwatch.telemetry import _fleet
+
+    if _fleet.HAS_EVENT_NAME and not event_name:
+        monkeypatch.setattr(_fleet, "HAS_EVENT_NAME", False)
+    elif not _fleet.HAS_EVENT_NAME and event_name:
+        pytest.skip("this opentelemetry-api has no event names")
+    manifests = [process_manifest(pid, [("w1", "L", pid * MS), ("w2", "M", 0)]) for pid in range(4)]
+    records = list(records_of(manifests, logs, checkpoints=2))
+    assert all((r.log_record.event_name == EVENT_NAME) is event_name for r in records)
+    lines = [collector_line(records[i : i + 5]) for i in range(0, len(records), 5)]
+    collector = tmp_path / "lockwatch-manifests.jsonl"
+    collector.write_text("\n".join(reversed(lines)) + "\n")
+    paths = [dump_manifest(m, tmp_path / f"m{i}.json") for i, m in enumerate(manifests)]
+
+    from_files = merge_manifests(paths)
+    fold = ManifestFold()
+    for data, thresholds in read_collector_file(collector):
+        fold.add_data(data, thresholds)
+    assert fold.count == 4
+    from_records = fold.result()
+    assert data_digest(from_records.to_dict()) == data_digest(from_files.to_dict())
+    assert from_records.manifest_digest == from_files.manifest_digest
+
+    out = tmp_path / "merged.json"
+    assert main(["merge", str(collector), "-o", str(out)]) == 0
+    assert load_manifest(out).manifest_digest == from_files.manifest_digest
+
+
+def test_directories_and_globs(tmp_path, capsys):
+    manifests = [process_manifest(pid, [("w", "L", MS)]) for pid in range(3)]
+    (tmp_path / "d").mkdir()
+    for i, m in enumerate(manifests):
+        dump_manifest(m, tmp_path / "d" / f"manifest.{i}.json")
+    expected = merge_manifests(manifests)
+    for argument in (str(tmp_path / "d"), str(tmp_path / "d" / "manifest.*.json")):
+        out = tmp_path / "out.json"
+        assert main(["merge", argument, "-o", str(out)]) == 0
+        assert load_manifest(out) == expected
+    assert "merged 3 manifests" in capsys.readouterr().out
+
+
+def refused(tmp_path, capsys, argv, message):
+    out = tmp_path / "never.json"
+    assert main(["merge", *argv, "-o", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err, err
+    assert err.startswith("otel-lockwatch: error: "), err
+    assert message in err, err
+    assert not out.exists() and not list(tmp_path.glob(".never.json*")), "no partial output"
+
+
+def test_crafted_collector_files_are_refused_in_one_line(logs, tmp_path, capsys):
+    """Exit status 2, one line naming the file and line, no traceback, no output file."""
+    [record] = records_of([process_manifest(1, [("w", "L", MS)])], logs)
+    good = collector_line([record])
+    bad = tmp_path / "bad.jsonl"
+
+    bad.write_text(good + "\n" + '{"resourceLogs": [ broken\n')
+    refused(tmp_path, capsys, [str(bad)], f"collector file {bad} line 2 is not valid JSON")
+
+    edited = good.replace('\\"acquisitions\\":1', '\\"acquisitions\\":7', 1)
+    assert edited != good
+    bad.write_text(edited + "\n")
+    refused(tmp_path, capsys, [str(bad)], f"collector file {bad} line 1 resourceLogs[0]")
+    refused(tmp_path, capsys, [str(bad)], "body was edited: its digest does not match")
+
+    doc = json.loads(good)
+    doc["resourceLogs"][0]["scopeLogs"][0]["logRecords"][0]["attributes"] = []
+    bad.write_text(json.dumps(doc) + "\n")
+    refused(tmp_path, capsys, [str(bad)], "lacks its instance or sequence attribute")
+
+    bad.write_text('{"resourceLogs": {"no": "list"}}\n')
+    refused(tmp_path, capsys, [str(bad)], "line 1 is not an OTLP logs request")
+
+    bad.write_text(good + "\n")
+    refused(tmp_path, capsys, ["--max-bytes", "100", str(bad)], "line 1 is longer than 100 bytes")
+
+    bad.write_text('{"resourceLogs": []}\n')
+    refused(tmp_path, capsys, [str(bad)], "nothing to merge")
+
+
+def test_inputs_that_name_nothing_are_refused(tmp_path, capsys):
+    (tmp_path / "empty").mkdir()
+    refused(tmp_path, capsys, [str(tmp_path / "empty")], "holds no *.json or *.jsonl file")
+    refused(tmp_path, capsys, [str(tmp_path / "x*.json")], "matches no file")
+    truncated = tmp_path / "m.json"
+    truncated.write_text(process_manifest(1, [("w", "L", MS)]).to_json()[:-40])
+    refused(tmp_path, capsys, [str(truncated)], f"manifest {truncated} is not valid JSON")
+
+
+# ---------------------------------------------------------------------------------------------
+# The bounded fold
+
+
+def part(worker: str, wait: int) -> dict:
+    return {
+        "locks": {
+            "L": {
+                "kind": "threading.Lock",
+                "acquisitions": 1,
+                "contentions": 1,
+                "skipped": 0,
+                "timeouts": 0,
+                "wait_ns": evaluate_hist(wait),
+                "hold_ns": evaluate_hist(MS),
+                "workers": {
+                    worker: {"acquisitions": 1, "contentions": 1, "wait_ns": wait, "hold_ns": MS}
+                },
+            }
+        },
+        "workers": {worker: {"observed_ns": 10 * wait + MS, "wait_ns": wait}},
+    }
+
+
+def evaluate_hist(value: int):
+    from otel_lockwatch.record._histogram import LogHistogram
+
+    return LogHistogram([value])
+
+
+def test_a_bounded_fold_keeps_the_longest_waits_and_exact_sums_in_any_order():
+    """Past ``max_workers`` the longest waits are kept and the rest is one exact row; with one
+    worker per part, the result is the same in every order."""
+    parts = [part(f"p{i}/w", (i + 1) * MS) for i in range(7)]
+    results = set()
+    for order in _some_orders(parts):
+        fold = DataFold(max_workers=2)
+        for p in order:
+            fold.add(p)
+        merged = fold.result()
+        rows = merged["locks"]["L"]["workers"].rows
+        assert set(rows) == {"p6/w", "p5/w", OTHER_WORKERS}
+        assert rows[OTHER_WORKERS] == (5, 5, 15 * MS, 5 * MS)
+        assert sum(r[2] for r in rows.values()) == merged["locks"]["L"]["wait_ns"].sum
+        results.add(json.dumps(canonical_json(merged).decode()))
+    assert len(results) == 1
+    unbounded = DataFold()
+    for p in parts:
+        unbounded.add(p)
+    assert len(unbounded.result()["locks"]["L"]["workers"].rows) == 7
+
+
+def _some_orders(parts):
+    yield parts
+    yield list(reversed(parts))
+    yield parts[3:] + parts[:3]
+    yield parts[1::2] + parts[::2]
+
+
+def test_the_other_row_is_no_starving_worker():
+    """The summed row of a bounded merge is never reported as a starved worker, however much
+    the workers in it waited together."""
+    manifests = [process_manifest(pid, [("w", "L", 30 * MS)]) for pid in (1, 2)]
+    manifests += [process_manifest(pid, [("w", "L", 10 * MS)]) for pid in range(10, 60)]
+    merged = merge_manifests(manifests, max_workers=2)
+    assert merged.locks["L"]["workers"][OTHER_WORKERS]["wait_ns"] == 500 * MS
+    assert all(s["worker"] != OTHER_WORKERS for s in merged.starvation_signatures)
