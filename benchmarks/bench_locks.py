@@ -1,26 +1,42 @@
 """What the instrumentation costs on the lock path, as ratios measured in one run.
 
-Run: ``python benchmarks/bench_locks.py`` (add ``--quick`` for a short run, ``--memory`` for the
-10^5 vs 10^7 acquisitions memory check). It measures the path in use: the C fast path when the
-extension is built, the pure-Python path with ``LOCKWATCH_DISABLE_EXTENSIONS=1``. Every row is an
-uncontended acquire+release pair (a ``with`` block), best of several repeats of the calling
-thread's CPU time; the ratios divide rows of the same run, since this machine is shared and
-noisy. Nothing here is a test: the figures go into the README.
+Run: ``python benchmarks/bench_locks.py`` (``--quick`` for a short run, ``--memory`` for the
+10^5 vs 10^7 acquisitions memory check, ``--ddtrace-python PY`` for an interpreter that has
+ddtrace, when this one has not). It runs each path in a process of its own (the path is chosen
+at import): the C fast path, the pure-Python path (``LOCKWATCH_DISABLE_EXTENSIONS=1``), and
+ddtrace's lock profiler at 1 % and 100 % capture when ddtrace is importable. Every figure is
+divided by its own bare baseline, measured in the same process in interleaved rounds (this
+machine is shared and noisy):
+
+- uncontended pairs, timed by ``timeit`` on a statement (no function call per pair: a bare
+  ``L.acquire(); L.release()`` is the baseline, not a ``with`` block inside a closure), on the
+  thread's CPU time, best round;
+- the 8-thread convoy: 8 threads x 50,000 ``with L: n += 1`` on one lock (wall time, and the
+  contentions and verdict recorded: the program has no contention of its own);
+- the pool: 16 workers, 40,000 tasks taking 3 locks each (wall time);
+- memory held after 10^5 and 10^7 acquisitions (``--memory``).
+
+Nothing here is a test: the figures go into docs/performance.md.
 """
 
 from __future__ import annotations
 
 import argparse
 import gc
+import json
+import os
 import queue
+import subprocess
 import sys
 import threading
 import time
 import timeit
 import tracemalloc
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
 
 from opentelemetry.sdk.metrics import MeterProvider  # noqa: E402
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader  # noqa: E402
@@ -29,6 +45,7 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, Spa
 
 from otel_lockwatch import LockwatchInstrumentor, StripedSections  # noqa: E402
 from otel_lockwatch.capture import _fast_path  # noqa: E402
+from otel_lockwatch.manifest._evaluate import evaluate  # noqa: E402
 from otel_lockwatch.record._recorder import RECORDER  # noqa: E402
 
 
@@ -173,17 +190,70 @@ def memory_check(small: int, large: int) -> tuple[int, int]:
     return after_small - base, after_large - base
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="fewer iterations")
-    parser.add_argument(
-        "--memory", action="store_true", help="also compare memory after 1e5 and 1e7 acquisitions"
-    )
-    args = parser.parse_args()
-    number, rounds = (30_000, 5) if args.quick else (50_000, 15)
+def stmt_ns(stmt: str, names: dict, number: int) -> float:
+    """One round of ``stmt`` (a statement, not a call: timeit's own loop is the only overhead),
+    in ns of the thread's CPU time per execution."""
+    return timeit.Timer(stmt, globals=names, timer=time.thread_time).timeit(number) / number * 1e9
 
+
+PAIR = "L.acquire(); L.release()"
+WITH = "with L: pass"
+SECTION = "with S.lock(K): pass"
+
+
+def convoy(lock, threads: int = 8, each: int = 50_000) -> float:
+    """``threads`` threads, each ``each`` times ``with lock: n += 1``; wall time in seconds."""
+    box = [0]
+    start = threading.Barrier(threads + 1)
+
+    def work():
+        start.wait()
+        for _ in range(each):
+            with lock:
+                box[0] += 1
+
+    workers = [threading.Thread(target=work) for _ in range(threads)]
+    for t in workers:
+        t.start()
+    t0 = time.perf_counter()
+    start.wait()
+    for t in workers:
+        t.join()
+    return time.perf_counter() - t0
+
+
+def pool(tasks: int = 40_000, workers: int = 16) -> float:
+    """A pool of ``workers`` running ``tasks`` tasks that take 3 locks each (a shard of 8, a
+    ledger, a stats lock), all created here (watched when instrumented); wall time in s."""
+    shards = [threading.Lock() for _ in range(8)]
+    ledger = threading.Lock()
+    stats = threading.Lock()
+    totals = [0] * 8
+    count = [0]
+
+    def task(i):
+        with shards[i & 7]:
+            totals[i & 7] += i
+        with ledger:
+            count[0] += 1
+        with stats:
+            pass
+
+    t0 = time.perf_counter()
+    with ThreadPoolExecutor(max_workers=workers) as executor:
+        for _ in executor.map(task, range(tasks), chunksize=64):
+            pass
+    return time.perf_counter() - t0
+
+
+def measure(args: argparse.Namespace) -> dict:
+    """Everything measured on the path this process runs: lockwatch's rows against the bare
+    ones, and the rows the docs quote (order check, queues, the naive instrumentation)."""
+    number, rounds = (50_000, 3) if args.quick else (200_000, 7)
+    heavy_rounds = 1 if args.quick else 3
     key = "entity-00000042"
     raw_lock = threading.Lock()
+    raw_rlock = threading.RLock()
     raw_outer = threading.Lock()
     raw_inner = threading.Lock()
     raw_queue: queue.Queue[int] = queue.Queue()  # created before instrumenting: never watched
@@ -218,43 +288,68 @@ def main() -> None:
     )
     instrumentor.uninstrument()
 
+    # Each row: (statement, its names); the bare rows run with the instrumentation off.
     plain = {
-        "raw threading.Lock": pair(raw_lock),
-        "raw nested Lock pair": nested(raw_outer, raw_inner),
-        "section, uninstrumented": section_pair(sections, key),
-        "raw queue.Queue put+get": queue_pair(raw_queue),
-        "raw BoundedSemaphore acquire+release": semaphore_pair(raw_semaphore),
-        "raw Condition: with cond: notify()": notify(raw_condition),
+        "bare L.acquire(); L.release()": (PAIR, {"L": raw_lock}),
+        "bare with L: pass": (WITH, {"L": raw_lock}),
+        "bare RLock acquire(); release()": (PAIR, {"L": raw_rlock}),
+        "bare nested pair": ("with A, B: pass", {"A": raw_outer, "B": raw_inner}),
+        "section pair, uninstrumented": (SECTION, {"S": sections, "K": key}),
+        "bare queue.Queue put+get": ("Q.put(1); Q.get()", {"Q": raw_queue}),
+        "bare BoundedSemaphore with": (WITH, {"L": raw_semaphore}),
+        "bare Condition: with c: c.notify()": ("with C: C.notify()", {"C": raw_condition}),
     }
     watched = {
-        "section, instrumented": section_pair(
-            sections, key
-        ),  # the same array: the class is patched
-        "instrumented threading.Lock": pair(lock),
-        "instrumented threading.RLock": pair(rlock),
-        "instrumented nested Lock pair (order check)": nested(outer, inner),
-        "unwatched queue.Queue put+get, instrumented": queue_pair(raw_queue),
-        "watched queue.Queue put+get": queue_pair(watched_queue),
-        "watched BoundedSemaphore acquire+release": semaphore_pair(semaphore),
-        "watched Condition: with cond: notify()": notify(condition),
+        "L.acquire(); L.release()": (PAIR, {"L": lock}),
+        "with L: pass": (WITH, {"L": lock}),
+        "RLock acquire(); release()": (PAIR, {"L": rlock}),
+        "nested pair (order check)": ("with A, B: pass", {"A": outer, "B": inner}),
+        "section pair, instrumented": (SECTION, {"S": sections, "K": key}),
+        "unwatched queue.Queue put+get": ("Q.put(1); Q.get()", {"Q": raw_queue}),
+        "watched queue.Queue put+get": ("Q.put(1); Q.get()", {"Q": watched_queue}),
+        "watched BoundedSemaphore with": (WITH, {"L": semaphore}),
+        "watched Condition: with c: c.notify()": ("with C: C.notify()", {"C": condition}),
     }
-    # Rows are measured in interleaved rounds (the instrumentation switched on and off each round),
-    # so that every row sees the same machine; each row keeps its best round.
     rows: dict[str, float] = {name: float("inf") for name in [*plain, *watched]}
-    rows["naive span + 2 histograms per acquisition"] = float("inf")
+    rows["naive span + 2 histograms per pair"] = float("inf")
     for _ in range(rounds):
-        for name, fn in plain.items():
-            rows[name] = min(rows[name], best_ns(fn, number, 1))
+        for name, (stmt, names) in plain.items():
+            rows[name] = min(rows[name], stmt_ns(stmt, names, number))
         instrument()
         try:
-            for name, fn in watched.items():
-                rows[name] = min(rows[name], best_ns(fn, number, 1))
-            rows["naive span + 2 histograms per acquisition"] = min(
-                rows["naive span + 2 histograms per acquisition"],
-                best_ns(naive, max(number // 50, 500), 1),
+            for name, (stmt, names) in watched.items():
+                rows[name] = min(rows[name], stmt_ns(stmt, names, number))
+            rows["naive span + 2 histograms per pair"] = min(
+                rows["naive span + 2 histograms per pair"],
+                best_ns(naive, max(number // 100, 500), 1),
             )
         finally:
             instrumentor.uninstrument()
+
+    # The convoy and the pool: bare and instrumented in alternate rounds, best wall time; the
+    # instrumented convoy's recording is that of its last round.
+    walls = {"convoy": [float("inf"), float("inf")], "pool": [float("inf"), float("inf")]}
+    recorded: dict = {}
+    for _ in range(heavy_rounds):
+        walls["convoy"][0] = min(walls["convoy"][0], convoy(threading.Lock()))
+        walls["pool"][0] = min(walls["pool"][0], pool())
+        RECORDER.reset()
+        instrument()
+        try:
+            watched_lock = threading.Lock()
+            name = watched_lock._lockwatch_class.name
+            walls["convoy"][1] = min(walls["convoy"][1], convoy(watched_lock))
+            data = RECORDER.snapshot()
+            stats = data["locks"][name]
+            recorded = {
+                "acquisitions": stats["acquisitions"],
+                "contentions": stats["contentions"],
+                "verdict": str(evaluate(data).verdict),
+            }
+            walls["pool"][1] = min(walls["pool"][1], pool())
+        finally:
+            instrumentor.uninstrument()
+
     instrument()
     try:
         memory = memory_check(10**5, 10**7) if args.memory else None
@@ -262,46 +357,177 @@ def main() -> None:
     finally:
         instrumentor.uninstrument()
         tracer_provider.shutdown()
+    return {
+        "path": "C" if _fast_path.SPEEDUPS else "Python",
+        "python": sys.version.split()[0],
+        "rows": rows,
+        "walls": walls,
+        "convoy": recorded,
+        "memory": memory,
+        "slow_path_us": [contended_extra[0] / 1000, contended_extra[1] / 1000],
+    }
 
-    raw = rows["raw threading.Lock"]
-    width = max(len(k) for k in rows)
-    path = "C (_speedups)" if _fast_path.SPEEDUPS else "pure Python"
-    print(f"lock path: {path}; Python {sys.version.split()[0]}")
-    print(f"{'uncontended acquire+release (with block)':<{width}}  {'ns':>8}  {'x raw Lock':>10}")
-    for name, ns in rows.items():
-        print(f"{name:<{width}}  {ns:8.0f}  {ns / raw:10.2f}")
-    print()
-    lock = rows["instrumented threading.Lock"]
-    lock_ratio = lock / raw
-    section_ratio = rows["section, instrumented"] / rows["section, uninstrumented"]
-    check = rows["instrumented nested Lock pair (order check)"] - 2 * lock
-    naive_ratio = rows["naive span + 2 histograms per acquisition"] / lock
-    waiting, emitting = contended_extra[0] / 1000, contended_extra[1] / 1000
-    print(f"instrumented Lock / raw Lock:               {lock_ratio:.2f}x (target <= 6)")
-    print(f"instrumented section / uninstrumented:      {section_ratio:.2f}x (target <= 2.5)")
-    print(f"the order check of a nested acquisition (nested pair - 2 single pairs): {check:.0f} ns")
-    print(f"naive baseline / instrumented Lock:         {naive_ratio:.1f}x")
-    unwatched_queue = (
-        rows["unwatched queue.Queue put+get, instrumented"] / rows["raw queue.Queue put+get"]
+
+DDTRACE = r"""
+import json, sys, threading, time, timeit
+PAIR, WITH, number, rounds = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+sys.path.insert(0, sys.argv[5])
+from benchmarks.bench_locks import convoy
+from ddtrace.profiling.collector import threading as dd_threading
+import ddtrace
+
+def ns(stmt, names):
+    return timeit.Timer(stmt, globals=names, timer=time.thread_time).timeit(number) / number * 1e9
+
+raw = threading.Lock()
+out = {"version": ddtrace.__version__}
+for pct in (1, 100):
+    rows = {"pair": [float("inf")] * 2, "with": [float("inf")] * 2, "convoy": [float("inf")] * 2}
+    for _ in range(rounds):
+        rows["pair"][0] = min(rows["pair"][0], ns(PAIR, {"L": raw}))
+        rows["with"][0] = min(rows["with"][0], ns(WITH, {"L": raw}))
+        rows["convoy"][0] = min(rows["convoy"][0], convoy(threading.Lock()))
+        collector = dd_threading.ThreadingLockCollector(capture_pct=pct)
+        collector.start()
+        try:
+            lock = threading.Lock()
+            rows["pair"][1] = min(rows["pair"][1], ns(PAIR, {"L": lock}))
+            rows["with"][1] = min(rows["with"][1], ns(WITH, {"L": lock}))
+            rows["convoy"][1] = min(rows["convoy"][1], convoy(threading.Lock()))
+        finally:
+            collector.stop()
+    out[str(pct)] = rows
+print(json.dumps(out))
+"""
+
+
+def child(env_extra: dict[str, str], argv: list[str], python: str = sys.executable) -> dict:
+    """Run this benchmark's ``--child`` in a process of its own (the path is chosen at import)."""
+    env = dict(os.environ)
+    env.pop("LOCKWATCH_DISABLE_EXTENSIONS", None)
+    env.update(env_extra)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+    for var in ("OTEL_TRACES_EXPORTER", "OTEL_METRICS_EXPORTER", "OTEL_LOGS_EXPORTER"):
+        env[var] = "none"
+    done = subprocess.run(
+        [python, *argv], env=env, capture_output=True, text=True, check=False, cwd=ROOT
     )
-    print(f"unwatched queue, instrumented / raw:        {unwatched_queue:.2f}x (target 1.0)")
-    for watched_row, raw_row in (
-        ("watched queue.Queue put+get", "raw queue.Queue put+get"),
-        ("watched BoundedSemaphore acquire+release", "raw BoundedSemaphore acquire+release"),
-        ("watched Condition: with cond: notify()", "raw Condition: with cond: notify()"),
-    ):
-        ratio = rows[watched_row] / rows[raw_row]
-        print(f"{watched_row} / raw: {ratio:.2f}x")
-    print(
-        f"contended acquisition, added to its wait on the waiting thread: {waiting:.1f} us "
-        "(target <= 20 us)"
-    )
-    print(f"  then, on the emitter thread, its span and histogram value: {emitting:.1f} us")
-    if memory is not None:
-        small, large = memory
-        print(
-            f"memory held by the recorder after 1e5 acquisitions: {small} B; after 1e7: {large} B"
+    if done.returncode != 0:
+        raise SystemExit(f"{' '.join(argv[:2])} failed:\n{done.stderr}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def ddtrace_python(given: str | None) -> str | None:
+    """An interpreter that imports ddtrace: ``given``, or this one, else None."""
+    for python in filter(None, [given, sys.executable]):
+        ok = subprocess.run(
+            [python, "-c", "import ddtrace.profiling.collector.threading"],
+            capture_output=True,
+            check=False,
         )
+        if ok.returncode == 0:
+            return python
+    return None
+
+
+def report(results: dict[str, dict], dd: dict | None) -> None:
+    """The table: each figure and its ratio to its own bare baseline."""
+    c, py = results.get("C"), results["Python"]
+    print(f"otel-lockwatch lock benchmark; Python {py['python']}; one run, interleaved rounds")
+    print("(each ratio: against the bare baseline measured in the same process)")
+    paths = [r for r in (c, py) if r is not None]
+    header = "".join(f"  {r['path'] + ' path':>20}" for r in paths)
+    if dd is not None:
+        header += f"  {'ddtrace 1 %':>16}  {'ddtrace 100 %':>16}"
+    print(f"\n{'uncontended, ns per pair':<40}{'bare':>8}{header}")
+    pairs = (
+        ("L.acquire(); L.release()", "bare L.acquire(); L.release()", "pair"),
+        ("with L: pass", "bare with L: pass", "with"),
+        ("RLock acquire(); release()", "bare RLock acquire(); release()", None),
+        ("section pair, instrumented", "section pair, uninstrumented", None),
+        ("nested pair (order check)", "bare nested pair", None),
+        ("watched BoundedSemaphore with", "bare BoundedSemaphore with", None),
+        ("watched queue.Queue put+get", "bare queue.Queue put+get", None),
+        ("unwatched queue.Queue put+get", "bare queue.Queue put+get", None),
+        ("watched Condition: with c: c.notify()", "bare Condition: with c: c.notify()", None),
+        ("naive span + 2 histograms per pair", "bare with L: pass", None),
+    )
+    for name, base, dd_row in pairs:
+        line = f"{name:<40}{paths[0]['rows'][base]:8.0f}"  # each path's ratio: its own base
+        for r in paths:
+            v, b = r["rows"][name], r["rows"][base]
+            line += f"  {v:9.0f} ({v / b:5.1f}x)"
+        if dd is not None and dd_row is not None:
+            for pct in ("1", "100"):
+                b, v = dd[pct][dd_row]
+                line += f"  {v:7.0f} ({v / b:5.1f}x)"
+        print(line)
+    print(f"\n{'8 threads x 50,000 with L: n += 1':<40}{'bare s':>8}")
+    line = f"{'  wall time':<40}{paths[0]['walls']['convoy'][0]:8.3f}"
+    for r in paths:
+        b, v = r["walls"]["convoy"]
+        line += f"  {v:9.3f} ({v / b:5.1f}x)"
+    if dd is not None:
+        for pct in ("1", "100"):
+            b, v = dd[pct]["convoy"]
+            line += f"  {v:7.3f} ({v / b:5.1f}x)"
+    print(line)
+    for r in paths:
+        rec = r["convoy"]
+        share = 100 * rec["contentions"] / max(rec["acquisitions"], 1)
+        print(
+            f"  {r['path']} path recorded: {rec['acquisitions']:,} acquisitions, "
+            f"{rec['contentions']:,} contentions ({share:.2f} %), {rec['verdict']}"
+        )
+    print(f"\n{'pool: 16 workers, 40,000 tasks x 3 locks':<40}{'bare s':>8}")
+    line = f"{'  wall time':<40}{paths[0]['walls']['pool'][0]:8.3f}"
+    for r in paths:
+        b, v = r["walls"]["pool"]
+        line += f"  {v:9.3f} ({v / b:5.2f}x)"
+    print(line)
+    print()
+    for r in paths:
+        waiting, emitting = r["slow_path_us"]
+        print(
+            f"{r['path']} path: a contended acquisition adds {waiting:.1f} us on the waiting "
+            f"thread, then {emitting:.1f} us on the emitter thread"
+        )
+        if r["memory"] is not None:
+            small, large = r["memory"]
+            print(
+                f"{r['path']} path: memory held after 1e5 acquisitions: {small} B; "
+                f"after 1e7: {large} B"
+            )
+    if dd is not None:
+        print(f"ddtrace {dd['version']} (ThreadingLockCollector, capture_pct 1 and 100)")
+    else:
+        print("ddtrace: not importable here (pip install '.[bench]', or --ddtrace-python)")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="fewer iterations")
+    parser.add_argument(
+        "--memory", action="store_true", help="also compare memory after 1e5 and 1e7 acquisitions"
+    )
+    parser.add_argument("--ddtrace-python", help="an interpreter that has ddtrace")
+    parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        print(json.dumps(measure(args)))
+        return
+    argv = [str(Path(__file__).resolve()), "--child"]
+    argv += ["--quick"] * args.quick + ["--memory"] * args.memory
+    results = {}
+    if _fast_path.SPEEDUPS:
+        results["C"] = child({}, argv)
+    results["Python"] = child({"LOCKWATCH_DISABLE_EXTENSIONS": "1"}, argv)
+    python = ddtrace_python(args.ddtrace_python)
+    dd = None
+    if python is not None:
+        number, rounds = ("50000", "1") if args.quick else ("200000", "3")
+        dd = child({}, ["-c", DDTRACE, PAIR, WITH, number, rounds, str(ROOT)], python)
+    report(results, dd)
 
 
 if __name__ == "__main__":

@@ -369,7 +369,8 @@ class Hold:
 
 def track_hold(hold: Any, st: WorkerState, s: Stats, entry: tuple) -> None:
     """The lock is held: push its entry on the worker's held stack, and note on ``hold`` (the
-    object that keeps the hold) what the release needs. The clock is read last."""
+    object that keeps the hold) what the release needs. The clock is read last.
+    (:func:`acquire_tracked` does the same around the acquire, keeping the held window short.)"""
     st.held.append(entry)
     hold._lw_entry = entry
     hold._lw_stats = s
@@ -383,20 +384,48 @@ def acquire_tracked(
 ) -> bool:
     """Acquire ``lock`` (whose ``acquire(blocking, timeout)`` is the stdlib's) from the frame
     ``f``, counted, ordered, timed when it waits, and tracked on ``hold`` (which is also the
-    entry's lock object)."""
+    entry's lock object).
+
+    The held window (from the raw acquire to the raw release) holds only what needs the lock:
+    the stack entry, the context and the order check are made before the acquire, and the
+    histogram after the release (:func:`untrack`). Bookkeeping that runs while the lock is held
+    lets the interpreter switch threads inside the window, and the other threads then queue
+    behind the holder: instrumenting an uncontended program made it contended (a convoy). Here,
+    between the raw acquire and the return, there is one clock read and attribute stores.
+    """
     s = st.stats.get(cls)
     if s is None:
         s = st.stats[cls] = Stats()
+    held = st.held
+    entry = (cls, f, f.f_lasti, hold, False)
+    ctx = current_context()
     if blocking:
-        if st.held:
+        if held:
             check_order(st, cls, f, hold, False)
+        # Pushed before the acquire, so that nothing but the clock read runs in the held window
+        # (the live gauges may see the entry a few instructions early; a failed try removes it).
+        held.append(entry)
         if lock.acquire(False):
+            t0 = _pc()
             s.acquisitions += 1
-        elif not lock_wait(lock, st, s, cls, f, timeout, hold):
+        else:
+            held.pop()  # not held while it waits (the live gauges read the stack)
+            if not lock_wait(lock, st, s, cls, f, timeout, hold):
+                return False
+            t0 = _pc()
+            held.append(entry)
+    else:
+        held.append(entry)
+        if not record_try(s, lock.acquire(False)):
+            held.pop()
             return False
-    elif not record_try(s, lock.acquire(False)):
-        return False
-    track_hold(hold, st, s, (cls, f, f.f_lasti, hold, False))
+        t0 = _pc()
+    # Attribute stores only: a call here would be a point where the interpreter switches threads.
+    hold._lw_entry = entry
+    hold._lw_stats = s
+    hold._lw_context = ctx
+    hold._lw_start_ns = t0
+    hold._lw_holder = st
     return True
 
 

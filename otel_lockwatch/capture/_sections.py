@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import sys
 import threading
+from time import perf_counter_ns as _pc
 from typing import Any
 
 from ..record._recorder import RECORDER, Stats
@@ -28,6 +29,7 @@ from ..sections._threaded import StripedSections
 from ._bookkeeping import (
     Hold,
     check_order,
+    current_context,
     record_try,
     timed_wait,
     track_hold,
@@ -158,20 +160,49 @@ def section_acquire_factory(original: Any) -> Any:
             f = _getframe(0)
         while f.f_globals is _ARRAY_GLOBALS and f.f_back is not None:
             f = f.f_back
+        # As acquire_tracked: what does not need the section held is done before the acquire
+        # (the stack entry, the context, the order check, the holder's ident), and between the
+        # raw acquire and the return there is one clock read and no call that would let the
+        # interpreter switch threads but the held-sections count.
+        slot = track.slots[index]
+        if slot is None:
+            slot = track.slots[index] = Hold()
+        entry = (cls, f, f.f_lasti, self, canonical)
+        ctx = current_context()
+        held = st.held
         if blocking:
-            if st.held:
+            if held:
                 check_order(st, cls, f, self, canonical)
+            ident = _get_ident()
+            held.append(entry)
             # The array's own uncontended path, mirrored (StripedSections._acquire's first lines):
             # one Python call less on every acquisition. Everything else goes through `original`.
             if self._locks[index].acquire(False):
-                self._owners[index] = _get_ident()
+                t0 = _pc()
+                self._owners[index] = ident
                 self._keys[index] = key
                 s.acquisitions += 1
-            elif not section_wait(original, self, index, key, timeout, canonical, st, s, cls, f):
+            else:
+                held.pop()  # not held while it waits (the live gauges read the stack)
+                if not section_wait(original, self, index, key, timeout, canonical, st, s, cls, f):
+                    return False
+                t0 = _pc()
+                held.append(entry)
+        else:
+            held.append(entry)
+            if not record_try(s, original(self, index, key, False, -1, canonical)):
+                held.pop()
                 return False
-        elif not record_try(s, original(self, index, key, False, -1, canonical)):
-            return False
-        hold_section(track, index, st, s, (cls, f, f.f_lasti, self, canonical))
+            t0 = _pc()
+        sections = track.held_sections
+        sections.append(1)
+        if len(sections) > track.max_held:
+            track.max_held = len(sections)
+        slot._lw_entry = entry
+        slot._lw_stats = s
+        slot._lw_context = ctx
+        slot._lw_start_ns = t0
+        slot._lw_holder = st
         return True
 
     if speedups is not None:  # the same steps in C; unusual calls come back to _acquire

@@ -49,6 +49,7 @@
 /* setup(), from _bookkeeping.py */
 static PyObject *g_tls;            /* RECORDER.tls */
 static PyObject *g_context;        /* the current OpenTelemetry context: context() */
+static PyObject *g_context_var;    /* the ContextVar whose get() context is, else NULL */
 static PyObject *g_failed;         /* OUTBOX.failed(exc) */
 static PyObject *g_check_order;    /* check_order(st, cls, frame, obj, canonical) */
 static PyObject *g_lock_wait;      /* lock_wait(lock, st, s, cls, frame, -1, hold) -> bool */
@@ -73,6 +74,11 @@ static PyObject *g_lock_release;   /* _thread.LockType.release */
 static PyObject *g_rlock_type;     /* _thread.RLock */
 static PyObject *g_rlock_acquire;  /* _thread.RLock.acquire */
 static PyObject *g_rlock_release;  /* _thread.RLock.release */
+/* Their C functions, called directly where their calling convention is the one expected (else
+ * NULL: the descriptor is called): no argument vector converted to a tuple per call. */
+static PyCFunctionWithKeywords g_lock_acquire_fn, g_rlock_acquire_fn;
+static PyCFunction g_lock_release_fn, g_rlock_release_fn;
+static PyObject *g_false_args; /* (False,) */
 /* The interpreter that owns the globals above: a single-phase module's state is process-wide,
  * so a subinterpreter gets the pure-Python path (claim() answers False there). */
 static PyInterpreterState *g_interp = NULL;
@@ -358,6 +364,20 @@ hist_add(PyObject *hist, long long v)
     return r;
 }
 
+/* The current OpenTelemetry context (new reference), or NULL with an error. */
+static inline PyObject *
+current_context(void)
+{
+    if (g_context_var != NULL) {
+        PyObject *value;
+        if (PyContextVar_Get(g_context_var, NULL, &value) < 0)
+            return NULL;
+        if (value != NULL)
+            return value;
+    }
+    return PyObject_CallNoArgs(g_context);
+}
+
 /* The calling thread's WorkerState, or NULL (no error set) when it does not exist yet or
  * lockwatch itself is running on this thread: the Python path handles both. */
 static PyObject *
@@ -453,10 +473,26 @@ static PyObject *
 release_lock(PyObject *lock)
 {
     PyObject *args[1] = {lock};
+    PyTypeObject *type = Py_TYPE(lock);
+    PyCFunction fn = type == (PyTypeObject *)g_lock_type    ? g_lock_release_fn
+                     : type == (PyTypeObject *)g_rlock_type ? g_rlock_release_fn
+                                                            : NULL;
+    if (fn != NULL)
+        return fn(lock, NULL);
     PyObject *m = known_method(lock, g_lock_release, g_rlock_release);
     if (m != NULL)
         return PyObject_Vectorcall(m, args, 1, NULL);
     return PyObject_VectorcallMethod(s_release, args, 1 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+}
+
+/* The C function behind a method descriptor, if it has exactly the calling convention `flags`. */
+static PyCFunction
+c_function(PyObject *descr, int flags)
+{
+    if (!PyObject_TypeCheck(descr, &PyMethodDescr_Type))
+        return NULL;
+    PyMethodDef *def = ((PyMethodDescrObject *)descr)->d_method;
+    return def->ml_flags == flags ? def->ml_meth : NULL;
 }
 
 /* lock.acquire(False) as a C truth value: 1 taken, 0 not, -1 error. */
@@ -464,9 +500,14 @@ static int
 try_acquire(PyObject *lock)
 {
     PyObject *args[2] = {lock, Py_False};
-    PyObject *m = known_method(lock, g_lock_acquire, g_rlock_acquire);
+    PyTypeObject *type = Py_TYPE(lock);
+    PyCFunctionWithKeywords fn = type == (PyTypeObject *)g_lock_type    ? g_lock_acquire_fn
+                                 : type == (PyTypeObject *)g_rlock_type ? g_rlock_acquire_fn
+                                                                        : NULL;
+    PyObject *m = fn != NULL ? NULL : known_method(lock, g_lock_acquire, g_rlock_acquire);
     PyObject *r =
-        m != NULL ? PyObject_Vectorcall(m, args, 2, NULL)
+        fn != NULL  ? fn(lock, g_false_args, NULL)
+        : m != NULL ? PyObject_Vectorcall(m, args, 2, NULL)
                   : PyObject_VectorcallMethod(s_acquire, args, 2 | PY_VECTORCALL_ARGUMENTS_OFFSET,
                                               NULL);
     if (r == NULL)
@@ -474,6 +515,17 @@ try_acquire(PyObject *lock)
     int ok = PyObject_IsTrue(r);
     Py_DECREF(r);
     return ok;
+}
+
+/* list.pop() of a non-empty list, result dropped: what list.pop does, without its call, its
+ * argument parsing or a reallocation (a list may keep more room than it uses). */
+static inline void
+pop_last(PyObject *list)
+{
+    Py_ssize_t n = PyList_GET_SIZE(list);
+    PyObject *item = PyList_GET_ITEM(list, n - 1);
+    Py_SET_SIZE(list, n - 1);
+    Py_DECREF(item);
 }
 
 /* Remove `entry` from a held stack where it is not on top (_bookkeeping.discard). */
@@ -501,8 +553,7 @@ untrack(PyObject *st, PyObject *entry, PyObject *s, long long t0, PyObject *ctx,
         goto fail;
     Py_ssize_t n = PyList_Check(held) ? PyList_GET_SIZE(held) : -1;
     if (n > 0 && PyList_GET_ITEM(held, n - 1) == entry) {
-        if (PyList_SetSlice(held, n - 1, n, NULL) < 0)
-            goto fail;
+        pop_last(held);
     }
     else if (discard(held, entry) < 0)
         goto fail;
@@ -641,6 +692,26 @@ is_default_timeout(PyObject *timeout)
     return 0;
 }
 
+/* The lock's last held-stack entry (new reference) when it says the same as a new one would:
+ * same class, same frame, same instruction. An entry is compared by identity only while on a
+ * held stack, and a Lock's entry leaves the stack at its release, so it can serve again: no
+ * tuple and no integer allocated per acquisition from the same site. Else NULL (no error). */
+static inline PyObject *
+reused_entry(PyObject *entry, PyObject *cls, PyObject *f)
+{
+    if (entry == NULL || !PyTuple_CheckExact(entry) || PyTuple_GET_SIZE(entry) != 5 ||
+        PyTuple_GET_ITEM(entry, 0) != cls || PyTuple_GET_ITEM(entry, 1) != f ||
+        Py_REFCNT(entry) != 1)
+        return NULL;
+    PyObject *lasti = PyTuple_GET_ITEM(entry, 2);
+    int overflow;
+    if (!PyLong_CheckExact(lasti) ||
+        PyLong_AsLongAndOverflow(lasti, &overflow) != PyFrame_GetLasti((PyFrameObject *)f) ||
+        overflow)
+        return NULL;
+    return Py_NewRef(entry);
+}
+
 /* The tracked acquisition. Returns a new reference to True/False, NULL with an error (the
  * lock's own, or PotentialDeadlockError from the order check), or NULL with no error set:
  * "not handled here, ask the Python path" (nothing has been done then). */
@@ -714,16 +785,18 @@ lock_acquire_fast(LockBase *self, int blocking)
     /* Taken: track the hold (_bookkeeping.track_hold). From here on nothing reaches the host
      * but True. */
     {
-        PyObject *lasti = PyLong_FromLong(PyFrame_GetLasti((PyFrameObject *)f));
-        PyObject *entry = lasti ? PyTuple_Pack(5, cls, f, lasti, (PyObject *)self, Py_False)
-                                : NULL;
-        Py_XDECREF(lasti);
+        PyObject *entry = reused_entry(self->entry, cls, f);
+        if (entry == NULL) {
+            PyObject *lasti = PyLong_FromLong(PyFrame_GetLasti((PyFrameObject *)f));
+            entry = lasti ? PyTuple_Pack(5, cls, f, lasti, (PyObject *)self, Py_False) : NULL;
+            Py_XDECREF(lasti);
+        }
         if (entry == NULL || PyList_Append(held, entry) < 0) {
             Py_XDECREF(entry);
             swallow();
         }
         else {
-            PyObject *ctx = PyObject_CallNoArgs(g_context);
+            PyObject *ctx = current_context();
             if (ctx == NULL) {
                 swallow();
                 ctx = Py_NewRef(Py_None);
@@ -1271,7 +1344,7 @@ section_acquire(SectionFn *fn, PyObject *const *args, size_t nargsf, PyObject *k
         entry = PyTuple_Pack(5, cls, f, lasti, arr, canonical);
         if (entry == NULL || PyList_Append(held, entry) < 0)
             goto track_failed;
-        ctx = PyObject_CallNoArgs(g_context);
+        ctx = current_context();
         if (ctx == NULL)
             goto track_failed;
         if (slot_set(&HOLD[HOLD_ENTRY], slot, entry) < 0 ||
@@ -1387,11 +1460,8 @@ section_release(SectionFn *fn, PyObject *const *args, size_t nargsf, PyObject *k
     }
     {
         PyObject *counter = slot_get(&TRACK[TRACK_HELD_SECTIONS], track);
-        if (counter != NULL && PyList_Check(counter) && PyList_GET_SIZE(counter) > 0) {
-            Py_ssize_t n = PyList_GET_SIZE(counter);
-            if (PyList_SetSlice(counter, n - 1, n, NULL) < 0)
-                swallow();
-        }
+        if (counter != NULL && PyList_Check(counter) && PyList_GET_SIZE(counter) > 0)
+            pop_last(counter);
         else if (counter == NULL)
             swallow();
         Py_XDECREF(counter);
@@ -1881,6 +1951,9 @@ speedups_setup(PyObject *module, PyObject *args, PyObject *kwds)
         return NULL;
     Py_XSETREF(g_tls, Py_NewRef(tls));
     Py_XSETREF(g_context, Py_NewRef(context));
+    /* context is ContextVar.get, bound: read the variable without the call. */
+    PyObject *var = PyCFunction_Check(context) ? PyCFunction_GET_SELF(context) : NULL;
+    Py_XSETREF(g_context_var, var != NULL && PyContextVar_CheckExact(var) ? Py_NewRef(var) : NULL);
     Py_XSETREF(g_failed, Py_NewRef(failed));
     Py_XSETREF(g_check_order, Py_NewRef(check_order));
     Py_XSETREF(g_lock_wait, Py_NewRef(lock_wait));
@@ -2060,6 +2133,14 @@ PyInit__speedups(void)
         return NULL;
     if (g_lock_acquire == NULL || g_lock_release == NULL || g_rlock_acquire == NULL ||
         g_rlock_release == NULL)
+        return NULL;
+    int with_keywords = METH_VARARGS | METH_KEYWORDS;
+    g_lock_acquire_fn = (PyCFunctionWithKeywords)c_function(g_lock_acquire, with_keywords);
+    g_rlock_acquire_fn = (PyCFunctionWithKeywords)c_function(g_rlock_acquire, with_keywords);
+    g_lock_release_fn = c_function(g_lock_release, METH_NOARGS);
+    g_rlock_release_fn = c_function(g_rlock_release, METH_NOARGS);
+    g_false_args = PyTuple_Pack(1, Py_False);
+    if (g_false_args == NULL)
         return NULL;
     RLockBase_Type.tp_base = &LockBase_Type;
     if (PyType_Ready(&LockBase_Type) < 0 || PyType_Ready(&RLockBase_Type) < 0 ||
