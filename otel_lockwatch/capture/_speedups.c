@@ -1862,6 +1862,19 @@ owned_here(void)
     return 0;
 }
 
+/* A later setup call may run: this interpreter owns the module and setup() ran (else an error). */
+static int
+after_setup(void)
+{
+    if (!owned_here())
+        return 0;
+    if (!g_ready) {
+        PyErr_SetString(PyExc_RuntimeError, "otel_lockwatch.capture._speedups: setup() first");
+        return 0;
+    }
+    return 1;
+}
+
 /* The hold's members of LockBase, named by setup()'s HOLD_FIELDS (the names a Python hold keeps,
  * so the Python code reads and writes a C proxy's hold as it does a Python one's). Bound once:
  * a member descriptor keeps a pointer to its definition. */
@@ -1922,12 +1935,8 @@ speedups_setup_signals(PyObject *module, PyObject *args, PyObject *kwds)
     PyObject *make, *fields;
     if (!PyArg_ParseTupleAndKeywords(args, kwds, "$OO", kwlist, &make, &fields))
         return NULL;
-    if (!owned_here())
+    if (!after_setup())
         return NULL;
-    if (!g_ready) {
-        PyErr_SetString(PyExc_RuntimeError, "otel_lockwatch.capture._speedups: setup() first");
-        return NULL;
-    }
     if (table_resolve(&TABLES[TABLE_SIGNAL], fields) < 0)
         return NULL;
     Py_XSETREF(g_signal_stats, Py_NewRef(make));
@@ -1970,12 +1979,8 @@ speedups_setup_locks(PyObject *module, PyObject *args, PyObject *kwds)
     if (!PyArg_ParseTupleAndKeywords(args, kwds, "$OOO!", kwlist, &acquire, &rlock_acquire,
                                      &PyTuple_Type, &skip))
         return NULL;
-    if (!owned_here())
+    if (!after_setup())
         return NULL;
-    if (!g_ready) {
-        PyErr_SetString(PyExc_RuntimeError, "otel_lockwatch.capture._speedups: setup() first");
-        return NULL;
-    }
     Py_XSETREF(g_python_acquire, Py_NewRef(acquire));
     Py_XSETREF(g_python_rlock_acquire, Py_NewRef(rlock_acquire));
     Py_XSETREF(g_skip_frames, Py_NewRef(skip));
@@ -1990,12 +1995,8 @@ speedups_setup_sections(PyObject *module, PyObject *args, PyObject *kwds)
     PyObject *section_wait, *track, *array;
     if (!PyArg_ParseTupleAndKeywords(args, kwds, "$OOO", kwlist, &section_wait, &track, &array))
         return NULL;
-    if (!owned_here())
+    if (!after_setup())
         return NULL;
-    if (!g_ready) {
-        PyErr_SetString(PyExc_RuntimeError, "otel_lockwatch.capture._speedups: setup() first");
-        return NULL;
-    }
     if (table_resolve(&TABLES[TABLE_TRACK], track) < 0 ||
         table_resolve(&TABLES[TABLE_ARRAY], array) < 0)
         return NULL;
