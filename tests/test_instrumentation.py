@@ -720,7 +720,7 @@ def test_a_lock_type_is_replaced_by_a_type(watched):
                 return _thread.allocate_lock()
 
     Lock = _threading.proxy_factory(original, "threading.Lock", _threading.LockProxy)
-    assert isinstance(Lock, type) and Lock.__name__ == "Lock"
+    assert isinstance(Lock, type) and Lock.__name__ == "Lock" and Lock.__wrapped__ is original
     assert isinstance(Lock | None, types.UnionType)
     line = sys._getframe().f_lineno + 1
     lock = Lock()

@@ -394,7 +394,8 @@ def proxy_factory(original: Any, kind: str, proxy: type[LockProxy]) -> Any:
 
         namespace: dict[str, Any] = {
             "__doc__": original.__doc__,
-            "__module__": "threading",
+            "__module__": "threading",  # pickled by reference, as the type it replaced
+            "__wrapped__": original,
             "__init_subclass__": classmethod(__init_subclass__),
         }
         return _LockType(kind.rpartition(".")[2], (), namespace)
