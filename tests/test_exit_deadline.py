@@ -81,8 +81,9 @@ def test_the_final_flush_sends_every_span_even_when_no_thread_can_start(threads,
     assert "Exception ignored" not in proc.stderr and "Traceback" not in proc.stderr
     waits = proc.stdout.count('"name": "lock.wait"')
     doc = json.loads(manifest.read_text())
-    (lock,) = doc["locks"].values()
-    assert waits == lock["contentions"] > 0
+    # Every contention's wait is a span (the threshold is 1 us); the app's lock has them all (on
+    # 3.10 the standard library's own locks may be named too, uncontended).
+    assert waits == sum(lock["contentions"] for lock in doc["locks"].values()) > 0
 
 
 def test_a_second_sigint_exits_at_once_with_the_manifest_on_disk(tmp_path):
