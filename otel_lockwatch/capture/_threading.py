@@ -320,13 +320,14 @@ class _Absent:
         raise AttributeError(self.message)
 
 
-# An RLock lacks some of Lock's names (``locked`` until Python 3.14, the ``*_lock`` aliases):
-# so does its proxy, which inherits them from LockProxy.
+# An RLock lacks some of Lock's names (``locked`` until Python 3.14, the ``*_lock`` aliases),
+# and ``_recursion_count`` before 3.11: so does its proxy.
 for _name, _present in (
     ("locked", LockProxy.locked),
     ("locked_lock", LockProxy.locked),
     ("acquire_lock", RLockProxy.acquire),
     ("release_lock", RLockProxy.release),
+    ("_recursion_count", RLockProxy._recursion_count),
 ):
     if hasattr(_thread.RLock, _name):
         setattr(RLockProxy, _name, _present)
