@@ -26,7 +26,6 @@ from otel_lockwatch import StripedSections
 from otel_lockwatch.capture import _fast_path, _threading
 from otel_lockwatch.capture._bookkeeping import HOLD_FIELDS, Hold
 from otel_lockwatch.capture._sections import ARRAY_FIELDS, TRACK_FIELDS, ArrayTrack
-from otel_lockwatch.capture._signal_waits import SIGNAL_FIELDS
 from otel_lockwatch.record._outbox import OUTBOX
 from otel_lockwatch.record._recorder import (
     RECORDER,
@@ -35,7 +34,7 @@ from otel_lockwatch.record._recorder import (
     Stats,
     WorkerState,
 )
-from otel_lockwatch.record._signals import SignalStats
+from otel_lockwatch.record._signals import SIGNAL_FIELDS, SignalStats
 from otel_lockwatch.sections._threaded import StripedSections as _Sections
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -110,7 +109,7 @@ def test_every_slot_is_read_at_its_offset():
 def test_tables_are_the_slots():
     """Each table is its class's ``__slots__`` (the names the C path is given are the fields the
     class has), and a Python lock proxy keeps its hold under the same names as a section's."""
-    for cls, fields in TABLES[:4]:
+    for cls, fields in (*TABLES[:4], TABLES[5]):
         assert [n for n in cls.__slots__ if n != "__weakref__"] == list(fields)
     assert set(HOLD_FIELDS) <= set(_threading._PyLockBase.__slots__)
 

@@ -27,7 +27,7 @@ The contract between the two, each half declared once beside the Python code it 
   descriptors, as the interpreter does, for objects of exactly those classes (any other object
   takes ordinary attribute access). The field names come from the tables those calls pass
   (``record._recorder.WORKER_FIELDS`` and ``STATS_FIELDS``, ``_bookkeeping.HOLD_FIELDS``,
-  ``_sections.TRACK_FIELDS`` and ``ARRAY_FIELDS``, ``_signal_waits.SIGNAL_FIELDS``), never from
+  ``_sections.TRACK_FIELDS`` and ``ARRAY_FIELDS``, ``record._signals.SIGNAL_FIELDS``), never from
   C, and C addresses the leading fields of each table by position: renaming a field is one edit
   of its table.
 - Its clock is ``CLOCK_MONOTONIC``, which is ``time.perf_counter_ns()`` on Linux; an error in its

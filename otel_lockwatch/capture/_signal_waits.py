@@ -30,14 +30,13 @@ from typing import Any
 
 from ..record._outbox import OUTBOX
 from ..record._recorder import RECORDER, Stats, WorkerState
-from ..record._signals import SignalStats
+from ..record._signals import SIGNAL_FIELDS, SignalStats
 from . import _bookkeeping
 from ._fast_path import speedups
 from ._naming import LockClass, site_of
 
 __all__ = [
     "SIGNAL_EXTRA",
-    "SIGNAL_FIELDS",
     "gave",
     "signal_stats",
     "skip_frames_of",
@@ -173,20 +172,6 @@ def gave(st: WorkerState, cls: LockClass, held: int) -> None:
     except Exception as exc:
         OUTBOX.failed(exc)
 
-
-#: The ``SignalStats`` fields the C path's ``took`` and ``gave`` write, in the order it addresses
-#: them (``_speedups.c``, ``SIGNAL_*``), and the worker's field that maps a class to them.
-SIGNAL_FIELDS = (
-    "takes",
-    "gives",
-    "most",
-    "fewest",
-    "pending",
-    "hold_total_ns",
-    "hold_histogram",
-    "hold_min_ns",
-    "hold_max_ns",
-)
 
 if speedups is not None:
     # A take and a give run on every checkout and checkin: the C path records them alike.
