@@ -478,6 +478,60 @@ def test_fork_child_is_consistent(watched, tmp_path):
     assert RECORDER.snapshot()["locks"]["forked"]["acquisitions"] == 1
 
 
+def test_fork_child_records_into_its_own_state(watched, tmp_path):
+    """A thread that has recorded before the fork (its state known to the lock path) records in
+    the child into the child's state: the child's manifest counts the child's acquisitions, not
+    a state the fork left behind."""
+    lock = name_lock(threading.Lock(), "forked-again")
+    for _ in range(3):  # the second and later acquisitions find this thread's state made
+        with lock:
+            pass
+    before = RECORDER.tls.st
+    out = tmp_path / "child.txt"
+    pid = os.fork()
+    if pid == 0:  # child
+        try:
+            for _ in range(2):
+                with lock:
+                    pass
+            n = RECORDER.snapshot()["locks"]["forked-again"]["acquisitions"]
+            out.write_text(f"{n} {RECORDER.tls.st is before}")
+        finally:
+            os._exit(0)
+    _, status = os.waitpid(pid, 0)
+    assert os.WEXITSTATUS(status) == 0
+    assert out.read_text() == "2 False"
+    assert RECORDER.snapshot()["locks"]["forked-again"]["acquisitions"] == 3
+
+
+def test_an_ended_threads_state_is_released(watched):
+    """A thread that ended keeps nothing alive: once the recorder drops its state (here: reset),
+    the state goes (the lock path keeps no reference to an ended thread's state)."""
+    import gc
+    import weakref
+
+    lock = threading.Lock()
+    refs = []
+
+    def work():
+        for _ in range(3):
+            with lock:
+                pass
+        refs.append(weakref.ref(RECORDER.tls.st))
+
+    for _ in range(4):
+        t = threading.Thread(target=work)
+        t.start()
+        t.join()
+    RECORDER.reset()  # the ended threads' states leave the recorder
+    for _ in range(3):  # a thread that starts recording releases what ended threads left
+        t = threading.Thread(target=work)
+        t.start()
+        t.join()
+    gc.collect()
+    assert [r() for r in refs[:4]] == [None] * 4
+
+
 def test_current_span_untouched(watched):
     """The instrumentation never changes the current span (its spans are made after the fact)."""
     tracer = watched.tracer_provider.get_tracer("app")

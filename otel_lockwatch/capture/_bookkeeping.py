@@ -37,6 +37,7 @@ Nothing here raises into the host program, except, under the ``raise`` policy,
 from __future__ import annotations
 
 import logging
+import os
 import sys
 from collections.abc import Callable
 from time import perf_counter_ns as _pc
@@ -497,3 +498,6 @@ if speedups is not None:
         hold=(Hold, HOLD_FIELDS),
     )
     speedups.set_hold_metric_ns(HOLD_METRIC_NS)
+    # The C path caches each thread's WorkerState; in a forked child the recorder replaces the
+    # forking thread's (its handler was registered first, at import, so it has run by now).
+    os.register_at_fork(after_in_child=speedups.forget_states)

@@ -36,6 +36,9 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <structmember.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
 #include <time.h>
 
 #if PY_VERSION_HEX < 0x030B0000
@@ -378,23 +381,116 @@ current_context(void)
     return PyObject_CallNoArgs(g_context);
 }
 
+/* -- the calling thread's WorkerState, cached in C ---------------------------------------
+ * RECORDER.tls.st costs a threading.local lookup (two dict lookups) per call; a thread's state
+ * never changes once made, except in a forked child, whose recorder gives the forking thread a
+ * fresh one. So each OS thread keeps, in a C thread-local, the state it last read with the thread
+ * state (PyThreadState id) and the generation it was read under; a fork bumps the generation
+ * (pthread_atfork in C, and forget_states() after the recorder's own after-fork handler), and so
+ * does setup(). The cache holds a strong reference: a thread that ends leaves its entry to a
+ * pthread key destructor, which queues it (no GIL there) for the next refresh to release. */
+typedef struct ThreadCache {
+    PyThreadState *tstate; /* the thread state the entry was read in, and its id: a new thread */
+    uint64_t tstate_id;    /* state on the same OS thread (PyGILState_Ensure) reads it anew */
+    unsigned long generation;
+    PyObject *st; /* strong reference, or NULL */
+    struct ThreadCache *next; /* on the queue of ended threads' entries */
+} ThreadCache;
+
+static __thread ThreadCache *t_cache = NULL;
+static pthread_key_t g_cache_key;
+static volatile unsigned long g_generation = 1;
+static ThreadCache *_Atomic g_ended = NULL; /* entries of ended threads, to release */
+
+static void
+cache_thread_ended(void *entry)
+{
+    ThreadCache *c = entry;
+    ThreadCache *head = atomic_load(&g_ended);
+    do
+        c->next = head;
+    while (!atomic_compare_exchange_weak(&g_ended, &head, c));
+}
+
+static void
+cache_after_fork_child(void)
+{
+    g_generation++;
+}
+
+/* Release the entries of threads that ended (with the GIL). */
+static void
+release_ended(void)
+{
+    if (atomic_load(&g_ended) == NULL)
+        return;
+    ThreadCache *c = atomic_exchange(&g_ended, NULL);
+    while (c != NULL) {
+        ThreadCache *next = c->next;
+        Py_XDECREF(c->st);
+        PyMem_RawFree(c);
+        c = next;
+    }
+}
+
+/* Read RECORDER.tls.st into the cache: borrowed (the cache holds it), or NULL (no error set)
+ * when the thread has no state yet. */
+static PyObject *
+refresh_state(PyThreadState *ts)
+{
+    release_ended();
+    ThreadCache *c = t_cache;
+    if (c == NULL) {
+        c = PyMem_RawCalloc(1, sizeof(ThreadCache));
+        if (c == NULL)
+            return NULL;
+        if (pthread_setspecific(g_cache_key, c) != 0) {
+            PyMem_RawFree(c);
+            return NULL;
+        }
+        t_cache = c;
+    }
+    PyObject *st = g_tls != NULL ? PyObject_GetAttr(g_tls, s_st) : NULL;
+    if (st == NULL) {
+        PyErr_Clear();
+        return NULL;
+    }
+    Py_XSETREF(c->st, st);
+    c->tstate = ts;
+    c->tstate_id = PyThreadState_GetID(ts);
+    c->generation = g_generation;
+    return st;
+}
+
+/* The calling thread's WorkerState (borrowed: valid until the next Python code runs on this
+ * thread), or NULL (no error set) when it has none yet. */
+static inline PyObject *
+thread_state(void)
+{
+    PyThreadState *ts = PyThreadState_Get();
+    ThreadCache *c = t_cache;
+    if (c != NULL && c->st != NULL && c->generation == g_generation && c->tstate == ts &&
+        c->tstate_id == PyThreadState_GetID(ts))
+        return c->st;
+    return refresh_state(ts);
+}
+
 /* The calling thread's WorkerState, or NULL (no error set) when it does not exist yet or
  * lockwatch itself is running on this thread: the Python path handles both. */
 static PyObject *
 usable_state(void)
 {
-    PyObject *st = PyObject_GetAttr(g_tls, s_st);
-    if (st == NULL) {
-        PyErr_Clear();
+    PyObject *st = thread_state();
+    if (st == NULL)
         return NULL;
-    }
+    Py_INCREF(st);
     PyObject *in_lockwatch = slot_get(&WORKER[WORKER_IN_LOCKWATCH], st);
     if (in_lockwatch == NULL) {
         PyErr_Clear();
         Py_DECREF(st);
         return NULL;
     }
-    int inside = PyObject_IsTrue(in_lockwatch);
+    int inside = in_lockwatch == Py_False ? 0 : PyObject_IsTrue(in_lockwatch);
     Py_DECREF(in_lockwatch);
     if (inside != 0) {
         PyErr_Clear();
@@ -957,14 +1053,7 @@ is_current_state(PyObject *st)
 {
     if (st == NULL || st == Py_None || !g_ready)
         return 0;
-    PyObject *cur = PyObject_GetAttr(g_tls, s_st);
-    if (cur == NULL) {
-        PyErr_Clear();
-        return 0;
-    }
-    int same = cur == st;
-    Py_DECREF(cur);
-    return same;
+    return thread_state() == st;
 }
 
 static PyObject *
@@ -972,13 +1061,10 @@ RLockBase_acquire(RLockBase *self, PyObject *const *args, Py_ssize_t nargs, PyOb
 {
     if (!locks_ready())
         return NULL;
-    PyObject *st = self->base.lock != NULL ? PyObject_GetAttr(g_tls, s_st) : NULL;
-    if (st == NULL) { /* no state yet: the Python path creates it */
-        PyErr_Clear();
+    PyObject *st = self->base.lock != NULL ? thread_state() : NULL; /* borrowed */
+    if (st == NULL) /* no state yet: the Python path creates it */
         return delegate(g_python_rlock_acquire, (PyObject *)self, args, nargs, kwnames);
-    }
     int owner = self->base.holder == st;
-    Py_DECREF(st);
     if (owner) {
         /* Re-entry by the owner: the lock's own acquire, with the arguments as given. */
         PyObject *lock = Py_NewRef(self->base.lock);
@@ -1968,6 +2054,7 @@ speedups_setup(PyObject *module, PyObject *args, PyObject *kwds)
     Py_XSETREF(g_lock_wait, Py_NewRef(lock_wait));
     Py_XSETREF(g_record_hold, Py_NewRef(record_hold));
     g_ready = 1;
+    g_generation++; /* another tls: read it anew */
     Py_RETURN_NONE;
 }
 
@@ -2051,6 +2138,13 @@ speedups_set_hold_metric_ns(PyObject *module, PyObject *arg)
 }
 
 static PyObject *
+speedups_forget_states(PyObject *module, PyObject *Py_UNUSED(ignored))
+{
+    g_generation++;
+    Py_RETURN_NONE;
+}
+
+static PyObject *
 speedups_now_ns(PyObject *module, PyObject *Py_UNUSED(ignored))
 {
     return PyLong_FromLongLong(now_ns());
@@ -2075,6 +2169,8 @@ static PyMethodDef speedups_methods[] = {
      "The hold (ns) from which a release takes the slow path (_bookkeeping.HOLD_METRIC_NS)."},
     {"direct_slots", speedups_direct_slots, METH_NOARGS,
      "Which attributes the C path reads at their slot's offset: {'Class.attr': bool}."},
+    {"forget_states", speedups_forget_states, METH_NOARGS,
+     "Read every thread's WorkerState anew (the recorder replaced one: a forked child's)."},
     {"now_ns", speedups_now_ns, METH_NOARGS,
      "The clock the C path reads (time.perf_counter_ns on Linux)."},
     {NULL, NULL, 0, NULL},
@@ -2108,6 +2204,11 @@ PyInit__speedups(void)
     INTERN(s_lw_capacity, "_lw_capacity");
     INTERN(s_waiters, "_waiters");
     INTERN(s_is_owned, "_is_owned");
+    if (pthread_key_create(&g_cache_key, cache_thread_ended) != 0 ||
+        pthread_atfork(NULL, NULL, cache_after_fork_child) != 0) {
+        PyErr_SetString(PyExc_RuntimeError, "otel_lockwatch: no thread-local key");
+        return NULL;
+    }
     g_one = PyLong_FromLong(1);
     g_minus_one = PyLong_FromLong(-1);
     if (g_one == NULL || g_minus_one == NULL)
