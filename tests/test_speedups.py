@@ -128,6 +128,39 @@ def test_c_proxies_keep_the_hold_under_the_table_names():
 
 
 @needs_c
+def test_c_stats_are_read_and_merged_under_the_table_names(watched):
+    """On the C path a worker's Stats keeps the counters the uncontended path writes as C
+    integers (``StatsBase``, named from ``STATS_FIELDS``): Python reads, writes and merges them
+    under the same names, and reading the hold histogram gives every hold, those still pending
+    in C included, whichever buckets they fell in."""
+    from otel_lockwatch.capture._bookkeeping import new_stats
+
+    base = _fast_path.speedups.StatsBase
+    assert base in type(new_stats()).__mro__
+    owned = [name for name in STATS_FIELDS if name in vars(base)]
+    assert owned == list(STATS_FIELDS[: len(owned)]) and len(owned) >= 7
+    lock = threading.Lock()
+    for n in range(3000):
+        with lock:
+            sum(range(n % 64 * 16))  # holds of many lengths: more buckets than 16 pending entries
+    (s,) = [s for cls, s in RECORDER.thread_state().stats.items() if cls is lock._lockwatch_class]
+    assert type(s).__mro__[1] is base
+    assert s.acquisitions == 3000 and s.try_acquisitions == 0 and s.skipped == 0
+    assert sum(s.hold_histogram.values()) == 3000
+    assert 0 < s.hold_min_ns <= s.hold_max_ns <= s.hold_total_ns
+    with lock:
+        pass
+    assert sum(s.hold_histogram.values()) == 3001  # read again: the new hold is in
+    other = new_stats()
+    other.acquisitions = 5
+    other.hold_histogram = {3: 2}
+    other.hold_total_ns = 6
+    s.merge(other)
+    assert s.acquisitions == 3006 and s.hold_histogram[3] >= 2
+    assert sum(s.hold_histogram.values()) == 3003
+
+
+@needs_c
 def test_c_clock_is_perf_counter_ns():
     """The C path's timestamps mix with the Python slow path's: it must be the same clock."""
     for _ in range(100):

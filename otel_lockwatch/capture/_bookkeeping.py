@@ -67,6 +67,7 @@ __all__ = [
     "current_context",
     "discard",
     "entry_site",
+    "new_stats",
     "holder_entry",
     "lock_wait",
     "record_try",
@@ -120,7 +121,7 @@ def stats_of(st: WorkerState, cls: LockClass) -> Stats:
     """The worker's :class:`Stats` for a lock class, created on first use."""
     s = st.stats.get(cls)
     if s is None:
-        s = st.stats[cls] = Stats()
+        s = st.stats[cls] = new_stats()
     return s
 
 
@@ -396,7 +397,7 @@ def acquire_tracked(
     """
     s = st.stats.get(cls)
     if s is None:
-        s = st.stats[cls] = Stats()
+        s = st.stats[cls] = new_stats()
     held = st.held
     entry = (cls, f, f.f_lasti, hold, False)
     ctx = current_context()
@@ -501,3 +502,15 @@ if speedups is not None:
     # The C path caches each thread's WorkerState; in a forked child the recorder replaces the
     # forking thread's (its handler was registered first, at import, so it has run by now).
     os.register_at_fork(after_in_child=speedups.forget_states)
+
+    class _CStats(speedups.StatsBase):
+        """A worker's :class:`Stats` on the C path: the counters the uncontended path writes are
+        C integers (``StatsBase``, named from the table at setup), the rest of the table slots."""
+
+        __slots__ = tuple(name for name in STATS_FIELDS if name not in vars(speedups.StatsBase))
+        __init__ = Stats.__init__
+        merge = Stats.merge
+
+    new_stats: Callable[[], Stats] = _CStats
+else:
+    new_stats = Stats

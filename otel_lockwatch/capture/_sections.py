@@ -30,6 +30,7 @@ from ._bookkeeping import (
     Hold,
     check_order,
     current_context,
+    new_stats,
     record_try,
     timed_wait,
     track_hold,
@@ -153,7 +154,7 @@ def section_acquire_factory(original: Any) -> Any:
         cls = track.lock_class
         s = st.stats.get(cls)
         if s is None:
-            s = st.stats[cls] = Stats()
+            s = st.stats[cls] = new_stats()
         try:
             f: Any = _getframe(1)
         except ValueError:  # called straight from C: no Python caller

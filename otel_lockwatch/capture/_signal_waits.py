@@ -29,7 +29,7 @@ from time import perf_counter_ns as _pc
 from typing import Any
 
 from ..record._outbox import OUTBOX
-from ..record._recorder import RECORDER, Stats, WorkerState
+from ..record._recorder import RECORDER, WorkerState
 from ..record._signals import SIGNAL_FIELDS, SignalStats
 from . import _bookkeeping
 from ._fast_path import speedups
@@ -83,7 +83,7 @@ def signal_stats(st: WorkerState, cls: LockClass) -> SignalStats:
     if s is None:
         s = st.signals[cls] = SignalStats()
         if cls not in st.stats:
-            st.stats[cls] = Stats()
+            st.stats[cls] = _bookkeeping.new_stats()
     return s
 
 

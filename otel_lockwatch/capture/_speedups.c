@@ -310,15 +310,6 @@ swallow(void)
     Py_XDECREF(tb);
 }
 
-/* A try-acquire's counts (_bookkeeping.record_try). */
-static void
-count_try(PyObject *s, int ok)
-{
-    if (slot_add(&STATS[ok ? STATS_ACQUISITIONS : STATS_SKIPPED], s, 1) < 0 ||
-        (ok && slot_add(&STATS[STATS_TRY_ACQUISITIONS], s, 1) < 0))
-        swallow();
-}
-
 /* The truth of a slow path's result (consumed): 1 or 0; a result without one counts as 0, its
  * error swallowed (they return bools). */
 static int
@@ -333,21 +324,27 @@ consume_truth(PyObject *r)
     return ok;
 }
 
-/* hist[bucket_of(v)] += 1 (record/_histogram.py bucket_of, in C). */
-static int
-hist_add(PyObject *hist, long long v)
+/* record/_histogram.py bucket_of, in C */
+static inline long long
+bucket_of(long long v)
 {
     unsigned long long mag = v < 0 ? (unsigned long long)(-v) : (unsigned long long)v;
     int bl = mag ? 64 - __builtin_clzll(mag) : 0;
-    long long b = bl > 5 ? ((long long)(bl - 5) << 4) + (v >> (bl - 5)) : v;
+    return bl > 5 ? ((long long)(bl - 5) << 4) + (v >> (bl - 5)) : v;
+}
+
+/* hist[b] += n */
+static int
+bucket_add(PyObject *hist, long long b, long long n)
+{
     PyObject *key = PyLong_FromLongLong(b);
     if (key == NULL)
         return -1;
     PyObject *count = PyDict_GetItemWithError(hist, key); /* borrowed */
-    long long n = 0;
+    long long had = 0;
     if (count != NULL) {
-        n = PyLong_AsLongLong(count);
-        if (n == -1 && PyErr_Occurred()) {
+        had = PyLong_AsLongLong(count);
+        if (had == -1 && PyErr_Occurred()) {
             Py_DECREF(key);
             return -1;
         }
@@ -356,7 +353,7 @@ hist_add(PyObject *hist, long long v)
         Py_DECREF(key);
         return -1;
     }
-    PyObject *nv = PyLong_FromLongLong(n + 1);
+    PyObject *nv = PyLong_FromLongLong(had + n);
     if (nv == NULL) {
         Py_DECREF(key);
         return -1;
@@ -365,6 +362,197 @@ hist_add(PyObject *hist, long long v)
     Py_DECREF(key);
     Py_DECREF(nv);
     return r;
+}
+
+/* hist[bucket_of(v)] += 1 */
+static int
+hist_add(PyObject *hist, long long v)
+{
+    return bucket_add(hist, bucket_of(v), 1);
+}
+
+/* ==========================================================================================
+ * StatsBase: a worker's Stats with the counters the uncontended path writes owned by C
+ * ------------------------------------------------------------------------------------------
+ * Written as Python ints, each pair's counters cost an allocation apiece. Here they are C
+ * integers, and a hold's histogram bucket is counted in a small direct-mapped table of pending
+ * buckets, which goes into the histogram's dict when a bucket needs the entry another one holds,
+ * or when anyone reads the histogram. Python reads and writes them under the Stats table's names
+ * (bound by setup(), as the hold's members of LockBase), so the Python code, the snapshot and
+ * the merge see one Stats whichever path made it. _bookkeeping derives the class the C path's
+ * process uses from this one (the rest of the table as slots).
+ * ========================================================================================== */
+enum { PENDING = 16 }; /* a power of two: bucket b waits in entry b & (PENDING - 1) */
+
+typedef struct {
+    int32_t bucket;  /* -1: empty (a bucket of a duration is under 1024) */
+    uint32_t count;  /* goes to the dict before it wraps */
+} Pending;
+
+typedef struct {
+    PyObject_HEAD
+    long long counts[STATS_USED]; /* indexed by STATS_*; STATS_HOLD_HISTOGRAM's is unused */
+    PyObject *hold_histogram;     /* bucket -> count, without the pending ones */
+    Pending pending[PENDING];
+} StatsBase;
+
+static PyTypeObject StatsBase_Type;
+
+static inline StatsBase *
+c_stats(PyObject *s)
+{
+    PyTypeObject *t = Py_TYPE(s);
+    return (t->tp_base == &StatsBase_Type || t == &StatsBase_Type) ? (StatsBase *)s : NULL;
+}
+
+/* The histogram's dict, or NULL with a TypeError. Pending buckets exist only while it is one. */
+static inline PyObject *
+histogram_dict(StatsBase *self)
+{
+    PyObject *hist = self->hold_histogram;
+    if (hist != NULL && PyDict_Check(hist))
+        return hist;
+    PyErr_Format(PyExc_TypeError, "otel_lockwatch: a hold histogram is a dict, got %.100s",
+                 hist ? Py_TYPE(hist)->tp_name : "nothing");
+    return NULL;
+}
+
+/* The pending buckets into the dict (errors: -1, what could not go in stays pending). */
+static int
+flush_pending(StatsBase *self)
+{
+    for (int i = 0; i < PENDING; i++) {
+        Pending *p = &self->pending[i];
+        if (p->count == 0)
+            continue;
+        PyObject *hist = histogram_dict(self);
+        if (hist == NULL || bucket_add(hist, p->bucket, p->count) < 0)
+            return -1;
+        p->count = 0;
+        p->bucket = -1;
+    }
+    return 0;
+}
+
+/* One hold of h ns into the histogram. */
+static inline int
+pending_add(StatsBase *self, long long h)
+{
+    PyObject *hist = histogram_dict(self);
+    if (hist == NULL)
+        return -1;
+    long long b = bucket_of(h);
+    if (b < 0 || b > INT32_MAX)
+        return bucket_add(hist, b, 1);
+    Pending *p = &self->pending[b & (PENDING - 1)];
+    if (p->bucket == b && p->count < UINT32_MAX) {
+        p->count++;
+        return 0;
+    }
+    if (p->count != 0 && bucket_add(hist, p->bucket, p->count) < 0)
+        return -1;
+    p->bucket = (int32_t)b;
+    p->count = 1;
+    return 0;
+}
+
+static PyObject *
+StatsBase_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
+{
+    StatsBase *self = (StatsBase *)type->tp_alloc(type, 0);
+    if (self == NULL)
+        return NULL;
+    for (int i = 0; i < PENDING; i++)
+        self->pending[i].bucket = -1;
+    self->hold_histogram = PyDict_New();
+    if (self->hold_histogram == NULL) {
+        Py_DECREF(self);
+        return NULL;
+    }
+    return (PyObject *)self;
+}
+
+static int
+StatsBase_traverse(StatsBase *self, visitproc visit, void *arg)
+{
+    Py_VISIT(self->hold_histogram);
+    return 0;
+}
+
+static int
+StatsBase_clear(StatsBase *self)
+{
+    Py_CLEAR(self->hold_histogram);
+    return 0;
+}
+
+static void
+StatsBase_dealloc(StatsBase *self)
+{
+    PyObject_GC_UnTrack(self);
+    StatsBase_clear(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+/* The histogram, with every pending bucket in it. */
+static PyObject *
+StatsBase_get_histogram(StatsBase *self, void *Py_UNUSED(closure))
+{
+    if (flush_pending(self) < 0)
+        return NULL;
+    if (self->hold_histogram == NULL) { /* cleared by the collector */
+        PyErr_SetString(PyExc_AttributeError, "hold_histogram");
+        return NULL;
+    }
+    return Py_NewRef(self->hold_histogram);
+}
+
+/* A new histogram (a slot's assignment: any value; a release then fails, and is counted, until
+ * it is a dict again): the pending buckets go to the one it replaces. */
+static int
+StatsBase_set_histogram(StatsBase *self, PyObject *value, void *Py_UNUSED(closure))
+{
+    if (value == NULL) {
+        PyErr_SetString(PyExc_TypeError, "otel_lockwatch: a Stats keeps its hold histogram");
+        return -1;
+    }
+    if (flush_pending(self) < 0)
+        return -1;
+    Py_XSETREF(self->hold_histogram, Py_NewRef(value));
+    return 0;
+}
+
+static PyTypeObject StatsBase_Type = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "otel_lockwatch.capture._speedups.StatsBase",
+    .tp_basicsize = sizeof(StatsBase),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC,
+    .tp_doc = "The counters of a worker's Stats that the uncontended path writes, owned by C.",
+    .tp_traverse = (traverseproc)StatsBase_traverse,
+    .tp_clear = (inquiry)StatsBase_clear,
+    .tp_dealloc = (destructor)StatsBase_dealloc,
+    .tp_new = StatsBase_new,
+};
+
+/* s.<field> += delta, for a counter of the Stats table */
+static inline int
+stats_add(PyObject *s, int field, long long delta)
+{
+    StatsBase *c = c_stats(s);
+    if (c != NULL) {
+        c->counts[field] += delta;
+        return 0;
+    }
+    return slot_add(&STATS[field], s, delta);
+}
+
+/* A try-acquire's counts (_bookkeeping.record_try). */
+static void
+count_try(PyObject *s, int ok)
+{
+    if (stats_add(s, ok ? STATS_ACQUISITIONS : STATS_SKIPPED, 1) < 0 ||
+        (ok && stats_add(s, STATS_TRY_ACQUISITIONS, 1) < 0))
+        swallow();
 }
 
 /* The current OpenTelemetry context (new reference), or NULL with an error. */
@@ -653,20 +841,33 @@ untrack(PyObject *st, PyObject *entry, PyObject *s, long long t0, PyObject *ctx,
     }
     else if (discard(held, entry) < 0)
         goto fail;
-    if (slot_add(&STATS[STATS_HOLD_TOTAL], s, h) < 0)
-        goto fail;
-    hist = slot_get(&STATS[STATS_HOLD_HISTOGRAM], s);
-    if (hist == NULL || !is_type(hist, &PyDict_Type, "a hold histogram") || hist_add(hist, h) < 0)
-        goto fail;
-    long long max, min;
-    if (slot_get_ll(&STATS[STATS_HOLD_MAX], s, &max) < 0)
-        goto fail;
-    if (h > max && slot_set_ll(&STATS[STATS_HOLD_MAX], s, h) < 0)
-        goto fail;
-    if (slot_get_ll(&STATS[STATS_HOLD_MIN], s, &min) < 0)
-        goto fail;
-    if (h < min && slot_set_ll(&STATS[STATS_HOLD_MIN], s, h) < 0)
-        goto fail;
+    StatsBase *c = c_stats(s);
+    if (c != NULL) {
+        c->counts[STATS_HOLD_TOTAL] += h;
+        if (h > c->counts[STATS_HOLD_MAX])
+            c->counts[STATS_HOLD_MAX] = h;
+        if (h < c->counts[STATS_HOLD_MIN])
+            c->counts[STATS_HOLD_MIN] = h;
+        if (pending_add(c, h) < 0)
+            goto fail;
+    }
+    else {
+        if (slot_add(&STATS[STATS_HOLD_TOTAL], s, h) < 0)
+            goto fail;
+        hist = slot_get(&STATS[STATS_HOLD_HISTOGRAM], s);
+        if (hist == NULL || !is_type(hist, &PyDict_Type, "a hold histogram") ||
+            hist_add(hist, h) < 0)
+            goto fail;
+        long long max, min;
+        if (slot_get_ll(&STATS[STATS_HOLD_MAX], s, &max) < 0)
+            goto fail;
+        if (h > max && slot_set_ll(&STATS[STATS_HOLD_MAX], s, h) < 0)
+            goto fail;
+        if (slot_get_ll(&STATS[STATS_HOLD_MIN], s, &min) < 0)
+            goto fail;
+        if (h < min && slot_set_ll(&STATS[STATS_HOLD_MIN], s, h) < 0)
+            goto fail;
+    }
     if (slot_set_ll(&WORKER[WORKER_LAST], st, t1) < 0)
         goto fail;
     if (h >= g_hold_metric_ns) {
@@ -682,7 +883,7 @@ untrack(PyObject *st, PyObject *entry, PyObject *s, long long t0, PyObject *ctx,
         Py_DECREF(r);
     }
     Py_DECREF(held);
-    Py_DECREF(hist);
+    Py_XDECREF(hist);
     return;
 fail:
     swallow();
@@ -849,7 +1050,7 @@ lock_acquire_fast(LockBase *self, int blocking)
         if (ok < 0)
             goto error;
         if (ok) {
-            if (slot_add(&STATS[STATS_ACQUISITIONS], s, 1) < 0)
+            if (stats_add(s, STATS_ACQUISITIONS, 1) < 0)
                 swallow();
         }
         else {
@@ -1376,7 +1577,7 @@ section_acquire(SectionFn *fn, PyObject *const *args, size_t nargsf, PyObject *k
             PyObject *ident = PyLong_FromUnsignedLong(PyThread_get_thread_ident());
             if (ident == NULL || section_set(arr, &ARRAY[ARRAY_OWNERS], index, ident) < 0 ||
                 section_set(arr, &ARRAY[ARRAY_KEYS], index, key) < 0 ||
-                slot_add(&STATS[STATS_ACQUISITIONS], s, 1) < 0)
+                stats_add(s, STATS_ACQUISITIONS, 1) < 0)
                 swallow();
             Py_XDECREF(ident);
         }
@@ -1828,7 +2029,7 @@ sem_acquire(SectionFn *fn, PyObject *const *args, size_t nargsf, PyObject *kwnam
     int ok = r == NULL ? -1 : PyObject_IsTrue(r);
     Py_XDECREF(r);
     if (ok == 1) {
-        if (slot_add(&STATS[STATS_ACQUISITIONS], s, 1) < 0)
+        if (stats_add(s, STATS_ACQUISITIONS, 1) < 0)
             swallow();
         signal_took(st, cls, attr_ll(sem, s_value, -1), attr_ll(sem, s_lw_capacity, -1),
                     now_ns());
@@ -1975,39 +2176,101 @@ static const Py_ssize_t hold_offsets[HOLD_USED] = {
     [HOLD_CONTEXT] = offsetof(LockBase, context),
 };
 
+/* A copy of a field's name, for a PyMemberDef or PyGetSetDef (which keep a pointer to it). */
+static const char *
+name_copy(PyObject *name)
+{
+    Py_ssize_t size;
+    const char *text = PyUnicode_AsUTF8AndSize(name, &size);
+    char *copy = text ? PyMem_Malloc(size + 1) : NULL;
+    if (copy == NULL)
+        return text ? (PyErr_NoMemory(), NULL) : NULL;
+    memcpy(copy, text, size + 1);
+    return copy;
+}
+
+/* type.<name> = descr (a C type's dict, then its caches invalidated by the caller) */
+static int
+add_descriptor(PyTypeObject *type, PyObject *name, PyObject *descr)
+{
+    if (descr == NULL)
+        return -1;
+#if PY_VERSION_HEX >= 0x030C0000
+    PyObject *dict = PyType_GetDict(type);
+#else
+    PyObject *dict = Py_NewRef(type->tp_dict);
+#endif
+    int r = dict != NULL ? PyDict_SetItem(dict, name, descr) : -1;
+    Py_XDECREF(dict);
+    Py_DECREF(descr);
+    return r;
+}
+
+/* Whether the names bound by an earlier setup() are `table`'s again (else a RuntimeError):
+ * a descriptor keeps a pointer to its definition, so they are bound once. */
+static int
+same_names(Slot *table, const char *const *bound, int n, const char *what)
+{
+    for (int i = 0; i < n; i++)
+        if (bound[i] != NULL && PyUnicode_CompareWithASCIIString(table[i].name, bound[i]) != 0) {
+            PyErr_Format(PyExc_RuntimeError, "otel_lockwatch: %s field names are bound once",
+                         what);
+            return 0;
+        }
+    return 1;
+}
+
 static int
 bind_hold_members(void)
 {
     PyTypeObject *type = &LockBase_Type;
-    if (hold_members[0].name != NULL) { /* bound by an earlier setup(): the same names only */
-        for (int i = 0; i < HOLD_USED; i++)
-            if (PyUnicode_CompareWithASCIIString(HOLD[i].name, hold_members[i].name) != 0) {
-                PyErr_SetString(PyExc_RuntimeError,
-                                "otel_lockwatch: the hold's field names are bound once");
-                return -1;
-            }
-        return 0;
-    }
+    const char *bound[HOLD_USED];
+    for (int i = 0; i < HOLD_USED; i++)
+        bound[i] = hold_members[i].name;
+    if (hold_members[0].name != NULL) /* bound by an earlier setup() */
+        return same_names(HOLD, bound, HOLD_USED, "the hold's") ? 0 : -1;
     for (int i = 0; i < HOLD_USED; i++) {
-        Py_ssize_t size;
-        const char *name = PyUnicode_AsUTF8AndSize(HOLD[i].name, &size);
-        char *copy = name ? PyMem_Malloc(size + 1) : NULL;
+        const char *copy = name_copy(HOLD[i].name);
         if (copy == NULL)
-            return name ? (PyErr_NoMemory(), -1) : -1;
-        memcpy(copy, name, size + 1);
-        hold_members[i] = (PyMemberDef){copy, hold_types[i], hold_offsets[i], 0, NULL};
-        PyObject *descr = PyDescr_NewMember(type, &hold_members[i]);
-        if (descr == NULL)
             return -1;
-#if PY_VERSION_HEX >= 0x030C0000
-        PyObject *dict = PyType_GetDict(type);
-#else
-        PyObject *dict = Py_NewRef(type->tp_dict);
-#endif
-        int r = dict != NULL ? PyDict_SetItem(dict, HOLD[i].name, descr) : -1;
-        Py_XDECREF(dict);
-        Py_DECREF(descr);
-        if (r < 0)
+        hold_members[i] = (PyMemberDef){copy, hold_types[i], hold_offsets[i], 0, NULL};
+        if (add_descriptor(type, HOLD[i].name, PyDescr_NewMember(type, &hold_members[i])) < 0)
+            return -1;
+    }
+    PyType_Modified(type);
+    return 0;
+}
+
+/* StatsBase's counters and histogram, named by setup()'s Stats table. */
+static PyMemberDef stats_members[STATS_USED];
+static PyGetSetDef stats_histogram_getset;
+
+static int
+bind_stats_members(void)
+{
+    PyTypeObject *type = &StatsBase_Type;
+    const char *bound[STATS_USED];
+    for (int i = 0; i < STATS_USED; i++)
+        bound[i] = i == STATS_HOLD_HISTOGRAM ? stats_histogram_getset.name : stats_members[i].name;
+    if (bound[0] != NULL) /* bound by an earlier setup() */
+        return same_names(STATS, bound, STATS_USED, "the Stats") ? 0 : -1;
+    for (int i = 0; i < STATS_USED; i++) {
+        const char *copy = name_copy(STATS[i].name);
+        if (copy == NULL)
+            return -1;
+        PyObject *descr;
+        if (i == STATS_HOLD_HISTOGRAM) {
+            stats_histogram_getset = (PyGetSetDef){copy, (getter)StatsBase_get_histogram,
+                                                   (setter)StatsBase_set_histogram, NULL, NULL};
+            descr = PyDescr_NewGetSet(type, &stats_histogram_getset);
+        }
+        else {
+            stats_members[i] = (PyMemberDef){copy, T_LONGLONG,
+                                             offsetof(StatsBase, counts) + i * sizeof(long long),
+                                             0, NULL};
+            descr = PyDescr_NewMember(type, &stats_members[i]);
+        }
+        if (add_descriptor(type, STATS[i].name, descr) < 0)
             return -1;
     }
     PyType_Modified(type);
@@ -2042,7 +2305,8 @@ speedups_setup(PyObject *module, PyObject *args, PyObject *kwds)
         return NULL;
     if (table_resolve(&TABLES[TABLE_WORKER], ws) < 0 ||
         table_resolve(&TABLES[TABLE_STATS], stats) < 0 ||
-        table_resolve(&TABLES[TABLE_HOLD], hold) < 0 || bind_hold_members() < 0)
+        table_resolve(&TABLES[TABLE_HOLD], hold) < 0 || bind_hold_members() < 0 ||
+        bind_stats_members() < 0)
         return NULL;
     Py_XSETREF(g_tls, Py_NewRef(tls));
     Py_XSETREF(g_context, Py_NewRef(context));
@@ -2246,6 +2510,7 @@ PyInit__speedups(void)
         return NULL;
     RLockBase_Type.tp_base = &LockBase_Type;
     if (PyType_Ready(&LockBase_Type) < 0 || PyType_Ready(&RLockBase_Type) < 0 ||
+        PyType_Ready(&StatsBase_Type) < 0 ||
         PyType_Ready(&SectionAcquire_Type) < 0 ||
         PyType_Ready(&SectionRelease_Type) < 0 || PyType_Ready(&SemaphoreAcquire_Type) < 0 ||
         PyType_Ready(&SemaphoreRelease_Type) < 0 || PyType_Ready(&ConditionNotify_Type) < 0)
@@ -2255,6 +2520,7 @@ PyInit__speedups(void)
         return NULL;
     if (PyModule_AddObjectRef(m, "LockBase", (PyObject *)&LockBase_Type) < 0 ||
         PyModule_AddObjectRef(m, "RLockBase", (PyObject *)&RLockBase_Type) < 0 ||
+        PyModule_AddObjectRef(m, "StatsBase", (PyObject *)&StatsBase_Type) < 0 ||
         PyModule_AddObjectRef(m, "SectionAcquire", (PyObject *)&SectionAcquire_Type) < 0 ||
         PyModule_AddObjectRef(m, "SectionRelease", (PyObject *)&SectionRelease_Type) < 0 ||
         PyModule_AddObjectRef(m, "SemaphoreAcquire", (PyObject *)&SemaphoreAcquire_Type) < 0 ||
