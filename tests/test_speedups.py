@@ -161,6 +161,26 @@ def test_c_stats_are_read_and_merged_under_the_table_names(watched):
 
 
 @needs_c
+def test_a_raw_locks_try_runs_without_its_method_where_its_layout_is_known(watched):
+    """On 3.11 and 3.12 the C path takes a ``_thread.lock`` without calling its ``acquire``
+    (whose argument parsing cost as much as the rest of it), once the lock's layout is checked at
+    import; the lock is then in the state its own acquire leaves: ``locked()``, refused to
+    another try, released by its own ``release``."""
+    if sys.version_info < (3, 13):
+        assert _fast_path.speedups.raw_lock_layout()
+    lock = threading.Lock()
+    for blocking in (True, False):
+        assert lock.acquire(blocking)
+        assert lock.locked() and lock._lw_lock.locked()
+        assert not lock._lw_lock.acquire(False)
+        lock.release()  # the raw lock's own release, which checks that it is held
+        assert not lock.locked()
+        with pytest.raises(RuntimeError):
+            lock._lw_lock.release()
+    assert RECORDER.thread_state().held == []
+
+
+@needs_c
 def test_c_clock_is_perf_counter_ns():
     """The C path's timestamps mix with the Python slow path's: it must be the same clock."""
     for _ in range(100):

@@ -779,12 +779,71 @@ c_function(PyObject *descr, int flags)
     return def->ml_flags == flags ? def->ml_meth : NULL;
 }
 
+/* A _thread.lock's try-acquire without its argument parsing (which cost as much as the rest of
+ * the raw acquire): on 3.11 and 3.12 the lock object is this (Modules/_threadmodule.c), and
+ * acquire(False) is PyThread_acquire_lock_timed(lock, 0, 0) then `locked = 1`. The layout is
+ * CPython's, not a public one: check_lock_layout() verifies it at import, on a real lock, and
+ * anything that does not match keeps the lock's own method. (3.13 made the lock a PyMutex.) */
+#if PY_VERSION_HEX < 0x030D0000
+typedef struct {
+    PyObject_HEAD
+    PyThread_type_lock lock_lock;
+    PyObject *in_weakreflist;
+    char locked;
+} RawLock;
+#endif
+static int g_raw_lock_layout = 0; /* 1: a _thread.lock is a RawLock */
+
+static void
+check_lock_layout(void)
+{
+#if PY_VERSION_HEX < 0x030D0000
+    PyTypeObject *type = (PyTypeObject *)g_lock_type;
+    if (type->tp_basicsize != sizeof(RawLock) ||
+        type->tp_weaklistoffset != offsetof(RawLock, in_weakreflist) || g_lock_acquire_fn == NULL ||
+        g_lock_release_fn == NULL)
+        return;
+    PyObject *thread = PyImport_ImportModule("_thread");
+    PyObject *lock = thread ? PyObject_CallMethod(thread, "allocate_lock", NULL) : NULL;
+    Py_XDECREF(thread);
+    if (lock == NULL || Py_TYPE(lock) != type) {
+        Py_XDECREF(lock);
+        PyErr_Clear();
+        return;
+    }
+    RawLock *raw = (RawLock *)lock;
+    int ok = raw->locked == 0 && raw->lock_lock != NULL;
+    PyObject *r = ok ? g_lock_acquire_fn(lock, g_false_args, NULL) : NULL;
+    ok = ok && r == Py_True && raw->locked == 1 &&
+         PyThread_acquire_lock_timed(raw->lock_lock, 0, 0) == PY_LOCK_FAILURE;
+    Py_XDECREF(r);
+    r = ok ? g_lock_release_fn(lock, NULL) : NULL;
+    ok = ok && r != NULL && raw->locked == 0 &&
+         PyThread_acquire_lock_timed(raw->lock_lock, 0, 0) == PY_LOCK_ACQUIRED;
+    if (ok)
+        PyThread_release_lock(raw->lock_lock);
+    Py_XDECREF(r);
+    PyErr_Clear();
+    Py_DECREF(lock);
+    g_raw_lock_layout = ok;
+#endif
+}
+
 /* lock.acquire(False) as a C truth value: 1 taken, 0 not, -1 error. */
 static int
 try_acquire(PyObject *lock)
 {
     PyObject *args[2] = {lock, Py_False};
     PyTypeObject *type = Py_TYPE(lock);
+#if PY_VERSION_HEX < 0x030D0000
+    if (type == (PyTypeObject *)g_lock_type && g_raw_lock_layout) {
+        RawLock *raw = (RawLock *)lock;
+        if (PyThread_acquire_lock_timed(raw->lock_lock, 0, 0) != PY_LOCK_ACQUIRED)
+            return 0;
+        raw->locked = 1;
+        return 1;
+    }
+#endif
     PyCFunctionWithKeywords fn = type == (PyTypeObject *)g_lock_type    ? g_lock_acquire_fn
                                  : type == (PyTypeObject *)g_rlock_type ? g_rlock_acquire_fn
                                                                         : NULL;
@@ -2402,6 +2461,12 @@ speedups_set_hold_metric_ns(PyObject *module, PyObject *arg)
 }
 
 static PyObject *
+speedups_raw_lock_layout(PyObject *module, PyObject *Py_UNUSED(ignored))
+{
+    return PyBool_FromLong(g_raw_lock_layout);
+}
+
+static PyObject *
 speedups_forget_states(PyObject *module, PyObject *Py_UNUSED(ignored))
 {
     g_generation++;
@@ -2433,6 +2498,8 @@ static PyMethodDef speedups_methods[] = {
      "The hold (ns) from which a release takes the slow path (_bookkeeping.HOLD_METRIC_NS)."},
     {"direct_slots", speedups_direct_slots, METH_NOARGS,
      "Which attributes the C path reads at their slot's offset: {'Class.attr': bool}."},
+    {"raw_lock_layout", speedups_raw_lock_layout, METH_NOARGS,
+     "Whether a _thread.lock's try-acquire runs without its method (the layout checked at import)."},
     {"forget_states", speedups_forget_states, METH_NOARGS,
      "Read every thread's WorkerState anew (the recorder replaced one: a forked child's)."},
     {"now_ns", speedups_now_ns, METH_NOARGS,
@@ -2508,6 +2575,7 @@ PyInit__speedups(void)
     g_false_args = PyTuple_Pack(1, Py_False);
     if (g_false_args == NULL)
         return NULL;
+    check_lock_layout();
     RLockBase_Type.tp_base = &LockBase_Type;
     if (PyType_Ready(&LockBase_Type) < 0 || PyType_Ready(&RLockBase_Type) < 0 ||
         PyType_Ready(&StatsBase_Type) < 0 ||
