@@ -62,9 +62,25 @@ _INTERNAL_PACKAGES = EXCLUDED_PACKAGES + (
 _EXCLUSION_DEPTH = 6
 
 
-def _in(module: str, packages: tuple[str, ...]) -> bool:
-    """Whether ``module`` is one of ``packages`` or inside one (not ``asyncio_pool``)."""
-    return any(module == package or module.startswith(package + ".") for package in packages)
+def _membership(packages: tuple[str, ...]) -> Any:
+    """``is_in(module)``: whether ``module`` is one of ``packages`` or inside one (not
+    ``asyncio_pool``), answered once per module name (every lock and condition created while
+    instrumented asks, for several frames: a pool's futures make one per task)."""
+    known: dict[str, bool] = {}
+
+    def is_in(module: str) -> bool:
+        answer = known.get(module)
+        if answer is None:
+            answer = known[module] = any(
+                module == package or module.startswith(package + ".") for package in packages
+            )
+        return answer
+
+    return is_in
+
+
+_internal = _membership(_INTERNAL_PACKAGES)
+_excluded = _membership(EXCLUDED_PACKAGES)
 
 
 def _module_of(frame: Any) -> str:
@@ -156,20 +172,20 @@ def watched_site(depth: int = 1) -> str | None:
         depth: 1 when the caller of this function is the factory called by the creating code.
     """
     frame: Any = sys._getframe(depth + 1)
-    if _in(_module_of(frame), _INTERNAL_PACKAGES):
+    if _internal(_module_of(frame)):
         return None
     creator = None
     while frame is not None and _in_stdlib(frame):  # made on the user's behalf: name the user
         if creator is None:
             creator = frame
         frame = frame.f_back
-        if frame is None or _in(_module_of(frame), _INTERNAL_PACKAGES):
+        if frame is None or _internal(_module_of(frame)):
             return None  # the standard library's own (no user frame), or its machinery's
     probe = frame.f_back
     for _ in range(_EXCLUSION_DEPTH):
         if probe is None:
             break
-        if _in(_module_of(probe), EXCLUDED_PACKAGES):
+        if _excluded(_module_of(probe)):
             return None
         probe = probe.f_back
     site = creation_site(frame)
