@@ -2053,7 +2053,9 @@ speedups_gave(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
  * SemaphoreAcquire / SemaphoreRelease: a watched threading.Semaphore's acquire (and __enter__)
  * and release (_semaphores.threading_acquire_factory / threading_release_factory), when called
  * with no argument but the semaphore: `with sem:`, `sem.acquire()`, `sem.release()`. Every other
- * call, and one whose permit is not free (it will wait), goes to the Python wrapper unchanged.
+ * call, and one whose permit is not free (it will wait), goes to the Python wrapper unchanged;
+ * a semaphore nobody watches (a pool executor's own) goes straight to the original, with any
+ * arguments, as the Python wrapper would send it.
  * They share SectionFn's layout: the original method and the Python wrapper.
  * ========================================================================================== */
 
@@ -2075,10 +2077,15 @@ static PyObject *
 sem_acquire(SectionFn *fn, PyObject *const *args, size_t nargsf, PyObject *kwnames)
 {
     Py_ssize_t n = PyVectorcall_NARGS(nargsf);
-    if (n != 1 || kwnames != NULL || !g_ready || g_signal_stats == NULL)
+    PyObject *cls = n >= 1 ? optional_attr(args[0], s_lockwatch_class) : NULL;
+    if (n >= 1 && cls == NULL) /* not watched (an executor's own): the original, as Python does */
+        return PyObject_Vectorcall(fn->original, args, nargsf, kwnames);
+    if (n != 1 || kwnames != NULL || !g_ready || g_signal_stats == NULL) {
+        Py_XDECREF(cls);
         return PyObject_Vectorcall(fn->python, args, nargsf, kwnames);
-    PyObject *sem = args[0], *cls = optional_attr(sem, s_lockwatch_class), *st = NULL, *s = NULL;
-    if (cls == NULL || (st = usable_state()) == NULL || (s = stats_of(st, cls)) == NULL) {
+    }
+    PyObject *sem = args[0], *st = NULL, *s = NULL;
+    if ((st = usable_state()) == NULL || (s = stats_of(st, cls)) == NULL) {
         Py_XDECREF(st);
         Py_XDECREF(cls);
         return PyObject_Vectorcall(fn->python, args, nargsf, kwnames);
@@ -2108,10 +2115,14 @@ static PyObject *
 sem_release(SectionFn *fn, PyObject *const *args, size_t nargsf, PyObject *kwnames)
 {
     Py_ssize_t n = PyVectorcall_NARGS(nargsf);
-    if (n != 1 || kwnames != NULL || !g_ready || g_signal_stats == NULL)
+    PyObject *cls = n >= 1 ? optional_attr(args[0], s_lockwatch_class) : NULL, *st = NULL;
+    if (n >= 1 && cls == NULL) /* not watched: the original, as Python does */
+        return PyObject_Vectorcall(fn->original, args, nargsf, kwnames);
+    if (n != 1 || kwnames != NULL || !g_ready || g_signal_stats == NULL) {
+        Py_XDECREF(cls);
         return PyObject_Vectorcall(fn->python, args, nargsf, kwnames);
-    PyObject *cls = optional_attr(args[0], s_lockwatch_class), *st = NULL;
-    if (cls == NULL || (st = usable_state()) == NULL) {
+    }
+    if ((st = usable_state()) == NULL) {
         Py_XDECREF(cls);
         return PyObject_Vectorcall(fn->python, args, nargsf, kwnames);
     }
