@@ -160,14 +160,23 @@ def test_c_stats_are_read_and_merged_under_the_table_names(watched):
     assert sum(s.hold_histogram.values()) == 3003
 
 
+def _try_on_another_thread(lock: object) -> bool:
+    """``lock.acquire(False)`` from another thread (which then ends, holding what it took)."""
+    taken: list[bool] = []
+    other = threading.Thread(target=lambda: taken.append(lock.acquire(False)))  # type: ignore[attr-defined]
+    other.start()
+    other.join()
+    return taken[0]
+
+
 @needs_c
 def test_a_raw_locks_try_runs_without_its_method_where_its_layout_is_known(watched):
-    """On 3.11 and 3.12 the C path takes a ``_thread.lock`` without calling its ``acquire``
-    (whose argument parsing cost as much as the rest of it), once the lock's layout is checked at
-    import; the lock is then in the state its own acquire leaves: ``locked()``, refused to
-    another try, released by its own ``release``."""
+    """On 3.11 and 3.12 the C path takes a ``_thread.lock`` or ``RLock`` without calling its
+    ``acquire`` (whose argument parsing cost as much as the rest of it), once the lock's layout
+    is checked at import; the lock is then in the state its own acquire leaves: held (by this
+    thread, once, for an RLock), refused to another try, released by its own ``release``."""
     if sys.version_info < (3, 13):
-        assert _fast_path.speedups.raw_lock_layout()
+        assert _fast_path.speedups.raw_lock_layout() == (True, True)
     lock = threading.Lock()
     for blocking in (True, False):
         assert lock.acquire(blocking)
@@ -177,6 +186,17 @@ def test_a_raw_locks_try_runs_without_its_method_where_its_layout_is_known(watch
         assert not lock.locked()
         with pytest.raises(RuntimeError):
             lock._lw_lock.release()
+    rlock = threading.RLock()
+    for blocking in (True, False):
+        assert rlock.acquire(blocking)
+        assert rlock._is_owned() and rlock._recursion_count() == 1
+        with rlock:  # the owner's re-entry
+            assert rlock._recursion_count() == 2
+        assert not _try_on_another_thread(rlock._lw_lock)
+        rlock.release()
+        assert not rlock._is_owned() and rlock._recursion_count() == 0
+        with pytest.raises(RuntimeError):
+            rlock._lw_lock.release()
     assert RECORDER.thread_state().held == []
 
 

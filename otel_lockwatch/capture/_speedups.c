@@ -791,8 +791,18 @@ typedef struct {
     PyObject *in_weakreflist;
     char locked;
 } RawLock;
+/* _thread.RLock's, likewise: acquire(False) by a thread that does not own it is the same
+ * try, then `owner = me, count = 1`. */
+typedef struct {
+    PyObject_HEAD
+    PyThread_type_lock rlock_lock;
+    unsigned long rlock_owner;
+    unsigned long rlock_count;
+    PyObject *in_weakreflist;
+} RawRLock;
 #endif
-static int g_raw_lock_layout = 0; /* 1: a _thread.lock is a RawLock */
+static int g_raw_lock_layout = 0;  /* 1: a _thread.lock is a RawLock */
+static int g_raw_rlock_layout = 0; /* 1: a _thread.RLock is a RawRLock */
 
 static void
 check_lock_layout(void)
@@ -829,6 +839,44 @@ check_lock_layout(void)
 #endif
 }
 
+static void
+check_rlock_layout(void)
+{
+#if PY_VERSION_HEX < 0x030D0000
+    PyTypeObject *type = (PyTypeObject *)g_rlock_type;
+    if (type->tp_basicsize != sizeof(RawRLock) ||
+        type->tp_weaklistoffset != offsetof(RawRLock, in_weakreflist) ||
+        g_rlock_acquire_fn == NULL || g_rlock_release_fn == NULL)
+        return;
+    PyObject *rlock = PyObject_CallNoArgs(g_rlock_type);
+    if (rlock == NULL || Py_TYPE(rlock) != type) {
+        Py_XDECREF(rlock);
+        PyErr_Clear();
+        return;
+    }
+    RawRLock *raw = (RawRLock *)rlock;
+    unsigned long me = PyThread_get_thread_ident();
+    int ok = raw->rlock_count == 0 && raw->rlock_lock != NULL;
+    for (int depth = 1; ok && depth <= 2; depth++) { /* taken, then re-entered */
+        PyObject *r = g_rlock_acquire_fn(rlock, g_false_args, NULL);
+        ok = r == Py_True && raw->rlock_owner == me && raw->rlock_count == (unsigned long)depth &&
+             PyThread_acquire_lock_timed(raw->rlock_lock, 0, 0) == PY_LOCK_FAILURE;
+        Py_XDECREF(r);
+    }
+    for (int depth = 1; ok && depth >= 0; depth--) {
+        PyObject *r = g_rlock_release_fn(rlock, NULL);
+        ok = r != NULL && raw->rlock_count == (unsigned long)depth;
+        Py_XDECREF(r);
+    }
+    ok = ok && PyThread_acquire_lock_timed(raw->rlock_lock, 0, 0) == PY_LOCK_ACQUIRED;
+    if (ok)
+        PyThread_release_lock(raw->rlock_lock);
+    PyErr_Clear();
+    Py_DECREF(rlock);
+    g_raw_rlock_layout = ok;
+#endif
+}
+
 /* lock.acquire(False) as a C truth value: 1 taken, 0 not, -1 error. */
 static int
 try_acquire(PyObject *lock)
@@ -842,6 +890,17 @@ try_acquire(PyObject *lock)
             return 0;
         raw->locked = 1;
         return 1;
+    }
+    if (type == (PyTypeObject *)g_rlock_type && g_raw_rlock_layout) {
+        RawRLock *raw = (RawRLock *)lock;
+        unsigned long me = PyThread_get_thread_ident();
+        if (raw->rlock_count == 0 || raw->rlock_owner != me) { /* (the owner's re-entry: below) */
+            if (PyThread_acquire_lock_timed(raw->rlock_lock, 0, 0) != PY_LOCK_ACQUIRED)
+                return 0;
+            raw->rlock_owner = me;
+            raw->rlock_count = 1;
+            return 1;
+        }
     }
 #endif
     PyCFunctionWithKeywords fn = type == (PyTypeObject *)g_lock_type    ? g_lock_acquire_fn
@@ -2474,7 +2533,8 @@ speedups_set_hold_metric_ns(PyObject *module, PyObject *arg)
 static PyObject *
 speedups_raw_lock_layout(PyObject *module, PyObject *Py_UNUSED(ignored))
 {
-    return PyBool_FromLong(g_raw_lock_layout);
+    return Py_BuildValue("(OO)", g_raw_lock_layout ? Py_True : Py_False,
+                         g_raw_rlock_layout ? Py_True : Py_False);
 }
 
 static PyObject *
@@ -2510,7 +2570,8 @@ static PyMethodDef speedups_methods[] = {
     {"direct_slots", speedups_direct_slots, METH_NOARGS,
      "Which attributes the C path reads at their slot's offset: {'Class.attr': bool}."},
     {"raw_lock_layout", speedups_raw_lock_layout, METH_NOARGS,
-     "Whether a _thread.lock's try-acquire runs without its method (the layout checked at import)."},
+     "(lock, rlock): whether a _thread.lock's and a _thread.RLock's try-acquire run without their "
+     "methods (the layouts checked at import)."},
     {"forget_states", speedups_forget_states, METH_NOARGS,
      "Read every thread's WorkerState anew (the recorder replaced one: a forked child's)."},
     {"now_ns", speedups_now_ns, METH_NOARGS,
@@ -2587,6 +2648,7 @@ PyInit__speedups(void)
     if (g_false_args == NULL)
         return NULL;
     check_lock_layout();
+    check_rlock_layout();
     RLockBase_Type.tp_base = &LockBase_Type;
     if (PyType_Ready(&LockBase_Type) < 0 || PyType_Ready(&RLockBase_Type) < 0 ||
         PyType_Ready(&StatsBase_Type) < 0 ||
