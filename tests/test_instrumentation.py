@@ -456,33 +456,10 @@ def test_invalid_option_argument_raises_and_env_warns(monkeypatch, caplog):
 
 
 def test_fork_child_is_consistent(watched, tmp_path):
-    """After fork the child's instrumented locks work and its recording holds only its own work."""
-    import os
-
+    """After fork the child's instrumented locks work and its recording holds only its own work,
+    in the child's own state, also for a thread that recorded before the fork (the lock path
+    knows its state by then)."""
     lock = name_lock(threading.Lock(), "forked")
-    with lock:
-        pass
-    out = tmp_path / "child.txt"
-    pid = os.fork()
-    if pid == 0:  # child
-        try:
-            with lock:
-                pass
-            n = RECORDER.snapshot()["locks"]["forked"]["acquisitions"]
-            out.write_text(str(n))
-        finally:
-            os._exit(0)
-    _, status = os.waitpid(pid, 0)
-    assert os.WEXITSTATUS(status) == 0
-    assert out.read_text() == "1"
-    assert RECORDER.snapshot()["locks"]["forked"]["acquisitions"] == 1
-
-
-def test_fork_child_records_into_its_own_state(watched, tmp_path):
-    """A thread that has recorded before the fork (its state known to the lock path) records in
-    the child into the child's state: the child's manifest counts the child's acquisitions, not
-    a state the fork left behind."""
-    lock = name_lock(threading.Lock(), "forked-again")
     for _ in range(3):  # the second and later acquisitions find this thread's state made
         with lock:
             pass
@@ -494,14 +471,14 @@ def test_fork_child_records_into_its_own_state(watched, tmp_path):
             for _ in range(2):
                 with lock:
                     pass
-            n = RECORDER.snapshot()["locks"]["forked-again"]["acquisitions"]
+            n = RECORDER.snapshot()["locks"]["forked"]["acquisitions"]
             out.write_text(f"{n} {RECORDER.tls.st is before}")
         finally:
             os._exit(0)
     _, status = os.waitpid(pid, 0)
     assert os.WEXITSTATUS(status) == 0
     assert out.read_text() == "2 False"
-    assert RECORDER.snapshot()["locks"]["forked-again"]["acquisitions"] == 3
+    assert RECORDER.snapshot()["locks"]["forked"]["acquisitions"] == 3
 
 
 def test_an_ended_threads_state_is_released(watched):

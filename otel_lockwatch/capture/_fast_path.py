@@ -30,6 +30,10 @@ The contract between the two, each half declared once beside the Python code it 
   ``_sections.TRACK_FIELDS`` and ``ARRAY_FIELDS``, ``record._signals.SIGNAL_FIELDS``), never from
   C, and C addresses the leading fields of each table by position: renaming a field is one edit
   of its table.
+- What it owns: the counters a pair writes, as C integers of ``_speedups.StatsBase`` (the base of
+  ``_bookkeeping.new_stats()``'s class on this path), named from the ``Stats`` table, with the
+  latest holds' histogram buckets pending in C until ``hold_histogram`` is read; and each
+  thread's ``WorkerState``, cached in a C thread-local (read again after a fork).
 - Its clock is ``CLOCK_MONOTONIC``, which is ``time.perf_counter_ns()`` on Linux; an error in its
   bookkeeping after the lock changed hands goes to ``OUTBOX.failed``.
 - One interpreter owns it (``claim()``): a subinterpreter gets the Python path.
