@@ -133,7 +133,7 @@ def test_c_stats_are_read_and_merged_under_the_table_names(watched):
     integers (``StatsBase``, named from ``STATS_FIELDS``): Python reads, writes and merges them
     under the same names, and reading the hold histogram gives every hold, those still pending
     in C included, whichever buckets they fell in."""
-    from otel_lockwatch.capture._bookkeeping import new_stats
+    from otel_lockwatch.capture._fast_path import new_stats
 
     base = _fast_path.speedups.StatsBase
     assert base in type(new_stats()).__mro__

@@ -37,7 +37,6 @@ Nothing here raises into the host program, except, under the ``raise`` policy,
 from __future__ import annotations
 
 import logging
-import os
 import sys
 from collections.abc import Callable
 from time import perf_counter_ns as _pc
@@ -54,7 +53,7 @@ from ..record._recorder import RECORDER, STATS_FIELDS, WORKER_FIELDS, Stats, Wor
 from ..record._sites import UNKNOWN, SiteTable, code_attributes, code_site
 from ..record._witness import EdgeWitness, utc_timestamp
 from ._dropped import collected_gone, dropped
-from ._fast_path import speedups
+from ._fast_path import new_stats, speedups
 from ._naming import LockClass, site_of
 
 __all__ = [
@@ -67,7 +66,6 @@ __all__ = [
     "current_context",
     "discard",
     "entry_site",
-    "new_stats",
     "holder_entry",
     "lock_wait",
     "record_try",
@@ -499,18 +497,3 @@ if speedups is not None:
         hold=(Hold, HOLD_FIELDS),
     )
     speedups.set_hold_metric_ns(HOLD_METRIC_NS)
-    # The C path caches each thread's WorkerState; in a forked child the recorder replaces the
-    # forking thread's (its handler was registered first, at import, so it has run by now).
-    os.register_at_fork(after_in_child=speedups.forget_states)
-
-    class _CStats(speedups.StatsBase):
-        """A worker's :class:`Stats` on the C path: the counters the uncontended path writes are
-        C integers (``StatsBase``, named from the table at setup), the rest of the table slots."""
-
-        __slots__ = tuple(name for name in STATS_FIELDS if name not in vars(speedups.StatsBase))
-        __init__ = Stats.__init__
-        merge = Stats.merge
-
-    new_stats: Callable[[], Stats] = _CStats
-else:
-    new_stats = Stats

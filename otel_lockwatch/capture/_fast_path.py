@@ -31,7 +31,7 @@ The contract between the two, each half declared once beside the Python code it 
   C, and C addresses the leading fields of each table by position: renaming a field is one edit
   of its table.
 - What it owns: the counters a pair writes, as C integers of ``_speedups.StatsBase`` (the base of
-  ``_bookkeeping.new_stats()``'s class on this path), named from the ``Stats`` table, with the
+  :func:`new_stats`'s class on this path), named from the ``Stats`` table, with the
   latest holds' histogram buckets pending in C until ``hold_histogram`` is read; and each
   thread's ``WorkerState``, cached in a C thread-local (read again after a fork).
 - Its clock is ``CLOCK_MONOTONIC``, which is ``time.perf_counter_ns()`` on Linux; an error in its
@@ -42,9 +42,12 @@ The contract between the two, each half declared once beside the Python code it 
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from typing import Any
 
-__all__ = ["SPEEDUPS", "speedups"]
+from ..record._recorder import STATS_FIELDS, Stats
+
+__all__ = ["SPEEDUPS", "new_stats", "speedups"]
 
 
 def _load() -> Any:
@@ -64,3 +67,28 @@ def _load() -> Any:
 speedups = _load()
 #: True when the uncontended path runs in C; False for the pure-Python path.
 SPEEDUPS = speedups is not None
+if speedups is not None:
+    # The C path caches each thread's WorkerState: in a forked child, the recorder gives the
+    # forking thread a fresh one (its handler was registered at its import, above: it runs first).
+    os.register_at_fork(after_in_child=speedups.forget_states)
+
+
+def _stats_class() -> Callable[[], Stats]:
+    """What makes a worker's :class:`Stats` on this path: the class itself, or on the C path its
+    variant whose leading fields (the counters a pair writes) are C integers of ``StatsBase``,
+    named from the table by ``setup()``, the rest of the table slots."""
+    if speedups is None:
+        return Stats
+
+    base: Any = speedups.StatsBase
+
+    class CStats(base):
+        __slots__ = STATS_FIELDS[speedups.STATS_OWNED :]
+        __init__ = Stats.__init__
+        merge = Stats.merge
+
+    return CStats
+
+
+#: Makes a worker's :class:`Stats` for a lock class (every path that makes one calls this).
+new_stats = _stats_class()

@@ -30,13 +30,12 @@ from ._bookkeeping import (
     Hold,
     check_order,
     current_context,
-    new_stats,
     record_try,
     timed_wait,
     track_hold,
     untrack,
 )
-from ._fast_path import speedups
+from ._fast_path import new_stats, speedups
 from ._naming import LockClass, lock_class
 
 __all__ = [

@@ -32,7 +32,7 @@ from ..record._outbox import OUTBOX
 from ..record._recorder import RECORDER, WorkerState
 from ..record._signals import SIGNAL_FIELDS, SignalStats
 from . import _bookkeeping
-from ._fast_path import speedups
+from ._fast_path import new_stats, speedups
 from ._naming import LockClass, site_of
 
 __all__ = [
@@ -83,7 +83,7 @@ def signal_stats(st: WorkerState, cls: LockClass) -> SignalStats:
     if s is None:
         s = st.signals[cls] = SignalStats()
         if cls not in st.stats:
-            st.stats[cls] = _bookkeeping.new_stats()
+            st.stats[cls] = new_stats()
     return s
 
 

@@ -2666,7 +2666,8 @@ PyInit__speedups(void)
         PyModule_AddObjectRef(m, "SectionRelease", (PyObject *)&SectionRelease_Type) < 0 ||
         PyModule_AddObjectRef(m, "SemaphoreAcquire", (PyObject *)&SemaphoreAcquire_Type) < 0 ||
         PyModule_AddObjectRef(m, "SemaphoreRelease", (PyObject *)&SemaphoreRelease_Type) < 0 ||
-        PyModule_AddObjectRef(m, "ConditionNotify", (PyObject *)&ConditionNotify_Type) < 0) {
+        PyModule_AddObjectRef(m, "ConditionNotify", (PyObject *)&ConditionNotify_Type) < 0 ||
+        PyModule_AddIntConstant(m, "STATS_OWNED", STATS_USED) < 0) {
         Py_DECREF(m);
         return NULL;
     }
