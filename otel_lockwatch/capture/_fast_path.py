@@ -37,8 +37,9 @@ The contract between the two, each half declared once beside the Python code it 
 
 from __future__ import annotations
 
-import os
 from typing import Any
+
+from .._settings import extensions_disabled
 
 __all__ = ["SPEEDUPS", "speedups"]
 
@@ -46,7 +47,7 @@ __all__ = ["SPEEDUPS", "speedups"]
 def _load() -> Any:
     """The C fast path, or None: not built (no compiler, another interpreter or platform), turned
     off with ``LOCKWATCH_DISABLE_EXTENSIONS=1``, or owned by another interpreter."""
-    if os.environ.get("LOCKWATCH_DISABLE_EXTENSIONS", "").strip().lower() in ("1", "true", "yes"):
+    if extensions_disabled():
         return None
     try:
         from . import _speedups

@@ -41,7 +41,14 @@ from ..exceptions import ManifestError
 from ..record._data import DATA_FIELDS, OPTIONAL_DATA_FIELDS
 from ..record._witness import printable
 from ._check import check_mergeable_parts
-from ._io import DEFAULT_MAX_BYTES, PathLike, load_mergeable, open_regular, parse_json
+from ._io import (
+    DEFAULT_MAX_BYTES,
+    PathLike,
+    compact_sealed,
+    load_mergeable,
+    open_regular,
+    parse_json,
+)
 from ._model import LEGACY_SCHEMAS, SCHEMA, Manifest, canonical_json
 
 __all__ = [
@@ -129,7 +136,9 @@ def _check_body(text: object, where: str) -> tuple[dict[str, Any], dict[str, flo
     """A record's body checked: ``(normalized data, thresholds, instance, sequence)``."""
     if not isinstance(text, str):
         raise ManifestError(f"{where} has no string body")
-    body = parse_json(bytearray(text.encode("utf-8", "surrogatepass")), f"{where}'s body")
+    raw = text.encode("utf-8", "surrogatepass")
+    compact = compact_sealed(raw, "digest")  # the digest checked on the bytes, when it holds
+    body = parse_json(raw if compact is None else compact, f"{where}'s body", vetted=bool(compact))
     if not isinstance(body, dict) or body.get("schema") != RECORD_SCHEMA:
         got = body.get("schema") if isinstance(body, dict) else None
         raise ManifestError(
@@ -142,7 +151,7 @@ def _check_body(text: object, where: str) -> tuple[dict[str, Any], dict[str, flo
         raise ManifestError(
             f"{where}'s body has manifest_schema {printable(repr(body['manifest_schema']), 80)}"
         )
-    if body["digest"] != _digest(body):
+    if compact is None and body["digest"] != _digest(body):
         raise ManifestError(f"{where}'s body was edited: its digest does not match its content")
     instance, sequence = body["instance"], body["sequence"]
     if not _is_hex(instance, 32) or type(sequence) is not int or sequence < 1:  # noqa: E721

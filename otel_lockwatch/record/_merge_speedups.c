@@ -1,0 +1,236 @@
+/*
+ * otel_lockwatch.record._merge_speedups: the C fast path of reading data parts back and merging
+ * them (``otel-lockwatch merge`` of thousands of manifests).
+ *
+ * Three loops that Python runs a bytecode at a time, each with its pure-Python reference beside
+ * the code that calls it (the callers fall back to it when this module is absent):
+ *
+ * - compact(text, max_depth): a JSON text without its whitespace, vetted on the way: every
+ *   object's keys strictly ascending in byte order, none with an escape, and no nesting deeper
+ *   than max_depth. For a text json.loads accepts, that makes the keys of each object distinct
+ *   strings (distinct UTF-8 bytes without escapes decode to distinct strings), so the parser
+ *   needs no duplicate-key hook and the document no nesting walk. A manifest as this library
+ *   writes it (sorted keys, indented) compacts to its canonical JSON, the digest's input. None
+ *   when the text is not so (the caller then reads it the long way, which names the fault);
+ *   nothing here judges whether the text is JSON: the parser does.
+ * - bucket_counts(buckets, limit): a histogram's JSON buckets [[index, count], ...] as
+ *   {index: count} when every pair is a list of two ints, the indices strictly ascending within
+ *   [0, limit) and every count > 0; None when one is not (record._histogram._checked_buckets).
+ * - add_counts(into, other): into[k] = into.get(k, 0) + v for every (k, v) of the dict other
+ *   (LogHistogram.merge's loop).
+ *
+ * Nothing here keeps state between calls.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <string.h>
+
+/* The deepest nesting compact() follows; a larger max_depth is taken as this. */
+#define MAX_LEVELS 64
+
+typedef struct {
+    int is_object;
+    int expect_key;
+    const unsigned char *key; /* the previous key of this object, NULL before the first */
+    Py_ssize_t key_len;
+} Level;
+
+static PyObject *
+compact(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "compact(text, max_depth) takes 2 arguments");
+        return NULL;
+    }
+    long max_depth = PyLong_AsLong(args[1]);
+    if (max_depth == -1 && PyErr_Occurred())
+        return NULL;
+    if (max_depth > MAX_LEVELS)
+        max_depth = MAX_LEVELS;
+    Py_buffer view;
+    if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0)
+        return NULL;
+    const unsigned char *s = (const unsigned char *)view.buf;
+    Py_ssize_t n = view.len, i = 0, j = 0;
+    PyObject *out = PyBytes_FromStringAndSize(NULL, n);
+    if (out == NULL) {
+        PyBuffer_Release(&view);
+        return NULL;
+    }
+    unsigned char *o = (unsigned char *)PyBytes_AS_STRING(out);
+    Level levels[MAX_LEVELS + 1];
+    int depth = 0;
+    while (i < n) {
+        unsigned char c = s[i];
+        switch (c) {
+        case ' ':
+        case '\n':
+        case '\r':
+        case '\t':
+            i++;
+            continue;
+        case '{':
+        case '[':
+            if (depth >= max_depth)
+                goto refused;
+            depth++;
+            levels[depth].is_object = levels[depth].expect_key = (c == '{');
+            levels[depth].key = NULL;
+            levels[depth].key_len = 0;
+            break;
+        case '}':
+        case ']':
+            if (depth == 0)
+                goto refused;
+            depth--;
+            break;
+        case ',':
+            if (depth > 0 && levels[depth].is_object)
+                levels[depth].expect_key = 1;
+            break;
+        case '"': {
+            Py_ssize_t start = i++;
+            int escaped = 0;
+            while (i < n && s[i] != '"') {
+                if (s[i] == '\\') {
+                    escaped = 1;
+                    i += 2;
+                }
+                else {
+                    i++;
+                }
+            }
+            if (i >= n)
+                goto refused; /* an unterminated string */
+            i++;
+            if (depth > 0 && levels[depth].expect_key) {
+                Level *lv = &levels[depth];
+                const unsigned char *key = s + start + 1;
+                Py_ssize_t len = i - start - 2;
+                if (escaped)
+                    goto refused;
+                if (lv->key != NULL) {
+                    Py_ssize_t common = len < lv->key_len ? len : lv->key_len;
+                    int cmp = memcmp(lv->key, key, (size_t)common);
+                    if (cmp > 0 || (cmp == 0 && lv->key_len >= len))
+                        goto refused; /* not strictly ascending: maybe a duplicate */
+                }
+                lv->key = key;
+                lv->key_len = len;
+                lv->expect_key = 0;
+            }
+            memcpy(o + j, s + start, (size_t)(i - start));
+            j += i - start;
+            continue;
+        }
+        default:
+            break;
+        }
+        o[j++] = c;
+        i++;
+    }
+    PyBuffer_Release(&view);
+    if (_PyBytes_Resize(&out, j) < 0)
+        return NULL;
+    return out;
+refused:
+    PyBuffer_Release(&view);
+    Py_DECREF(out);
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+bucket_counts(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "bucket_counts(buckets, limit) takes 2 arguments");
+        return NULL;
+    }
+    PyObject *buckets = args[0];
+    long long limit = PyLong_AsLongLong(args[1]);
+    if (limit == -1 && PyErr_Occurred())
+        return NULL;
+    if (!PyList_CheckExact(buckets))
+        Py_RETURN_NONE;
+    PyObject *counts = PyDict_New();
+    if (counts == NULL)
+        return NULL;
+    long long previous = -1;
+    for (Py_ssize_t k = 0; k < PyList_GET_SIZE(buckets); k++) {
+        PyObject *pair = PyList_GET_ITEM(buckets, k);
+        if (!PyList_CheckExact(pair) || PyList_GET_SIZE(pair) != 2)
+            goto refused;
+        PyObject *index = PyList_GET_ITEM(pair, 0), *count = PyList_GET_ITEM(pair, 1);
+        if (!PyLong_CheckExact(index) || !PyLong_CheckExact(count))
+            goto refused; /* a bool, a float or a str */
+        int overflow;
+        long long i = PyLong_AsLongLongAndOverflow(index, &overflow);
+        if (overflow || i <= previous || i >= limit)
+            goto refused;
+        long long c = PyLong_AsLongLongAndOverflow(count, &overflow);
+        if (overflow < 0 || (!overflow && c <= 0))
+            goto refused; /* (a count past 2**63 is left to the histogram's own checks) */
+        if (PyDict_SetItem(counts, index, count) < 0) {
+            Py_DECREF(counts);
+            return NULL;
+        }
+        previous = i;
+    }
+    return counts;
+refused:
+    Py_DECREF(counts);
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+add_counts(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2 || !PyDict_Check(args[0]) || !PyDict_Check(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "add_counts(into, other) takes two dicts");
+        return NULL;
+    }
+    PyObject *into = args[0], *key, *value;
+    Py_ssize_t pos = 0;
+    while (PyDict_Next(args[1], &pos, &key, &value)) {
+        PyObject *mine = PyDict_GetItemWithError(into, key); /* borrowed */
+        if (mine == NULL) {
+            if (PyErr_Occurred() || PyDict_SetItem(into, key, value) < 0)
+                return NULL;
+            continue;
+        }
+        PyObject *sum = PyNumber_Add(mine, value);
+        if (sum == NULL)
+            return NULL;
+        int failed = PyDict_SetItem(into, key, sum);
+        Py_DECREF(sum);
+        if (failed < 0)
+            return NULL;
+    }
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef methods[] = {
+    {"compact", (PyCFunction)(void (*)(void))compact, METH_FASTCALL,
+     "compact(text, max_depth) -> bytes | None: the JSON text without whitespace, when every "
+     "object's keys ascend strictly without escapes and it nests at most max_depth deep."},
+    {"bucket_counts", (PyCFunction)(void (*)(void))bucket_counts, METH_FASTCALL,
+     "bucket_counts(buckets, limit) -> dict | None: [[index, count], ...] as {index: count} "
+     "when well formed."},
+    {"add_counts", (PyCFunction)(void (*)(void))add_counts, METH_FASTCALL,
+     "add_counts(into, other): add the counts of the dict other into the dict into."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef merge_speedups_module = {
+    PyModuleDef_HEAD_INIT,
+    "otel_lockwatch.record._merge_speedups",
+    "The C fast path of reading data parts back and merging them.",
+    0,
+    methods,
+};
+
+PyMODINIT_FUNC
+PyInit__merge_speedups(void)
+{
+    return PyModule_Create(&merge_speedups_module);
+}
