@@ -240,3 +240,63 @@ def test_a_manifest_reindented_still_reads(tmp_path, long_way_counted):
     path.write_text(json.dumps(json.loads(manifest_text()), sort_keys=True, indent=7))
     load_mergeable(path)
     assert long_way_counted == []
+
+
+def python_from_json(obj):
+    saved, _histogram.MERGE_SPEEDUPS = _histogram.MERGE_SPEEDUPS, None
+    try:
+        return LogHistogram.from_json(obj)
+    finally:
+        _histogram.MERGE_SPEEDUPS = saved
+
+
+def perturbed(draw_key, draw_value, obj):
+    obj = dict(obj)
+    obj[draw_key] = draw_value
+    return obj
+
+
+histogram_json = st.lists(st.integers(0, 2**62), max_size=30).map(
+    lambda values: LogHistogram(values).to_json()
+)
+perturbations = st.tuples(
+    st.sampled_from(["sub_bits", "buckets", "count", "sum", "min", "max"]),
+    st.one_of(
+        st.integers(-2, 2**64),
+        st.sampled_from([True, 4.0, "4", None, [], [[0, 1]], [[5, 1], [3, 1]], [[32, 2]]]),
+    ),
+)
+
+
+@given(histogram_json, st.one_of(st.none(), perturbations))
+def test_histogram_parts_agrees_with_from_json(obj, change):
+    """What the C check takes, the Python check takes, as the same histogram; what the Python
+    check refuses, the C check leaves to it (None)."""
+    if change is not None:
+        obj = perturbed(*change, obj)
+    parts = MERGE_SPEEDUPS.histogram_parts(obj, 4, MAX_BUCKETS)
+    try:
+        expected = python_from_json(obj)
+    except ValueError:
+        assert parts is None
+        return
+    if parts is not None:
+        counts, count, total, low, high = parts
+        assert (counts, count, total, low, high) == (
+            expected.counts,
+            expected.count,
+            expected.sum,
+            expected.min,
+            expected.max,
+        )
+    else:  # only what is past the C check's range: a number of 2**63 or more
+        assert max(expected.count, expected.sum, expected.max) >= 2**63 or any(
+            c >= 2**63 for c in expected.counts.values()
+        )
+
+
+def test_histogram_parts_takes_what_is_written():
+    for values in ([], [0], [5, 70, 3_000_000], [2**61] * 3):
+        obj = LogHistogram(values).to_json()
+        assert MERGE_SPEEDUPS.histogram_parts(obj, 4, MAX_BUCKETS) is not None
+        assert LogHistogram.from_json(obj) == python_from_json(obj) == LogHistogram(values)

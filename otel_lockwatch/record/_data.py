@@ -375,6 +375,30 @@ class DataFold:
             if "peak_workers" in pool:
                 self._peak_workers = (self._peak_workers or 0) + pool["peak_workers"]
 
+    def partial(self) -> dict[str, Any]:
+        """What the fold holds, as one data part that another fold adds as if it added every
+        part this one did (a merge run in several processes: each folds a share of the parts,
+        one adds the others' partials). Unlike :meth:`result`, nothing more is trimmed or
+        chosen: the workers are those this fold keeps (with its :data:`OTHER_WORKERS` row, which
+        adds into the other's), the timeline keeps every class, the points every site they
+        have. The fold is spent after."""
+        part: dict[str, Any] = {
+            "locks": {
+                name: {**lock, "workers": WorkerTotals(lock["workers"])}
+                for name, lock in self._locks.items()
+            },
+            "workers": self._workers,
+            "lock_order": self._order.result(),
+            "blocking_under_lock": self._blocking,
+            "sections": self._sections,
+            "pool": dict(self._pool or {"nominal": None, "source": None}),
+        }
+        if self._peak_workers is not None:
+            part["pool"]["peak_workers"] = self._peak_workers
+        if self._timeline is not None:
+            part["timeline"] = self._timeline
+        return part
+
     def result(self) -> dict[str, Any]:
         """The merge of every part added: a new data part without ``process``, its histograms
         new objects, its per-lock workers :class:`WorkerTotals`. The fold is spent after."""

@@ -313,6 +313,15 @@ class LogHistogram:
         Raises:
             ValueError: the object is not a valid histogram (one-line message saying why).
         """
+        parts = (
+            None
+            if MERGE_SPEEDUPS is None
+            else MERGE_SPEEDUPS.histogram_parts(obj, SUB_BITS, MAX_BUCKETS)
+        )
+        if parts is not None:  # every check below holds (in C); else they name what does not
+            h = cls()
+            h.counts, h.count, h.sum, h.min, h.max = parts
+            return h
         if not isinstance(obj, Mapping):
             raise ValueError(f"histogram must be an object, got {type(obj).__name__}")
         missing = [k for k in ("sub_bits", "buckets", "count", "sum", "min", "max") if k not in obj]

@@ -16,6 +16,9 @@
  * - bucket_counts(buckets, limit): a histogram's JSON buckets [[index, count], ...] as
  *   {index: count} when every pair is a list of two ints, the indices strictly ascending within
  *   [0, limit) and every count > 0; None when one is not (record._histogram._checked_buckets).
+ * - histogram_parts(obj, sub_bits, limit): a histogram's JSON form as (counts, count, sum, min,
+ *   max) when LogHistogram.from_json would take it and every number of it is below 2**63; None
+ *   otherwise (from_json then checks it, and names what is wrong).
  * - add_counts(into, other): into[k] = into.get(k, 0) + v for every (k, v) of the dict other
  *   (LogHistogram.merge's loop).
  *
@@ -68,6 +71,8 @@ compact(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         case '\r':
         case '\t':
             i++;
+            while (i < n && s[i] == ' ') /* an indentation, in one tight loop */
+                i++;
             continue;
         case '{':
         case '[':
@@ -91,17 +96,23 @@ compact(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         case '"': {
             Py_ssize_t start = i++;
             int escaped = 0;
-            while (i < n && s[i] != '"') {
-                if (s[i] == '\\') {
-                    escaped = 1;
-                    i += 2;
-                }
-                else {
-                    i++;
-                }
+            const unsigned char *quote = memchr(s + i, '"', (size_t)(n - i));
+            if (quote != NULL && memchr(s + i, '\\', (size_t)(quote - (s + i))) == NULL) {
+                i = quote - s; /* no escape: the string ends at the next quote */
             }
-            if (i >= n)
-                goto refused; /* an unterminated string */
+            else {
+                while (i < n && s[i] != '"') {
+                    if (s[i] == '\\') {
+                        escaped = 1;
+                        i += 2;
+                    }
+                    else {
+                        i++;
+                    }
+                }
+                if (i >= n)
+                    goto refused; /* an unterminated string */
+            }
             i++;
             if (depth > 0 && levels[depth].expect_key) {
                 Level *lv = &levels[depth];
@@ -182,6 +193,88 @@ refused:
     Py_RETURN_NONE;
 }
 
+/* A non-negative exact int below 2**63 into *out; 0 when it is not one. */
+static int
+count_of(PyObject *v, long long *out)
+{
+    int overflow;
+    if (!PyLong_CheckExact(v))
+        return 0;
+    *out = PyLong_AsLongLongAndOverflow(v, &overflow);
+    return !overflow && *out >= 0;
+}
+
+/* record._histogram.bucket_of for a value below 2**63. */
+static long long
+bucket_of(long long v, int sub_bits)
+{
+    int bits = 0;
+    for (unsigned long long u = (unsigned long long)v; u; u >>= 1)
+        bits++;
+    int kept = sub_bits + 1;
+    if (bits <= kept)
+        return v;
+    int shift = bits - kept;
+    return ((long long)shift << sub_bits) + (v >> shift);
+}
+
+static PyObject *
+histogram_parts(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    static const char *names[] = {"sub_bits", "buckets", "count", "sum", "min", "max"};
+    if (nargs != 3) {
+        PyErr_SetString(PyExc_TypeError, "histogram_parts(obj, sub_bits, limit) takes 3 arguments");
+        return NULL;
+    }
+    long sub_bits = PyLong_AsLong(args[1]);
+    if (sub_bits == -1 && PyErr_Occurred())
+        return NULL;
+    if (!PyDict_CheckExact(args[0]))
+        Py_RETURN_NONE;
+    PyObject *fields[6];
+    for (int k = 0; k < 6; k++) {
+        fields[k] = PyDict_GetItemString(args[0], names[k]); /* borrowed */
+        if (fields[k] == NULL)
+            Py_RETURN_NONE;
+    }
+    long long sb, count, sum, min, max;
+    if (!count_of(fields[0], &sb) || sb != sub_bits || !count_of(fields[2], &count) ||
+        !count_of(fields[3], &sum) || !count_of(fields[4], &min) || !count_of(fields[5], &max))
+        Py_RETURN_NONE;
+    PyObject *pair_args[2] = {fields[1], args[2]};
+    PyObject *counts = bucket_counts(module, pair_args, 2);
+    if (counts == NULL || counts == Py_None)
+        return counts;
+    /* The buckets' total is the count; min and max fall in the first and last buckets; the sum
+     * is possible for count samples in [min, max]. */
+    long long total = 0, first = -1, last = -1;
+    PyObject *key, *value;
+    Py_ssize_t pos = 0;
+    while (PyDict_Next(counts, &pos, &key, &value)) {
+        long long c, i;
+        if (!count_of(value, &c) || !count_of(key, &i) || __builtin_add_overflow(total, c, &total))
+            goto refused;
+        if (first < 0)
+            first = i;
+        last = i;
+    }
+    if (total != count)
+        goto refused;
+    if (count) {
+        __int128 lo = (__int128)min * count, hi = (__int128)max * count;
+        if (bucket_of(min, (int)sub_bits) != first || bucket_of(max, (int)sub_bits) != last ||
+            !(lo <= sum && sum <= hi))
+            goto refused;
+    }
+    else if (sum || min || max) {
+        goto refused;
+    }
+    return Py_BuildValue("(NLLLL)", counts, count, sum, min, max);
+refused:
+    Py_DECREF(counts);
+    Py_RETURN_NONE;
+}
+
 static PyObject *
 add_counts(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
@@ -216,6 +309,9 @@ static PyMethodDef methods[] = {
     {"bucket_counts", (PyCFunction)(void (*)(void))bucket_counts, METH_FASTCALL,
      "bucket_counts(buckets, limit) -> dict | None: [[index, count], ...] as {index: count} "
      "when well formed."},
+    {"histogram_parts", (PyCFunction)(void (*)(void))histogram_parts, METH_FASTCALL,
+     "histogram_parts(obj, sub_bits, limit) -> (counts, count, sum, min, max) | None: a "
+     "histogram's JSON form when it is consistent and every number is below 2**63."},
     {"add_counts", (PyCFunction)(void (*)(void))add_counts, METH_FASTCALL,
      "add_counts(into, other): add the counts of the dict other into the dict into."},
     {NULL, NULL, 0, NULL},
