@@ -300,3 +300,49 @@ def test_histogram_parts_takes_what_is_written():
         obj = LogHistogram(values).to_json()
         assert MERGE_SPEEDUPS.histogram_parts(obj, 4, MAX_BUCKETS) is not None
         assert LogHistogram.from_json(obj) == python_from_json(obj) == LogHistogram(values)
+
+
+FIELDS = ("acquisitions", "contentions", "wait_ns", "hold_ns")
+worker_entries = st.dictionaries(
+    st.one_of(st.text(max_size=5), st.integers(0, 3)),
+    st.one_of(
+        st.fixed_dictionaries({k: st.integers(0, 2**64) for k in FIELDS}),
+        st.fixed_dictionaries({k: st.integers(0, 9) for k in FIELDS[:3]}),
+        st.fixed_dictionaries({**{k: st.integers(0, 9) for k in FIELDS}, "extra": st.just("x")}),
+        st.fixed_dictionaries({k: st.sampled_from([True, 1.0, -1, "1", 7]) for k in FIELDS}),
+    ),
+    max_size=4,
+)
+
+
+@given(worker_entries)
+def test_worker_rows_agrees_with_its_reference(per_worker):
+    """What the C check takes is what the pure-Python check gives; what it leaves (None), the
+    pure-Python check refuses or takes only past 2**63 (where it names the value)."""
+    from otel_lockwatch.manifest import _data
+
+    got = MERGE_SPEEDUPS.worker_rows(per_worker, FIELDS)
+    saved, _data.MERGE_SPEEDUPS = _data.MERGE_SPEEDUPS, None
+    try:
+        expected = _data._lock_workers(per_worker, "w").rows
+    except ValueError:
+        expected = None
+    finally:
+        _data.MERGE_SPEEDUPS = saved
+    if got is not None:
+        assert got == expected
+    else:
+        assert expected is None or any(max(r) >= 2**63 for r in expected.values())
+
+
+rows = st.dictionaries(st.sampled_from("abcd"), st.tuples(*[st.integers(0, 2**70)] * 4))
+
+
+@given(rows, rows)
+def test_add_rows_is_the_fold_loop(into, other):
+    expected = dict(into)
+    for w, r in other.items():
+        mine = expected.get(w)
+        expected[w] = r if mine is None else tuple(a + b for a, b in zip(mine, r, strict=True))
+    MERGE_SPEEDUPS.add_rows(into, other)
+    assert into == expected

@@ -2,8 +2,9 @@
  * otel_lockwatch.record._merge_speedups: the C fast path of reading data parts back and merging
  * them (``otel-lockwatch merge`` of thousands of manifests).
  *
- * Three loops that Python runs a bytecode at a time, each with its pure-Python reference beside
- * the code that calls it (the callers fall back to it when this module is absent):
+ * Loops that Python runs a bytecode at a time. Each but compact() has its pure-Python reference
+ * beside the code that calls it, which runs when this module is absent; without compact(), a
+ * manifest is read the long way (manifest._io.compact_sealed):
  *
  * - compact(text, max_depth): a JSON text without its whitespace, vetted on the way: every
  *   object's keys strictly ascending in byte order, none with an escape, and no nesting deeper
@@ -21,6 +22,10 @@
  *   otherwise (from_json then checks it, and names what is wrong).
  * - add_counts(into, other): into[k] = into.get(k, 0) + v for every (k, v) of the dict other
  *   (LogHistogram.merge's loop).
+ * - worker_rows(per_worker, fields): a lock's {worker: {field: count}} as {worker: (count, ...)}
+ *   when every count is an int in [0, 2**63) (manifest._data._lock_workers's common case).
+ * - add_rows(into, other): the rows of other added into into, element by element
+ *   (record._data._merge_lock's loop over a lock's workers).
  *
  * Nothing here keeps state between calls.
  */
@@ -302,7 +307,101 @@ add_counts(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     Py_RETURN_NONE;
 }
 
+static PyObject *
+worker_rows(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2 || !PyTuple_CheckExact(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "worker_rows(per_worker, fields) takes a dict and a tuple");
+        return NULL;
+    }
+    PyObject *per_worker = args[0], *fields = args[1], *name, *entry;
+    Py_ssize_t width = PyTuple_GET_SIZE(fields), pos = 0;
+    if (!PyDict_CheckExact(per_worker))
+        Py_RETURN_NONE;
+    PyObject *rows = PyDict_New();
+    if (rows == NULL)
+        return NULL;
+    while (PyDict_Next(per_worker, &pos, &name, &entry)) {
+        if (!PyUnicode_CheckExact(name) || !PyDict_CheckExact(entry))
+            goto refused;
+        PyObject *row = PyTuple_New(width);
+        if (row == NULL)
+            goto failed;
+        for (Py_ssize_t k = 0; k < width; k++) {
+            PyObject *value = PyDict_GetItemWithError(entry, PyTuple_GET_ITEM(fields, k));
+            long long n;
+            if (value == NULL || !count_of(value, &n)) {
+                Py_DECREF(row);
+                if (PyErr_Occurred())
+                    goto failed;
+                goto refused;
+            }
+            Py_INCREF(value);
+            PyTuple_SET_ITEM(row, k, value);
+        }
+        int failed = PyDict_SetItem(rows, name, row);
+        Py_DECREF(row);
+        if (failed < 0)
+            goto failed;
+    }
+    return rows;
+refused:
+    Py_DECREF(rows);
+    Py_RETURN_NONE;
+failed:
+    Py_DECREF(rows);
+    return NULL;
+}
+
+static PyObject *
+add_rows(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2 || !PyDict_Check(args[0]) || !PyDict_Check(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "add_rows(into, other) takes two dicts");
+        return NULL;
+    }
+    PyObject *into = args[0], *key, *row;
+    Py_ssize_t pos = 0;
+    while (PyDict_Next(args[1], &pos, &key, &row)) {
+        PyObject *mine = PyDict_GetItemWithError(into, key); /* borrowed */
+        if (mine == NULL) {
+            if (PyErr_Occurred() || PyDict_SetItem(into, key, row) < 0)
+                return NULL;
+            continue;
+        }
+        if (!PyTuple_CheckExact(mine) || !PyTuple_CheckExact(row) ||
+            PyTuple_GET_SIZE(mine) != PyTuple_GET_SIZE(row)) {
+            PyErr_SetString(PyExc_TypeError, "add_rows adds tuples of one length");
+            return NULL;
+        }
+        Py_ssize_t width = PyTuple_GET_SIZE(row);
+        PyObject *sum = PyTuple_New(width);
+        if (sum == NULL)
+            return NULL;
+        for (Py_ssize_t k = 0; k < width; k++) {
+            PyObject *v = PyNumber_Add(PyTuple_GET_ITEM(mine, k), PyTuple_GET_ITEM(row, k));
+            if (v == NULL) {
+                Py_DECREF(sum);
+                return NULL;
+            }
+            PyTuple_SET_ITEM(sum, k, v);
+        }
+        int failed = PyDict_SetItem(into, key, sum);
+        Py_DECREF(sum);
+        if (failed < 0)
+            return NULL;
+    }
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef methods[] = {
+    {"worker_rows", (PyCFunction)(void (*)(void))worker_rows, METH_FASTCALL,
+     "worker_rows(per_worker, fields) -> dict | None: {name: {field: count, ...}} as {name: "
+     "(count, ...)} in the order of fields, when every name is a str and every count an int in "
+     "[0, 2**63)."},
+    {"add_rows", (PyCFunction)(void (*)(void))add_rows, METH_FASTCALL,
+     "add_rows(into, other): add the rows (tuples) of the dict other into the dict into, "
+     "element by element."},
     {"compact", (PyCFunction)(void (*)(void))compact, METH_FASTCALL,
      "compact(text, max_depth) -> bytes | None: the JSON text without whitespace, when every "
      "object's keys ascend strictly without escapes and it nests at most max_depth deep."},
