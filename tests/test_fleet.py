@@ -9,6 +9,7 @@ runs the real Collector).
 
 from __future__ import annotations
 
+import gc
 import hashlib
 import json
 import threading
@@ -21,6 +22,7 @@ from opentelemetry.sdk._logs.export import InMemoryLogRecordExporter, SimpleLogR
 
 from otel_lockwatch import load_manifest, merge_manifests, name_lock
 from otel_lockwatch.cli._main import main
+from otel_lockwatch.exceptions import ManifestError
 from otel_lockwatch.manifest import _fleet as merge_inputs
 from otel_lockwatch.manifest._evaluate import evaluate
 from otel_lockwatch.manifest._fleet import EVENT_NAME, read_collector_file
@@ -230,6 +232,32 @@ def test_jobs_fold_contiguous_shares_in_spawned_processes(tmp_path, capsys, monk
         edited = "was edited: its manifest_digest does not match its content"
         assert err == f"otel-lockwatch: error: manifest {paths[bad[0]]} {edited}\n"
         assert not out.exists()
+
+
+def test_folding_pauses_the_cyclic_collector_and_restores_it(tmp_path):
+    """The collector is off while the inputs are read, and as it was after (an error too)."""
+    path = tmp_path / "m.json"
+    dump_manifest(process_manifest(1, [("w", "L", MS)]), path)
+    seen = []
+    real = merge_inputs.ManifestFold.add_data
+
+    def add_data(self, data, thresholds):
+        seen.append(gc.isenabled())
+        real(self, data, thresholds)
+
+    merge_inputs.ManifestFold.add_data = add_data
+    try:
+        for enabled in (True, False):
+            (gc.enable if enabled else gc.disable)()
+            assert merge_inputs.fold_inputs([str(path)]).count == 1
+            assert gc.isenabled() is enabled
+            with pytest.raises(ManifestError):
+                merge_inputs.fold_inputs([str(path), str(tmp_path / "missing.json")])
+            assert gc.isenabled() is enabled
+    finally:
+        merge_inputs.ManifestFold.add_data = real
+        gc.enable()
+    assert seen and not any(seen)
 
 
 def refused(tmp_path, capsys, argv, message):

@@ -346,3 +346,11 @@ def test_add_rows_is_the_fold_loop(into, other):
         expected[w] = r if mine is None else tuple(a + b for a, b in zip(mine, r, strict=True))
     MERGE_SPEEDUPS.add_rows(into, other)
     assert into == expected
+
+
+def test_compact_refuses_integers_of_19_digits_outside_strings():
+    """Without such a run every integer is below 10**18 (the parser's int() is then safe)."""
+    assert MERGE_SPEEDUPS.compact(b'{"a": 999999999999999999}', 8) == b'{"a":999999999999999999}'
+    assert MERGE_SPEEDUPS.compact(b'{"a": 9999999999999999999}', 8) is None
+    assert MERGE_SPEEDUPS.compact(b'{"a": 1.0000000000000000001}', 8) is None
+    assert MERGE_SPEEDUPS.compact(b'{"a": "99999999999999999999"}', 8) is not None

@@ -7,10 +7,11 @@
  * manifest is read the long way (manifest._io.compact_sealed):
  *
  * - compact(text, max_depth): a JSON text without its whitespace, vetted on the way: every
- *   object's keys strictly ascending in byte order, none with an escape, and no nesting deeper
- *   than max_depth. For a text json.loads accepts, that makes the keys of each object distinct
- *   strings (distinct UTF-8 bytes without escapes decode to distinct strings), so the parser
- *   needs no duplicate-key hook and the document no nesting walk. A manifest as this library
+ *   object's keys strictly ascending in byte order, none with an escape, no nesting deeper
+ *   than max_depth, and no run of 19 digits outside strings (every integer below 10**18). For
+ *   a text json.loads accepts, that makes the keys of each object distinct strings (distinct
+ *   UTF-8 bytes without escapes decode to distinct strings), so the parser needs no
+ *   duplicate-key hook, the document no nesting walk and no integer a range check. A manifest as this library
  *   writes it (sorted keys, indented) compacts to its canonical JSON, the digest's input. None
  *   when the text is not so (the caller then reads it the long way, which names the fault);
  *   nothing here judges whether the text is JSON: the parser does.
@@ -35,6 +36,9 @@
 
 /* The deepest nesting compact() follows; a larger max_depth is taken as this. */
 #define MAX_LEVELS 64
+/* A run of this many digits outside strings is refused: without one, every integer of the text
+ * is below 10**18 < 2**63, and the parser's own int() is safe and in range. */
+#define MAX_DIGITS 19
 
 typedef struct {
     int is_object;
@@ -67,9 +71,16 @@ compact(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     }
     unsigned char *o = (unsigned char *)PyBytes_AS_STRING(out);
     Level levels[MAX_LEVELS + 1];
-    int depth = 0;
+    int depth = 0, digits = 0;
     while (i < n) {
         unsigned char c = s[i];
+        if (c >= '0' && c <= '9') {
+            if (++digits >= MAX_DIGITS)
+                goto refused;
+        }
+        else {
+            digits = 0;
+        }
         switch (c) {
         case ' ':
         case '\n':
