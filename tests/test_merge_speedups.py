@@ -9,7 +9,7 @@ import json
 import re
 
 import pytest
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from otel_lockwatch.exceptions import ManifestError
@@ -65,6 +65,8 @@ def has_long_integer(doc: object) -> bool:
 
 
 @given(documents)
+@example([10**18, {"k": -(10**18)}])
+@example({"a\\b": 1})
 def test_compact_is_the_canonical_json_of_an_indented_sorted_document(doc):
     """The text this library writes compacts to the canonical JSON, unless a key needs an
     escape or an integer has 19 digits (then None: the long way reads it)."""
