@@ -365,3 +365,55 @@ def test_compact_refuses_integers_of_19_digits_outside_strings():
     assert MERGE_SPEEDUPS.compact(b'{"a": 9999999999999999999}', 8) is None
     assert MERGE_SPEEDUPS.compact(b'{"a": 1.0000000000000000001}', 8) is None
     assert MERGE_SPEEDUPS.compact(b'{"a": "99999999999999999999"}', 8) is not None
+
+
+def sealed_text(doc: dict, edit: tuple[str, str]) -> str:
+    """``doc`` written as this library writes a manifest, with ``edit`` made to its text and
+    its digest then recomputed over its compacted bytes: a crafted file, sealed as the fast
+    path checks."""
+    import hashlib
+
+    placeholder = "0" * 64
+    text = json.dumps({**doc, "manifest_digest": placeholder}, sort_keys=True, indent=2)
+    text = text.replace(*edit, 1)
+    compact = MERGE_SPEEDUPS.compact(text.encode(), MAX_DEPTH)
+    member = f',"manifest_digest":"{placeholder}"'.encode()
+    return text.replace(placeholder, hashlib.sha256(compact.replace(member, b"")).hexdigest())
+
+
+def test_both_parsers_of_the_vetted_path_read_the_same(tmp_path, monkeypatch):
+    """With orjson (the ``merge`` extra) and without it, a sealed manifest reads the same."""
+    pytest.importorskip("orjson")
+    path = tmp_path / "m.json"
+    path.write_text(manifest_text())
+    with_orjson = load_mergeable(path)
+    monkeypatch.setattr(_io, "orjson", None)
+    assert load_mergeable(path) == with_orjson
+
+
+@pytest.mark.parametrize("parser", ["orjson", "json"])
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        (('"marker-value"', "1e999"), r"has a number out of range: '1e999'$"),
+        (('"marker-value"', '"\\udc00"'), r"has a lone surrogate at process\.marker: '\\udc00'$"),
+        (('"marker-value"', "NaN"), r"has NaN, which is not a JSON number$"),
+    ],
+    ids=["1e999", "a lone surrogate", "NaN"],
+)
+def test_what_the_vetted_parse_refuses_is_named_the_long_way(
+    tmp_path, monkeypatch, parser, edit, message
+):
+    """A sealed manifest with a float out of range, a lone surrogate or NaN (which neither the
+    compacting nor the digest refuses): the long way's message, whichever parser ran."""
+    if parser == "orjson":
+        pytest.importorskip("orjson")
+    else:
+        monkeypatch.setattr(_io, "orjson", None)
+    doc = json.loads(manifest_text())
+    doc["process"]["marker"] = "marker-value"
+    path = tmp_path / "m.json"
+    path.write_text(sealed_text(doc, edit))
+    assert compact_sealed(path.read_bytes(), "manifest_digest") is not None  # sealed indeed
+    with pytest.raises(ManifestError, match=rf"^manifest {re.escape(str(path))} {message}"):
+        load_mergeable(path)

@@ -47,10 +47,10 @@ from ._check import check_mergeable_parts
 from ._io import (
     DEFAULT_MAX_BYTES,
     PathLike,
-    compact_sealed,
     load_mergeable,
     open_regular,
     parse_json,
+    parse_sealed,
 )
 from ._merge import MAX_MERGED_WORKERS, ManifestFold
 from ._model import LEGACY_SCHEMAS, SCHEMA, Manifest, canonical_json
@@ -143,8 +143,7 @@ def _check_body(text: object, where: str) -> tuple[dict[str, Any], dict[str, flo
     if not isinstance(text, str):
         raise ManifestError(f"{where} has no string body")
     raw = text.encode("utf-8", "surrogatepass")
-    compact = compact_sealed(raw, "digest")  # the digest checked on the bytes, when it holds
-    body = parse_json(raw if compact is None else compact, f"{where}'s body", vetted=bool(compact))
+    body, sealed = parse_sealed(raw, f"{where}'s body", "digest")
     if not isinstance(body, dict) or body.get("schema") != RECORD_SCHEMA:
         got = body.get("schema") if isinstance(body, dict) else None
         raise ManifestError(
@@ -157,7 +156,7 @@ def _check_body(text: object, where: str) -> tuple[dict[str, Any], dict[str, flo
         raise ManifestError(
             f"{where}'s body has manifest_schema {printable(repr(body['manifest_schema']), 80)}"
         )
-    if compact is None and body["digest"] != _digest(body):
+    if not sealed and body["digest"] != _digest(body):
         raise ManifestError(f"{where}'s body was edited: its digest does not match its content")
     instance, sequence = body["instance"], body["sequence"]
     if not _is_hex(instance, 32) or type(sequence) is not int or sequence < 1:  # noqa: E721

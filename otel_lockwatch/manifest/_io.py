@@ -45,6 +45,11 @@ import stat
 from pathlib import Path
 from typing import Any, Union
 
+try:  # the merge's faster parser, optional (the `merge` extra)
+    import orjson
+except ImportError:  # pragma: no cover - the test extra installs it
+    orjson = None  # type: ignore[assignment]
+
 from ..exceptions import ManifestError
 from ..record._histogram import MERGE_SPEEDUPS
 from ..record._witness import printable
@@ -63,6 +68,7 @@ __all__ = [
     "DEFAULT_MAX_BYTES",
     "PathLike",
     "compact_sealed",
+    "parse_sealed",
     "dump_manifest",
     "load_manifest",
     "load_mergeable",
@@ -273,8 +279,15 @@ def parse_json(data: bytes | bytearray, where: str, *, vetted: bool = False) -> 
 
     ``vetted``: the bytes are :func:`compact_sealed`'s, whose keys are distinct in every object,
     whose nesting is within :data:`MAX_DEPTH` and whose integers are below 10**18 already: none
-    of that is checked again.
+    of that is checked again, and with orjson installed (the ``merge`` extra) they are parsed by
+    it, which refuses the rest (a float out of range, ``NaN``, a lone surrogate: the caller then
+    reads the file the long way, which names it).
     """
+    if vetted and orjson is not None:
+        try:
+            return orjson.loads(data)
+        except orjson.JSONDecodeError as e:
+            raise ManifestError(f"{where} is not valid JSON: {e}") from None
     long_digits = not vetted and b"9" * 19 in data.translate(_DIGITS_AS_NINES)
     try:
         text = data.decode("utf-8")
@@ -302,6 +315,24 @@ def parse_json(data: bytes | bytearray, where: str, *, vetted: bool = False) -> 
     elif not vetted:  # the hooks and the digit runs answered for every number; the nesting is left
         check_depth(doc, where)
     return doc
+
+
+def parse_sealed(data: bytes | bytearray, where: str, member: str) -> tuple[Any, bool]:
+    """``(document, sealed)``: the document parsed from its bytes compacted and vetted when its
+    digest (its top-level ``member``) holds on them (:func:`compact_sealed`; ``sealed``: the
+    digest need not be computed again), else parsed the long way (:func:`parse_json`), which
+    names whatever is wrong.
+
+    Raises:
+        ManifestError: the long way refuses the bytes (one line naming ``where``).
+    """
+    compact = compact_sealed(data, member)
+    if compact is not None:
+        try:
+            return parse_json(compact, where, vetted=True), True
+        except ManifestError:  # named from the text itself, as the long way reads it
+            pass
+    return parse_json(data, where), False
 
 
 def compact_sealed(data: bytes | bytearray, member: str) -> bytes | None:
@@ -387,11 +418,5 @@ def load_mergeable(
     """
     _check_max_bytes(max_bytes)
     where = f"manifest {printable(os.fspath(path), None)}"
-    data = _read(path, where, max_bytes)
-    compact = compact_sealed(data, "manifest_digest")
-    if compact is not None:
-        try:
-            return check_mergeable(parse_json(compact, where, vetted=True), where, sealed=True)
-        except ManifestError:  # named again from the file itself, as the long way reads it
-            pass
-    return check_mergeable(parse_json(data, where), where)
+    doc, sealed = parse_sealed(_read(path, where, max_bytes), where, "manifest_digest")
+    return check_mergeable(doc, where, sealed=sealed)
