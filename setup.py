@@ -1,9 +1,10 @@
-"""Build the optional C fast path, ``otel_lockwatch.capture._speedups``.
+"""Build the optional C fast paths: ``otel_lockwatch.capture._speedups`` (the lock path) and
+``otel_lockwatch.record._merge_speedups`` (reading manifests back and merging them).
 
-Everything else is in ``pyproject.toml``. The extension is optional: where it cannot be built
-(no compiler, not CPython 3.11+ on Linux, a free-threaded build) the package installs without it
-and runs its pure-Python path, which is the reference implementation. Setting
-``LOCKWATCH_DISABLE_EXTENSIONS=1`` at build time skips it too (and at run time ignores it).
+Everything else is in ``pyproject.toml``. The extensions are optional: where they cannot be built
+(no compiler, not CPython 3.11+ on Linux, a free-threaded build) the package installs without them
+and runs its pure-Python paths, which are the reference implementations. Setting
+``LOCKWATCH_DISABLE_EXTENSIONS=1`` at build time skips them too (and at run time ignores them).
 """
 
 import os
@@ -28,11 +29,12 @@ def _wanted() -> bool:
 ext_modules = (
     [
         Extension(
-            "otel_lockwatch.capture._speedups",
-            sources=["otel_lockwatch/capture/_speedups.c"],
+            name,
+            sources=[name.replace(".", "/") + ".c"],
             optional=True,
             extra_compile_args=["-O2", "-Wall", "-Werror=implicit-function-declaration"],
         )
+        for name in ("otel_lockwatch.capture._speedups", "otel_lockwatch.record._merge_speedups")
     ]
     if _wanted()
     else []

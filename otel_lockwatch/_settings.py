@@ -30,12 +30,14 @@ from types import MappingProxyType
 from typing import Any
 
 __all__ = [
+    "DISABLE_EXTENSIONS_ENV",
     "ENV_PREFIX",
     "MAX_CONTENTION_POINTS",
     "SETTINGS",
     "Options",
     "Setting",
     "docs_table_rows",
+    "extensions_disabled",
     "load_options",
 ]
 
@@ -43,6 +45,14 @@ logger = logging.getLogger("otel_lockwatch")
 
 #: What every option's environment variable starts with.
 ENV_PREFIX = "OTEL_PYTHON_LOCKWATCH_"
+#: Set to 1 (wrapt's convention) to keep to the pure-Python paths: the C extensions are then
+#: neither built (``setup.py`` reads it too) nor loaded.
+DISABLE_EXTENSIONS_ENV = "LOCKWATCH_DISABLE_EXTENSIONS"
+
+
+def extensions_disabled() -> bool:
+    """Whether :data:`DISABLE_EXTENSIONS_ENV` keeps the package to its pure-Python paths."""
+    return os.environ.get(DISABLE_EXTENSIONS_ENV, "").strip().lower() in ("1", "true", "yes")
 
 
 # -- parsers: each takes an argument or an environment variable's text, returns the value, and

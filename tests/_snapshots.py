@@ -241,3 +241,20 @@ def producer_consumer(
         "workers": workers,
         "pool": {"nominal": None, "source": None, "peak_workers": consumers + 1},
     }
+
+
+def merged_as_shares(manifests, cut: int) -> str:
+    """The JSON of the merge of ``manifests`` folded as ``otel-lockwatch merge --jobs`` folds
+    them: those before ``cut`` in one fold, the others in another, that one pickled (as a
+    process sends it back) and added to the first."""
+    import pickle
+
+    from otel_lockwatch.manifest._merge import ManifestFold
+
+    first, second = ManifestFold(), ManifestFold()
+    for m in manifests[:cut]:
+        first.add(m)
+    for m in manifests[cut:]:
+        second.add(m)
+    first.add_fold(pickle.loads(pickle.dumps(second)))
+    return first.result().to_json()

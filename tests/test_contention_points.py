@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from _snapshots import merged_as_shares
 
 from otel_lockwatch.exceptions import ManifestError
 from otel_lockwatch.manifest._check import check_doc
@@ -223,6 +224,14 @@ def _part(points: dict[str, int]) -> dict[str, Any]:
         **_lock(points),
     }
     return {"locks": {"l": lock}}
+
+
+def test_a_merge_with_points_and_timelines_folded_in_shares_is_the_merge(runs):
+    """Points, timelines and all: folded in two shares, the same manifest."""
+    ms = [load_manifest(runs[k][1]) for k in ("a", "b", "ab")]
+    assert all("timeline" in m.to_dict() for m in ms)
+    for cut in range(4):
+        assert merged_as_shares(ms, cut) == merge_manifests(ms).to_json()
 
 
 def test_merge_is_exact_and_order_free_below_the_bound():

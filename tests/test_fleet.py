@@ -9,6 +9,7 @@ runs the real Collector).
 
 from __future__ import annotations
 
+import gc
 import hashlib
 import json
 import threading
@@ -21,6 +22,8 @@ from opentelemetry.sdk._logs.export import InMemoryLogRecordExporter, SimpleLogR
 
 from otel_lockwatch import load_manifest, merge_manifests, name_lock
 from otel_lockwatch.cli._main import main
+from otel_lockwatch.exceptions import ManifestError
+from otel_lockwatch.manifest import _fleet as merge_inputs
 from otel_lockwatch.manifest._evaluate import evaluate
 from otel_lockwatch.manifest._fleet import EVENT_NAME, read_collector_file
 from otel_lockwatch.manifest._io import dump_manifest
@@ -203,6 +206,58 @@ def test_directories_and_globs(tmp_path, capsys):
         assert main(["merge", argument, "-o", str(out)]) == 0
         assert load_manifest(out) == expected
     assert "merged 3 manifests" in capsys.readouterr().out
+
+
+def test_jobs_fold_contiguous_shares_in_spawned_processes(tmp_path, capsys, monkeypatch):
+    """``--jobs 3`` over 7 files (one share a file is enough here): the same manifest as one job,
+    and the error of a bad input is that of the first bad input of all, whichever process met
+    it first."""
+    monkeypatch.setattr(merge_inputs, "FILES_PER_JOB", 1)
+    paths = []
+    for pid in range(7):
+        paths.append(tmp_path / f"manifest.{pid}.json")
+        dump_manifest(process_manifest(pid, [(f"w{pid % 3}", f"L{pid % 2}", pid * MS)]), paths[-1])
+    one, three = tmp_path / "one.json", tmp_path / "three.json"
+    assert main(["merge", *map(str, paths), "-o", str(one), "--jobs", "1"]) == 0
+    assert main(["merge", *map(str, paths), "-o", str(three), "--jobs", "3"]) == 0
+    assert three.read_bytes() == one.read_bytes()
+    assert "merged 7 manifests" in capsys.readouterr().out
+    # Shares [0, 1], [2, 3], [4, 5, 6]: the last is this process's own.
+    for bad in ([5], [3, 6], [1, 3, 6]):
+        for k in bad:
+            paths[k].write_text(paths[k].read_text().replace('"pid": ', '"pid": 1', 1))
+        out = tmp_path / "bad.json"
+        assert main(["merge", *map(str, paths), "-o", str(out), "--jobs", "3"]) == 2
+        err = capsys.readouterr().err
+        edited = "was edited: its manifest_digest does not match its content"
+        assert err == f"otel-lockwatch: error: manifest {paths[bad[0]]} {edited}\n"
+        assert not out.exists()
+
+
+def test_folding_pauses_the_cyclic_collector_and_restores_it(tmp_path):
+    """The collector is off while the inputs are read, and as it was after (an error too)."""
+    path = tmp_path / "m.json"
+    dump_manifest(process_manifest(1, [("w", "L", MS)]), path)
+    seen = []
+    real = merge_inputs.ManifestFold.add_data
+
+    def add_data(self, data, thresholds):
+        seen.append(gc.isenabled())
+        real(self, data, thresholds)
+
+    merge_inputs.ManifestFold.add_data = add_data
+    try:
+        for enabled in (True, False):
+            (gc.enable if enabled else gc.disable)()
+            assert merge_inputs.fold_inputs([str(path)]).count == 1
+            assert gc.isenabled() is enabled
+            with pytest.raises(ManifestError):
+                merge_inputs.fold_inputs([str(path), str(tmp_path / "missing.json")])
+            assert gc.isenabled() is enabled
+    finally:
+        merge_inputs.ManifestFold.add_data = real
+        gc.enable()
+    assert seen and not any(seen)
 
 
 def refused(tmp_path, capsys, argv, message):

@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from _snapshots import locks_and_workers
+from _snapshots import locks_and_workers, merged_as_shares
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -137,6 +137,14 @@ def test_merge_is_associative(a, b, c):
     flat = merge_manifests([a, b, c])
     assert merge_manifests([merge_manifests([a, b]), c]).to_json() == flat.to_json()
     assert merge_manifests([a, merge_manifests([b, c])]).to_json() == flat.to_json()
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(manifests(), min_size=1, max_size=5), st.integers(0, 5))
+def test_a_merge_folded_in_shares_is_the_merge(ms, cut):
+    """Folded in two shares (as ``merge --jobs`` does, one share's fold pickled): the same
+    manifest, digest included."""
+    assert merged_as_shares(ms, cut) == merge_manifests(ms).to_json()
 
 
 @settings(max_examples=60, deadline=None)
@@ -274,6 +282,11 @@ def test_merge_thresholds():
     b50 = evaluate(snapshot([], pid=2), hot_lock_threshold_pct=50)
     assert merge_manifests([a30, b30]).thresholds["hot_lock_threshold_pct"] == 30.0
     assert merge_manifests([a30, b50]).thresholds["hot_lock_threshold_pct"] == 20.0
+    # Folded in shares: a share that saw differing thresholds passes that on, through pickling.
+    differing = [a30, b50, b30]
+    assert merged_as_shares(differing, 2) == merge_manifests(differing).to_json()
+    assert json.loads(merged_as_shares(differing, 2))["thresholds"]["hot_lock_threshold_pct"] == 20
+    assert json.loads(merged_as_shares([a30, b30], 1))["thresholds"]["hot_lock_threshold_pct"] == 30
     merged = merge_manifests([a30, b30], hot_lock_threshold_pct=60, starvation_ratio=2)
     assert merged.thresholds["hot_lock_threshold_pct"] == 60.0
     assert merged.thresholds["starvation_ratio"] == 2.0

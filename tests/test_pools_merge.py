@@ -10,7 +10,7 @@ rule they are commutative and associative, which the properties below check on t
 from __future__ import annotations
 
 import pytest
-from _snapshots import PoolRun, locks_and_workers, pool_data
+from _snapshots import PoolRun, locks_and_workers, merged_as_shares, pool_data
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -144,6 +144,12 @@ def test_merging_manifests_with_pools_is_commutative_and_associative(a, b, c):
     assert merge_manifests([c, a, b]).to_json() == flat
     assert merge_manifests([merge_manifests([a, b]), c]).to_json() == flat
     assert merge_manifests([a, merge_manifests([b, c])]).to_json() == flat
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(manifests(), min_size=1, max_size=4), st.integers(0, 4))
+def test_a_merge_with_pools_folded_in_shares_is_the_merge(ms, cut):
+    assert merged_as_shares(ms, cut) == merge_manifests(ms).to_json()
 
 
 @settings(max_examples=60, deadline=None)

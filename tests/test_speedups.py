@@ -325,8 +325,9 @@ def test_both_paths_record_the_same():
 
 
 def test_core_suites_pass_on_the_pure_python_path():
-    """The suites that pin down the lock path's behaviour, run again on the reference path
-    (the rest of this run tests the C path wherever it is built)."""
+    """The suites that pin down the lock path's behaviour, and the manifest reader's and the
+    merge's (which have a C fast path of their own, ``record/_merge_speedups.c``), run again on
+    the reference path (the rest of this run tests the C path wherever it is built)."""
     if os.environ.get("LOCKWATCH_DISABLE_EXTENSIONS") or not _fast_path.SPEEDUPS:
         pytest.skip("this whole run is on the pure-Python path already")
     suites = [
@@ -338,6 +339,9 @@ def test_core_suites_pass_on_the_pure_python_path():
         "tests/test_async_sections.py",
         "tests/test_scenarios.py",
         "tests/test_live_gauges.py",
+        "tests/test_hostile.py",
+        "tests/test_merge.py",
+        "tests/test_histogram.py",
     ]
     proc = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-x", *suites],

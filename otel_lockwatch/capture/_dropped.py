@@ -180,6 +180,13 @@ def _referents(m: Any, frame: Any) -> Any:
     refs = gc.get_referents(m)
     if m is frame:
         # CPython lists a frame's locals among its referents once it has returned (from 3.11
-        # on): a running or suspended frame reaches nothing here. Not its own function.
-        return [r for r in refs if not (type(r) is types.FunctionType and r.__code__ is m.f_code)]
+        # on): a running or suspended frame reaches nothing here. Not its own function, nor its
+        # globals and builtins (3.10 lists them too): shared, as a function's globals are.
+        shared = (m.f_globals, m.f_builtins)
+        return [
+            r
+            for r in refs
+            if not (type(r) is types.FunctionType and r.__code__ is m.f_code)
+            and not any(r is namespace for namespace in shared)
+        ]
     return refs

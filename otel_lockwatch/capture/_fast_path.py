@@ -45,6 +45,7 @@ import os
 from collections.abc import Callable
 from typing import Any
 
+from .._settings import extensions_disabled
 from ..record._recorder import STATS_FIELDS, Stats
 
 __all__ = ["SPEEDUPS", "new_stats", "speedups"]
@@ -53,7 +54,7 @@ __all__ = ["SPEEDUPS", "new_stats", "speedups"]
 def _load() -> Any:
     """The C fast path, or None: not built (no compiler, another interpreter or platform), turned
     off with ``LOCKWATCH_DISABLE_EXTENSIONS=1``, or owned by another interpreter."""
-    if os.environ.get("LOCKWATCH_DISABLE_EXTENSIONS", "").strip().lower() in ("1", "true", "yes"):
+    if extensions_disabled():
         return None
     try:
         from . import _speedups

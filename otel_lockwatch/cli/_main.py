@@ -43,9 +43,9 @@ from otel_lockwatch.cli._common import (
 )
 from otel_lockwatch.exceptions import ManifestError
 from otel_lockwatch.manifest._admission import may_spawn_pool_size
-from otel_lockwatch.manifest._fleet import expand_inputs, read_inputs
+from otel_lockwatch.manifest._fleet import FILES_PER_JOB, expand_inputs, fold_inputs
 from otel_lockwatch.manifest._io import DEFAULT_MAX_BYTES, dump_manifest, load_manifest
-from otel_lockwatch.manifest._merge import MAX_MERGED_WORKERS, ManifestFold
+from otel_lockwatch.manifest._merge import MAX_MERGED_WORKERS
 from otel_lockwatch.record._witness import printable
 
 __all__ = ["PROG", "SUBCOMMANDS", "CommandError", "Subcommand", "build_parser", "main"]
@@ -177,13 +177,31 @@ def _configure_merge(p: argparse.ArgumentParser) -> None:
         help="workers kept per lock class, the longest waits; the others are summed into one "
         f"'(other workers)' row (default {MAX_MERGED_WORKERS})",
     )
+    p.add_argument(
+        "-j",
+        "--jobs",
+        metavar="N",
+        type=positive_int,
+        default=_cpus(),
+        help="processes reading the inputs, each a contiguous share of the files (default: the "
+        f"CPUs this process may use, {_cpus()} here; one per {FILES_PER_JOB} files at most)",
+    )
     _add_max_bytes(p)
 
 
+def _cpus() -> int:
+    """The CPUs this process may run on."""
+    affinity = getattr(os, "sched_getaffinity", None)
+    return len(affinity(0)) if affinity is not None else os.cpu_count() or 1
+
+
 def _run_merge(args: argparse.Namespace, out: IO[str], err: IO[str]) -> int:
-    fold = ManifestFold(args.max_workers)
-    for data, thresholds in read_inputs(expand_inputs(args.manifests), max_bytes=args.max_bytes):
-        fold.add_data(data, thresholds)
+    fold = fold_inputs(
+        expand_inputs(args.manifests),
+        max_workers=args.max_workers,
+        max_bytes=args.max_bytes,
+        jobs=args.jobs,
+    )
     if not fold.count:
         raise CommandError("nothing to merge: the inputs hold no manifest")
     try:

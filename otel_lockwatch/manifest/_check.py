@@ -233,9 +233,9 @@ def check_doc(doc: object, where: str) -> Manifest:
     return check_document(doc, where)
 
 
-def _check_envelope(doc: Any, where: str) -> bool:
-    """Check a document's type, schema, fields and digest; return whether its schema is a
-    legacy one."""
+def _check_envelope(doc: Any, where: str, *, sealed: bool = False) -> bool:
+    """Check a document's type, schema, fields and digest (unless ``sealed``: checked on its
+    bytes, ``_io.compact_sealed``); return whether its schema is a legacy one."""
     if not isinstance(doc, dict):
         raise ManifestError(f"{where} is not a JSON object")
     legacy = doc.get("schema") in LEGACY_SCHEMAS
@@ -244,7 +244,7 @@ def _check_envelope(doc: Any, where: str) -> bool:
     missing = [k for k in REQUIRED_FIELDS if k not in doc]
     if missing:
         raise ManifestError(f"{where} lacks field(s): {', '.join(missing)}")
-    if doc["manifest_digest"] != compute_digest(doc):
+    if not sealed and doc["manifest_digest"] != compute_digest(doc):
         raise ManifestError(f"{where} was edited: its manifest_digest does not match its content")
     return legacy
 
@@ -266,15 +266,18 @@ def check_mergeable_parts(
         raise ManifestError(printable(f"{where} is invalid: {e}", _MESSAGE_LIMIT)) from None
 
 
-def check_mergeable(doc: Any, where: str) -> tuple[dict[str, Any], dict[str, float]]:
+def check_mergeable(
+    doc: Any, where: str, *, sealed: bool = False
+) -> tuple[dict[str, Any], dict[str, float]]:
     """What a merge takes of a document whose JSON is checked already: its data, normalized,
     and its two thresholds, after the checks of :func:`check_document` but the last (its derived
     fields are not evaluated again: a merge evaluates the merged data, and uses none of them).
+    ``sealed``: its digest was checked on its bytes (``_io.compact_sealed``).
 
     Raises:
         ManifestError: one line naming ``where`` and the offending field or value.
     """
-    _check_envelope(doc, where)
+    _check_envelope(doc, where, sealed=sealed)
     return check_mergeable_parts(doc, doc["thresholds"], where)
 
 

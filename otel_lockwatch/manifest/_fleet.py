@@ -31,24 +31,37 @@ naming the file and the line.
 
 from __future__ import annotations
 
+import gc
 import glob
 import hashlib
+import multiprocessing
 import os
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from concurrent.futures import ProcessPoolExecutor
 from typing import Any
 
 from ..exceptions import ManifestError
 from ..record._data import DATA_FIELDS, OPTIONAL_DATA_FIELDS
 from ..record._witness import printable
 from ._check import check_mergeable_parts
-from ._io import DEFAULT_MAX_BYTES, PathLike, load_mergeable, open_regular, parse_json
+from ._io import (
+    DEFAULT_MAX_BYTES,
+    PathLike,
+    load_mergeable,
+    open_regular,
+    parse_json,
+    parse_sealed,
+)
+from ._merge import MAX_MERGED_WORKERS, ManifestFold
 from ._model import LEGACY_SCHEMAS, SCHEMA, Manifest, canonical_json
 
 __all__ = [
     "ATTR_EVENT_NAME",
     "EVENT_NAME",
+    "FILES_PER_JOB",
     "RECORD_SCHEMA",
     "expand_inputs",
+    "fold_inputs",
     "read_collector_file",
     "read_inputs",
     "record_attributes",
@@ -129,7 +142,8 @@ def _check_body(text: object, where: str) -> tuple[dict[str, Any], dict[str, flo
     """A record's body checked: ``(normalized data, thresholds, instance, sequence)``."""
     if not isinstance(text, str):
         raise ManifestError(f"{where} has no string body")
-    body = parse_json(bytearray(text.encode("utf-8", "surrogatepass")), f"{where}'s body")
+    raw = text.encode("utf-8", "surrogatepass")
+    body, sealed = parse_sealed(raw, f"{where}'s body", "digest")
     if not isinstance(body, dict) or body.get("schema") != RECORD_SCHEMA:
         got = body.get("schema") if isinstance(body, dict) else None
         raise ManifestError(
@@ -142,7 +156,7 @@ def _check_body(text: object, where: str) -> tuple[dict[str, Any], dict[str, flo
         raise ManifestError(
             f"{where}'s body has manifest_schema {printable(repr(body['manifest_schema']), 80)}"
         )
-    if body["digest"] != _digest(body):
+    if not sealed and body["digest"] != _digest(body):
         raise ManifestError(f"{where}'s body was edited: its digest does not match its content")
     instance, sequence = body["instance"], body["sequence"]
     if not _is_hex(instance, 32) or type(sequence) is not int or sequence < 1:  # noqa: E721
@@ -308,6 +322,76 @@ def _is_collector_file(path: str) -> bool:
         return os.read(fd, len(_COLLECTOR_PREFIX)) == _COLLECTOR_PREFIX
     finally:
         os.close(fd)
+
+
+def fold_inputs(
+    files: Sequence[str],
+    *,
+    max_workers: int | None = MAX_MERGED_WORKERS,
+    max_bytes: int = DEFAULT_MAX_BYTES,
+    jobs: int = 1,
+) -> ManifestFold:
+    """Every manifest of ``files`` (:func:`read_inputs`) folded into one :class:`ManifestFold`
+    (``max_workers``: as for it).
+
+    With ``jobs`` > 1 (and at least :data:`FILES_PER_JOB` files a job), the files are cut into
+    ``jobs`` contiguous shares: this process folds the last while as many spawned processes (no
+    state of the caller is copied into them) fold the others, then adds their folds to its own
+    (:meth:`ManifestFold.add_fold`: a merge depends neither on the order of its inputs nor on
+    their grouping). Each holds one fold, so memory is ``jobs`` times a fold's. A share stops at
+    its first invalid input; the error raised is the first share's that has one, which is the
+    first invalid input of all.
+
+    Raises:
+        ManifestError: an input is unreadable or invalid (one line naming it).
+    """
+    jobs = max(1, min(jobs, len(files) // FILES_PER_JOB))
+    if jobs == 1:
+        return _fold_share(files, max_workers, max_bytes)
+    cuts = [len(files) * k // jobs for k in range(jobs + 1)]
+    shares = [files[cuts[k] : cuts[k + 1]] for k in range(jobs)]
+    folds: list[ManifestFold | ManifestError] = []
+    with ProcessPoolExecutor(jobs - 1, mp_context=multiprocessing.get_context("spawn")) as pool:
+        futures = [pool.submit(_fold_share, share, max_workers, max_bytes) for share in shares[:-1]]
+        try:
+            own: ManifestFold | ManifestError = _fold_share(shares[-1], max_workers, max_bytes)
+        except ManifestError as exc:
+            own = exc
+        for future in futures:
+            try:
+                folds.append(future.result())
+            except ManifestError as exc:
+                folds.append(exc)
+        folds.append(own)
+    for fold in folds:
+        if isinstance(fold, ManifestError):
+            raise fold
+    first = folds[0]
+    assert isinstance(first, ManifestFold)
+    for fold in folds[1:]:
+        first.add_fold(fold)  # type: ignore[arg-type]  # no error among them
+    return first
+
+
+#: The fewest files a job of :func:`fold_inputs` takes (a spawned process costs about as much
+#: as reading a few dozen manifests).
+FILES_PER_JOB = 64
+
+
+def _fold_share(files: Sequence[str], max_workers: int | None, max_bytes: int) -> ManifestFold:
+    # The cyclic collector is paused while the share is read: the parser's tens of thousands of
+    # containers per manifest set off its passes, which cost a fifth of the merge's CPU, and
+    # what is read is acyclic (freed by reference counting as each manifest is folded).
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        fold = ManifestFold(max_workers)
+        for data, thresholds in read_inputs(files, max_bytes=max_bytes):
+            fold.add_data(data, thresholds)
+        return fold
+    finally:
+        if collecting:
+            gc.enable()
 
 
 def read_inputs(

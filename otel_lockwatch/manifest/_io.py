@@ -35,6 +35,7 @@ users from writing it.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import math
 import os
@@ -44,7 +45,13 @@ import stat
 from pathlib import Path
 from typing import Any, Union
 
+try:  # the merge's faster parser, optional (the `merge` extra)
+    import orjson
+except ImportError:  # pragma: no cover - the test extra installs it
+    orjson = None  # type: ignore[assignment]
+
 from ..exceptions import ManifestError
+from ..record._histogram import MERGE_SPEEDUPS
 from ..record._witness import printable
 from ._check import (
     INT_LIMIT,
@@ -60,6 +67,8 @@ from ._model import Manifest
 __all__ = [
     "DEFAULT_MAX_BYTES",
     "PathLike",
+    "compact_sealed",
+    "parse_sealed",
     "dump_manifest",
     "load_manifest",
     "load_mergeable",
@@ -264,10 +273,22 @@ def _constant(text: str) -> Any:
     raise _Refused(f"has {text}, which is not a JSON number")
 
 
-def parse_json(data: bytearray, where: str) -> Any:
+def parse_json(data: bytes | bytearray, where: str, *, vetted: bool = False) -> Any:
     """Parse untrusted JSON bytes within the limits of the module docstring (duplicate keys,
-    nesting, numbers, surrogates), or raise one :class:`ManifestError` line naming ``where``."""
-    long_digits = b"9" * 19 in data.translate(_DIGITS_AS_NINES)  # faster than a regex
+    nesting, numbers, surrogates), or raise one :class:`ManifestError` line naming ``where``.
+
+    ``vetted``: the bytes are :func:`compact_sealed`'s, whose keys are distinct in every object,
+    whose nesting is within :data:`MAX_DEPTH` and whose integers are below 10**18 already: none
+    of that is checked again, and with orjson installed (the ``merge`` extra) they are parsed by
+    it, which refuses the rest (a float out of range, ``NaN``, a lone surrogate: the caller then
+    reads the file the long way, which names it).
+    """
+    if vetted and orjson is not None:
+        try:
+            return orjson.loads(data)
+        except orjson.JSONDecodeError as e:
+            raise ManifestError(f"{where} is not valid JSON: {e}") from None
+    long_digits = not vetted and b"9" * 19 in data.translate(_DIGITS_AS_NINES)
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as e:
@@ -276,7 +297,7 @@ def parse_json(data: bytearray, where: str) -> Any:
     try:
         doc = json.loads(
             text,
-            object_pairs_hook=_object,
+            object_pairs_hook=None if vetted else _object,
             parse_int=_int if long_digits else None,
             parse_float=_float,
             parse_constant=_constant,
@@ -291,9 +312,65 @@ def parse_json(data: bytearray, where: str) -> Any:
         raise ManifestError(f"{where} nests deeper than {MAX_DEPTH} levels") from None
     if _SURROGATE_ESCAPE.search(text):
         check_json(doc, where)
-    else:  # the hooks and the digit runs answered for every number; the nesting is left
+    elif not vetted:  # the hooks and the digit runs answered for every number; the nesting is left
         check_depth(doc, where)
     return doc
+
+
+def parse_sealed(data: bytes | bytearray, where: str, member: str) -> tuple[Any, bool]:
+    """``(document, sealed)``: the document parsed from its bytes compacted and vetted when its
+    digest (its top-level ``member``) holds on them (:func:`compact_sealed`; ``sealed``: the
+    digest need not be computed again), else parsed the long way (:func:`parse_json`), which
+    names whatever is wrong.
+
+    Raises:
+        ManifestError: the long way refuses the bytes (one line naming ``where``).
+    """
+    compact = compact_sealed(data, member)
+    if compact is not None:
+        try:
+            return parse_json(compact, where, vetted=True), True
+        except ManifestError:  # named from the text itself, as the long way reads it
+            pass
+    return parse_json(data, where), False
+
+
+def compact_sealed(data: bytes | bytearray, member: str) -> bytes | None:
+    """The text of a document as this library writes it, compacted and vetted, when its digest
+    holds; else None, and the caller reads it the long way (:func:`parse_json`, then the digest
+    recomputed from the parsed document), which names whatever is wrong.
+
+    A manifest file is ``json.dumps(sort_keys=True, indent=2, ensure_ascii=False)`` of its
+    document, and a Collector record's body the canonical JSON itself; without whitespace, either
+    is the canonical JSON its digest was computed over, but for the digest's own top-level member
+    (``"manifest_digest"`` or ``"digest"``: ``member``). So the digest is checked on the bytes,
+    at the cost of one hash, instead of on the document encoded again (which costs as much as
+    parsing it). The compacting is the merge's C fast path (``record._merge_speedups.compact``),
+    which also vets what the parser would have to check otherwise: every object's keys strictly
+    ascending without escapes (so distinct), the nesting within :data:`MAX_DEPTH`, no integer of
+    19 digits or more (so every one is in range). The bytes
+    hashed are the bytes then parsed (:func:`parse_json` with ``vetted``), so a document whose
+    text does not compact to what its digest says is never taken this way. Without the C fast
+    path this returns None.
+    """
+    if MERGE_SPEEDUPS is None:
+        return None
+    compact: bytes | None = MERGE_SPEEDUPS.compact(data, MAX_DEPTH)
+    if compact is None:
+        return None
+    key = b'"' + member.encode("ascii") + b'"'
+    at = compact.find(b"," + key + b':"')
+    if at < 0 or compact.count(key) != 1:  # the one such key: the document's own member
+        return None
+    start = at + len(key) + 3
+    end = start + 64
+    if compact[end : end + 1] != b'"':
+        return None
+    digest = hashlib.sha256(memoryview(compact)[:at])
+    digest.update(memoryview(compact)[end + 1 :])
+    if digest.hexdigest().encode() != compact[start:end]:
+        return None
+    return compact
 
 
 def load_manifest(path: PathLike, *, max_bytes: int = DEFAULT_MAX_BYTES) -> Manifest:
@@ -341,4 +418,5 @@ def load_mergeable(
     """
     _check_max_bytes(max_bytes)
     where = f"manifest {printable(os.fspath(path), None)}"
-    return check_mergeable(parse_json(_read(path, where, max_bytes), where), where)
+    doc, sealed = parse_sealed(_read(path, where, max_bytes), where, "manifest_digest")
+    return check_mergeable(doc, where, sealed=sealed)

@@ -110,7 +110,16 @@ class _Processes:
 
 #: The thresholds a merge carries over when every input shares them.
 _THRESHOLDS = ("hot_lock_threshold_pct", "starvation_ratio")
-_DIFFER = object()
+
+
+class _Differ:
+    """The value of a threshold the inputs do not share (pickled as this module's one)."""
+
+    def __reduce__(self) -> str:
+        return "_DIFFER"
+
+
+_DIFFER = _Differ()
 
 
 class ManifestFold:
@@ -141,13 +150,28 @@ class ManifestFold:
         _qualify_workers(data)
         self._data.add(data)
         self._processes.add(data["process"])
+        self._add_thresholds(thresholds)
+        self.count += 1
+
+    def add_fold(self, other: ManifestFold) -> None:
+        """Fold in every manifest another fold took (a share of the inputs folded in another
+        process), as if each were added here; ``other`` is spent after."""
+        if not other.count:
+            return
+        self._data.add(other._data.partial())
+        self._processes.add(other._processes.result())
+        self._add_thresholds(other._thresholds)
+        self.count += other.count
+
+    def _add_thresholds(self, thresholds: Mapping[str, Any]) -> None:
         for key in _THRESHOLDS:
             value = thresholds.get(key)
             if self.count == 0:
                 self._thresholds[key] = value
-            elif self._thresholds[key] is not _DIFFER and self._thresholds[key] != value:
+            elif self._thresholds[key] is not _DIFFER and (
+                value is _DIFFER or self._thresholds[key] != value
+            ):
                 self._thresholds[key] = _DIFFER
-        self.count += 1
 
     def add(self, manifest: Manifest) -> None:
         """Fold in a manifest (it is not modified)."""

@@ -60,7 +60,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from ._cycles import EdgeUnion
-from ._histogram import LogHistogram
+from ._histogram import MERGE_SPEEDUPS, LogHistogram
 from ._sites import merge_points, trim_points
 from ._timeline import merge_timelines
 
@@ -180,11 +180,16 @@ def _merge_lock(into: dict[str, dict[str, Any]], name: str, lock: Mapping[str, A
     acc["wait_ns"].merge(lock["wait_ns"])
     acc["hold_ns"].merge(lock["hold_ns"])
     rows: dict[str, Row] = acc["workers"]
-    for worker, r in WorkerTotals.of(lock["workers"]).rows.items():
-        mine = rows.get(worker)
-        rows[worker] = (
-            r if mine is None else (mine[0] + r[0], mine[1] + r[1], mine[2] + r[2], mine[3] + r[3])
-        )
+    if MERGE_SPEEDUPS is not None:  # the loop below, in C
+        MERGE_SPEEDUPS.add_rows(rows, WorkerTotals.of(lock["workers"]).rows)
+    else:
+        for worker, r in WorkerTotals.of(lock["workers"]).rows.items():
+            mine = rows.get(worker)
+            rows[worker] = (
+                r
+                if mine is None
+                else (mine[0] + r[0], mine[1] + r[1], mine[2] + r[2], mine[3] + r[3])
+            )
     if "role" in lock or "signal_waits" in lock or "pool" in lock:
         _merge_pool_fields(acc, lock)
     if "key_templates" in lock or "lease" in lock or "release_failures" in lock:
@@ -277,26 +282,28 @@ def _pool_key(pool: Mapping[str, Any]) -> tuple[int, int, str]:
 
 
 def _keep_top(
-    rows: dict[str, Any], keep: int, wait: Callable[[Any], int], add: Callable[[Any, Any], Any]
+    rows: dict[str, Any], keep: int, wait: Callable[[Any], int], total: Callable[[list[Any]], Any]
 ) -> None:
     """Keep, in place, the ``keep`` rows of the longest ``wait`` (ties: the least name) and fold
-    every other into the :data:`OTHER_WORKERS` row with ``add``, so that sums stay exact."""
+    every other into the :data:`OTHER_WORKERS` row with ``total`` (the sum of a list of rows),
+    so that sums stay exact."""
     other = rows.pop(OTHER_WORKERS, None)
     if len(rows) > keep:
-        ranked = sorted(rows, key=lambda w: (-wait(rows[w]), w))
-        for worker in ranked[keep:]:
-            row = rows.pop(worker)
-            other = row if other is None else add(other, row)
+        # By name, then (stable) by wait, longest first: C-level sorts, no Python key call.
+        waits = dict(zip(rows, map(wait, rows.values()), strict=True))
+        ranked = sorted(sorted(rows), key=waits.__getitem__, reverse=True)
+        evicted = [rows.pop(worker) for worker in ranked[keep:]]
+        other = total(evicted if other is None else [other, *evicted])
     if other is not None:
         rows[OTHER_WORKERS] = other
 
 
-def _add_rows(a: Row, b: Row) -> Row:
-    return (a[0] + b[0], a[1] + b[1], a[2] + b[2], a[3] + b[3])
+def _total_rows(rows: list[Row]) -> Row:
+    return tuple(map(sum, zip(*rows, strict=True)))  # type: ignore[return-value]
 
 
-def _add_totals(a: Mapping[str, int], b: Mapping[str, int]) -> dict[str, int]:
-    return {key: a[key] + b[key] for key in WORKER_FIELDS}
+def _total_totals(rows: list[Mapping[str, int]]) -> dict[str, int]:
+    return {key: sum(row[key] for row in rows) for key in WORKER_FIELDS}
 
 
 class DataFold:
@@ -348,13 +355,13 @@ class DataFold:
             _merge_lock(locks, name, lock)
             rows = locks[name]["workers"]
             if bound is not None and len(rows) > 2 * bound:
-                _keep_top(rows, bound, operator.itemgetter(2), _add_rows)
+                _keep_top(rows, bound, operator.itemgetter(2), _total_rows)
             trim_points(locks[name], grown_past=2)
         workers = self._workers
         for worker, totals in part.get("workers", {}).items():
             _add_counts(workers.setdefault(worker, dict.fromkeys(WORKER_FIELDS, 0)), totals)
         if bound is not None and len(workers) > 2 * _TOP_LEVEL_FACTOR * bound:
-            _keep_top(workers, _TOP_LEVEL_FACTOR * bound, _GET_WAIT, _add_totals)
+            _keep_top(workers, _TOP_LEVEL_FACTOR * bound, _GET_WAIT, _total_totals)
         for lock_name, spans in part.get("blocking_under_lock", {}).items():
             _add_counts(self._blocking.setdefault(lock_name, {}), spans)
         for name, s in part.get("sections", {}).items():
@@ -375,6 +382,30 @@ class DataFold:
             if "peak_workers" in pool:
                 self._peak_workers = (self._peak_workers or 0) + pool["peak_workers"]
 
+    def partial(self) -> dict[str, Any]:
+        """What the fold holds, as one data part that another fold adds as if it added every
+        part this one did (a merge run in several processes: each folds a share of the parts,
+        one adds the others' partials). Unlike :meth:`result`, nothing more is trimmed or
+        chosen: the workers are those this fold keeps (with its :data:`OTHER_WORKERS` row, which
+        adds into the other's), the timeline keeps every class, the points every site they
+        have. The fold is spent after."""
+        part: dict[str, Any] = {
+            "locks": {
+                name: {**lock, "workers": WorkerTotals(lock["workers"])}
+                for name, lock in self._locks.items()
+            },
+            "workers": self._workers,
+            "lock_order": self._order.result(),
+            "blocking_under_lock": self._blocking,
+            "sections": self._sections,
+            "pool": dict(self._pool or {"nominal": None, "source": None}),
+        }
+        if self._peak_workers is not None:
+            part["pool"]["peak_workers"] = self._peak_workers
+        if self._timeline is not None:
+            part["timeline"] = self._timeline
+        return part
+
     def result(self) -> dict[str, Any]:
         """The merge of every part added: a new data part without ``process``, its histograms
         new objects, its per-lock workers :class:`WorkerTotals`. The fold is spent after."""
@@ -382,11 +413,11 @@ class DataFold:
         locks = self._locks
         for lock in locks.values():
             if bound is not None:
-                _keep_top(lock["workers"], bound, operator.itemgetter(2), _add_rows)
+                _keep_top(lock["workers"], bound, operator.itemgetter(2), _total_rows)
             lock["workers"] = WorkerTotals(lock["workers"])
             trim_points(lock)
         if bound is not None:
-            _keep_top(self._workers, _TOP_LEVEL_FACTOR * bound, _GET_WAIT, _add_totals)
+            _keep_top(self._workers, _TOP_LEVEL_FACTOR * bound, _GET_WAIT, _total_totals)
         best = self._pool or {"nominal": None, "source": None}
         merged_pool = {"nominal": best["nominal"], "source": best["source"]}
         if self._peak_workers is not None:

@@ -28,10 +28,14 @@ import math
 from bisect import bisect_left
 from collections.abc import Iterable, Mapping
 from itertools import accumulate
+from types import ModuleType
 from typing import Any
+
+from .._settings import extensions_disabled
 
 __all__ = [
     "MAX_BUCKETS",
+    "MERGE_SPEEDUPS",
     "RELATIVE_ERROR",
     "SUB_BITS",
     "LogHistogram",
@@ -94,14 +98,34 @@ def nearest_rank(q: float, n: int) -> int:
     return max(1, math.ceil(round(q * n, 9)))
 
 
+def _load_merge_speedups() -> ModuleType | None:
+    """The merge's C fast path (``_merge_speedups.c``: compacting a manifest's text, checking
+    and adding bucket counts), or None: not built, or ``LOCKWATCH_DISABLE_EXTENSIONS=1``. The bucket
+    functions have their pure-Python references beside the code that calls them; without the
+    compacting, a manifest is read the long way (``manifest._io.compact_sealed``)."""
+    if extensions_disabled():
+        return None
+    try:
+        from . import _merge_speedups
+    except ImportError:
+        return None
+    return _merge_speedups
+
+
+#: The ``_merge_speedups`` module, or None.
+MERGE_SPEEDUPS = _load_merge_speedups()
+
+
 def _is_int(x: object) -> bool:
     return isinstance(x, int) and not isinstance(x, bool)
 
 
 def _checked_buckets(buckets: list[Any]) -> dict[int, int] | None:
     """The buckets of a histogram's JSON form as ``{index: count}`` when every pair is well
-    formed (checked with C-level loops: the common case of a merge of many manifests); None
-    when one is not, for the pair-by-pair check to name it."""
+    formed (the common case of a merge of many manifests: one C call with the merge's fast
+    path, else C-level loops); None when one is not, for the pair-by-pair check to name it."""
+    if MERGE_SPEEDUPS is not None:
+        return MERGE_SPEEDUPS.bucket_counts(buckets, MAX_BUCKETS)
     try:
         if not set(map(type, buckets)) <= {list} or not set(map(len, buckets)) <= {2}:
             return None
@@ -200,9 +224,12 @@ class LogHistogram:
             raise TypeError(f"can only merge a LogHistogram, got {type(other).__name__}")
         if other.count == 0:
             return self
-        counts = self.counts
-        for i, c in other.counts.items():
-            counts[i] = counts.get(i, 0) + c
+        if MERGE_SPEEDUPS is not None:
+            MERGE_SPEEDUPS.add_counts(self.counts, other.counts)
+        else:
+            counts = self.counts
+            for i, c in other.counts.items():
+                counts[i] = counts.get(i, 0) + c
         if self.count == 0:
             self.min, self.max = other.min, other.max
         else:
@@ -286,6 +313,15 @@ class LogHistogram:
         Raises:
             ValueError: the object is not a valid histogram (one-line message saying why).
         """
+        parts = (
+            None
+            if MERGE_SPEEDUPS is None
+            else MERGE_SPEEDUPS.histogram_parts(obj, SUB_BITS, MAX_BUCKETS)
+        )
+        if parts is not None:  # every check below holds (in C); else they name what does not
+            h = cls()
+            h.counts, h.count, h.sum, h.min, h.max = parts
+            return h
         if not isinstance(obj, Mapping):
             raise ValueError(f"histogram must be an object, got {type(obj).__name__}")
         missing = [k for k in ("sub_bits", "buckets", "count", "sum", "min", "max") if k not in obj]

@@ -6,6 +6,7 @@ start with); installed on its own (no source tree on the path), the command runs
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import shutil
 import subprocess
@@ -53,6 +54,13 @@ def test_the_wheel_carries_every_subpackage(wheel: Path):
         assert f"{package}/__init__.py" in names, f"{package} is missing from {wheel.name}"
     assert "otel_lockwatch/capture/_bootstrap/sitecustomize.py" in names
     assert "otel_lockwatch/py.typed" in names
+    for extension in ("capture/_speedups", "record/_merge_speedups"):
+        assert f"otel_lockwatch/{extension}.pyi" in names
+        if importlib.util.find_spec(f"otel_lockwatch.{extension.replace('/', '.')}") is not None:
+            # This machine builds the C fast paths: so did the wheel.
+            assert any(
+                n.startswith(f"otel_lockwatch/{extension}.") and n.endswith(".so") for n in names
+            ), f"{extension} is not compiled into {wheel.name}"
     assert any(n.startswith("otel_lockwatch-") and n.endswith("/LICENSE") for n in names) or any(
         n.endswith("licenses/LICENSE") for n in names
     ), "the wheel has no LICENSE"
