@@ -19,6 +19,7 @@ targets only when ``filelock`` is importable. A file lock is recorded like a Red
 from __future__ import annotations
 
 import os
+from _thread import get_ident as _ident
 from collections.abc import Callable
 from typing import Any
 
@@ -31,7 +32,7 @@ from ._distributed import (
     creation_site,
     current_acquisition,
     finish,
-    release_begin,
+    forget,
     release_failed,
     released,
 )
@@ -75,10 +76,34 @@ def attempt_factory(original: Any) -> Any:
     return _acquire
 
 
+def _shared_hold(lock: Any, holds: dict) -> Any:
+    """When the calling thread keeps no hold of ``lock``: the hold every thread shares, if the
+    lock was made with ``thread_local=False`` (a thread-local lock, the default, has one context
+    per thread)."""
+    if len(holds) == 1:
+        is_thread_local = getattr(lock, "is_thread_local", None)  # filelock 3.12 and later
+        if is_thread_local is not None and not is_thread_local():
+            for hold in holds.values():
+                return hold
+    return None
+
+
 def acquire_factory(original: Any, timeout_error: type[BaseException]) -> Any:
     def acquire(self: Any, *args: Any, **kwargs: Any) -> Any:
-        if "_lockwatch_class" not in self.__dict__ or self.is_locked:  # inner: not recorded
+        d = self.__dict__
+        cls = d.get("_lockwatch_class")
+        if cls is None:
             return original(self, *args, **kwargs)
+        key = _ident()
+        holds = d.get("_lw_holds")
+        if holds:  # held through this object: a re-entry when held in this thread's context
+            hold = holds.get(key) or _shared_hold(self, holds)
+            if hold is not None:
+                if self.is_locked:  # inner: not recorded, one level deeper
+                    proxy = original(self, *args, **kwargs)
+                    hold.depth += 1
+                    return proxy
+                forget(self, hold, hold.key == key)
         timeout = args[0] if args else kwargs.get("timeout")
         blocking = kwargs.get("blocking")
         if blocking is None:
@@ -86,7 +111,7 @@ def acquire_factory(original: Any, timeout_error: type[BaseException]) -> Any:
         if timeout is None:
             timeout = getattr(self, "timeout", -1)
         blocking = bool(blocking) and timeout != 0
-        acq = begin(self, blocking)
+        acq = begin(self, cls, blocking, key)
         if acq is None:
             return original(self, *args, **kwargs)
         try:
@@ -105,16 +130,22 @@ def acquire_factory(original: Any, timeout_error: type[BaseException]) -> Any:
 
 def release_factory(original: Any) -> Any:
     def release(self: Any, *args: Any, **kwargs: Any) -> None:
-        if "_lw_holds" not in self.__dict__:
+        holds = self.__dict__.get("_lw_holds")
+        if holds is None:  # never held while watched
             return original(self, *args, **kwargs)
-        hold = release_begin(self)
+        # The hold's own depth says whether this release unlocks the file (``force``: at any
+        # depth); asking the lock (``is_locked``) would cost more than the rest of the release.
+        hold = (holds.get(_ident()) or _shared_hold(self, holds)) if holds else None
         try:
             original(self, *args, **kwargs)
         except BaseException:
             release_failed(self, hold, not self.is_locked, "lock_error")
             raise
-        if hold is not None and not self.is_locked:  # the release that unlocked the file
-            released(self, hold)
+        if hold is not None:
+            if hold.depth > 1 and not (args[0] if args else kwargs.get("force")):
+                hold.depth -= 1  # an inner release: the file stays locked
+            else:
+                released(self, hold)
         return None
 
     return release
