@@ -103,9 +103,10 @@ class _NoRoundTrip:
 
 
 class _StubFileLock:
-    """The surface lockwatch's filelock wrappers touch (re-entrant, a file name, the defaults),
-    with no file behind it. What the wrappers read of the lock costs what the real lock's costs:
-    each property asks a real ``FileLock`` (``real``, never acquired) the same question first."""
+    """The surface lockwatch's filelock wrappers touch (re-entrant, a file name, the defaults,
+    filelock's ``with``), with no file behind it. What the wrappers read of the lock costs what
+    the real lock's costs: each property asks a real ``FileLock`` (``real``, never acquired)
+    the same question first."""
 
     def __init__(self, lock_file: str, real: filelock.FileLock) -> None:
         self.lock_file = lock_file
@@ -139,11 +140,11 @@ class _StubFileLock:
     def release(self, force: bool = False) -> None:
         self.depth -= 1
 
-    def __enter__(self) -> object:
-        return self.acquire()
-
-    def __exit__(self, *exc: object) -> None:
-        self.release()
+    # filelock's own: a ``with`` block runs through the same frames of filelock's code (which
+    # the wrappers walk past to find the acquisition site) as with the real lock.
+    __enter__ = filelock.FileLock.__enter__
+    __exit__ = filelock.FileLock.__exit__
+    _release_in_context = getattr(filelock.FileLock, "_release_in_context", None)
 
 
 def _watched_stub() -> type:
