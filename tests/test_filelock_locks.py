@@ -229,3 +229,22 @@ def test_a_hold_left_by_an_unwatched_release_is_forgotten_at_the_next_acquire(
     assert holders(lock) == 0
     entry = manifest()["locks"]["stale.lock"]
     assert (entry["acquisitions"], entry["hold_ns"]["count"]) == (2, 1)
+
+
+@pytest.mark.parametrize(("make", "kind"), KINDS)
+@pytest.mark.parametrize("default", ["timeout", "blocking"])
+def test_a_default_set_after_the_lock_was_made_makes_with_a_try(
+    watched, tmp_path, make, kind, default
+):
+    """``with lock:`` is told from a try by the lock's defaults, noted when it was made; one set
+    later (``lock.timeout = 0``, ``lock.blocking = False``) is honored: on a held file, that
+    ``with`` is a skipped try, not a timed-out wait."""
+    if not isinstance(getattr(make, default, None), property):
+        pytest.skip(f"this filelock has no {default} property")
+    path = str(tmp_path / "tried.lock")
+    holder, lock = make(path), make(path)
+    setattr(lock, default, 0 if default == "timeout" else False)
+    with holder, pytest.raises(filelock.Timeout), lock:
+        pass
+    entry = manifest()["locks"]["tried.lock"]
+    assert (entry["skipped"], entry["timeouts"], entry["contentions"]) == (1, 0, 0)

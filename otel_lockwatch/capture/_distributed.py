@@ -322,15 +322,17 @@ def finish(acq: DistHold, ok: bool, blocking: Any, lease_s: Any = None) -> None:
         lock = acq.lock
         if "lockwatch.lock.key_template" not in cls.attrs:  # a new class: once
             _template_of(lock, cls)
-        if not blocking:
+        if ok and blocking and not acq.failed:  # the common case: uncontended
+            s.acquisitions += 1
+        elif not blocking:
             record_try(s, ok)
-        elif acq.failed or not ok:  # a blocking acquire that failed waited (and timed out)
+            if not ok:
+                return
+        else:  # a blocking acquire that failed an attempt waited (and may have timed out)
             extra = {"lockwatch.lock.key_template": cls.attrs["lockwatch.lock.key_template"]}
             record_wait(st, s, cls, acq.t0, _pc(), ok, acq._lw_context, acq.f, extra)
-        else:
-            s.acquisitions += 1
-        if not ok:
-            return
+            if not ok:
+                return
         if lease_s:
             acq.lease_ns = lease_ns = int(lease_s * 1_000_000_000)
             acq.deadline_ns = (acq.sent_ns or acq.t0) + lease_ns
