@@ -77,7 +77,6 @@ __all__ = [
     "creation_site",
     "current_acquisition",
     "finish",
-    "forget",
     "key_template",
     "lease_moved",
     "release_begin",
@@ -435,27 +434,12 @@ def release_begin(lock: Any) -> DistHold | None:
         return None
 
 
-def released(lock: Any, hold: DistHold) -> None:
-    """After a release that unlocked: the hold is over."""
-    try:
-        st = hold._lw_holder
-        if st is None:
-            return
-        hold._lw_holder = None
-        holds = lock.__dict__["_lw_holds"]
-        if holds.get(hold.key) is hold:
-            del holds[hold.key]
-        entry = hold._lw_entry
-        hold._lw_entry = ()  # the entry holds the hold: no cycle left for the collector
-        untrack(st, entry, hold._lw_stats, hold._lw_start_ns, hold._lw_context, None)
-    except Exception as exc:
-        OUTBOX.failed(exc)
+def released(lock: Any, hold: DistHold, record: bool = True, own: bool = True) -> None:
+    """After a release that unlocked: the hold is over, and recorded.
 
-
-def forget(lock: Any, hold: DistHold, own: bool) -> None:
-    """A hold whose lock is found free in its context though no watched release ended it (a
-    release made while not instrumented, filelock's ``force`` release of an exited thread's
-    holds): out of the lock's holds, its hold not recorded. ``own``: its holder runs on the
+    ``record=False``: the hold is *forgotten*, not recorded: its lock was found free in its
+    context though no watched release ended it (a release made while not instrumented,
+    filelock's ``force`` release of an exited thread's holds). ``own``: its holder runs on the
     calling thread, whose held stack loses the entry now; another thread's entry is found gone
     by its next order check (nothing refers to the hold any more: ``_dropped``)."""
     try:
@@ -466,9 +450,13 @@ def forget(lock: Any, hold: DistHold, own: bool) -> None:
         holds = lock.__dict__["_lw_holds"]
         if holds.get(hold.key) is hold:
             del holds[hold.key]
-        if own:
-            discard(st.held, hold._lw_entry)
+        entry = hold._lw_entry
+        if record:
+            hold._lw_entry = ()  # the entry holds the hold: no cycle left for the collector
+            untrack(st, entry, hold._lw_stats, hold._lw_start_ns, hold._lw_context, None)
+        elif own:
             hold._lw_entry = ()
+            discard(st.held, entry)
     except Exception as exc:
         OUTBOX.failed(exc)
 

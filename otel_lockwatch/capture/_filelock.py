@@ -22,7 +22,7 @@ targets only when ``filelock`` is importable. A file lock is recorded like a Red
 
 A hold that no watched release ended (the lock released while not instrumented, or by
 filelock's ``force`` release of an exited thread's holds) is found at the next acquire of its
-context, which finds the file unlocked: it is forgotten (:func:`~._distributed.forget`).
+context, which finds the file unlocked: it is forgotten (:func:`~._distributed.released`).
 """
 
 from __future__ import annotations
@@ -41,7 +41,6 @@ from ._distributed import (
     creation_site,
     current_acquisition,
     finish,
-    forget,
     release_failed,
     released,
 )
@@ -140,7 +139,7 @@ def acquire_factory(original: Any, timeout_error: type[BaseException]) -> Any:
                     proxy = original(self, *args, **kwargs)
                     hold.depth += 1
                     return proxy
-                forget(self, hold, hold.key == key)
+                released(self, hold, record=False, own=hold.key == key)  # forgotten
         if args or kwargs:
             blocking = _blocking(
                 self, args[0] if args else kwargs.get("timeout"), kwargs.get("blocking")
