@@ -14,8 +14,9 @@ trips), a ``filelock.FileLock`` (open, ``flock``, unlock, close) and a ``SoftFil
   not drown it. For filelock, whose own Python and system calls cost ~200 us of CPU per pair with
   a jitter of tens of microseconds, the figure is lockwatch's wrappers around a stand-in with the
   surface they touch and no file behind it, whose every property the wrappers read (the
-  defaults ``blocking`` and ``timeout``, ``is_locked``) asks a real lock first: it costs what
-  the real lock's does;
+  defaults ``blocking`` and ``timeout``, ``is_locked``) asks a real lock first, so that it costs
+  what the real lock's does, and whose ``with`` runs through filelock's own ``__enter__`` and
+  ``__exit__``, as the real lock's does;
 - **share**: lockwatch over pair, the figure the budget (5 %) is about.
 
 Watched rounds put every hold into the hold histogram (``hold_metric_floor_ms=0``: a Redis or
