@@ -119,3 +119,132 @@ def test_processes_contending_on_one_file_merge_into_a_hot_lock(tmp_path, kind):
     assert entry["wait_ns"]["sum"] == pytest.approx(contended, rel=0.10)
     text = "".join(p.read_text() for p in out.iterdir()) + json.dumps(merged)
     assert str(path) not in text and "5f3a9c01" not in text
+
+
+def holders(lock):
+    """How many workers hold ``lock``'s class now, by their held stacks (the live gauge)."""
+    cls = lock.__dict__["_lockwatch_class"]
+    return RECORDER.live().get((cls.name, cls.kind), (0, 0))[1]
+
+
+@pytest.mark.parametrize(("make", "kind"), KINDS)
+def test_a_release_by_a_thread_not_holding_a_thread_local_lock_ends_no_hold(
+    watched, tmp_path, make, kind
+):
+    """A thread-local file lock (filelock's default) held by one thread: another thread's
+    ``release()`` releases nothing (filelock ignores it), and the holder's hold goes on until
+    its own release. (Regression: the other thread's release ended the holder's hold.)"""
+    lock = make(str(tmp_path / "job.lock"))
+    lock.acquire()
+    t = threading.Thread(target=lock.release, name="other")
+    t.start()
+    t.join()
+    assert lock.is_locked and holders(lock) == 1
+    lock.release()
+    entry = manifest()["locks"]["job.lock"]
+    assert (entry["acquisitions"], entry["hold_ns"]["count"]) == (1, 1)
+    assert holders(lock) == 0
+
+
+@pytest.mark.parametrize(("make", "kind"), KINDS)
+def test_a_shared_lock_entered_again_by_another_thread_is_one_hold(watched, tmp_path, make, kind):
+    """``thread_local=False``: every thread shares the lock's one context, so a second thread's
+    acquire while the first holds it is a re-entry (filelock does not wait): one acquisition,
+    and one hold, which ends at the release that unlocks the file, whoever makes it."""
+    lock = make(str(tmp_path / "shared.lock"), thread_local=False)
+    entered, released = threading.Event(), threading.Event()
+
+    def second():
+        with lock:
+            entered.set()
+            released.wait(10)
+
+    lock.acquire()
+    t = threading.Thread(target=second, name="second")
+    t.start()
+    assert entered.wait(10)
+    lock.release()  # the second thread's level keeps the file locked
+    assert lock.is_locked and holders(lock) == 1
+    released.set()
+    t.join()
+    assert not lock.is_locked
+    entry = manifest()["locks"]["shared.lock"]
+    assert (entry["acquisitions"], entry["hold_ns"]["count"], entry["contentions"]) == (1, 1, 0)
+    assert holders(lock) == 0
+
+
+@pytest.mark.parametrize(("make", "kind"), KINDS)
+def test_a_forced_release_ends_the_hold_at_any_depth(watched, tmp_path, make, kind):
+    """``release(force=True)`` three levels deep unlocks the file: the hold ends there, and the
+    next acquire is an outermost one again."""
+    lock = make(str(tmp_path / "deep.lock"))
+    for _ in range(3):
+        lock.acquire()
+    lock.release(force=True)
+    assert not lock.is_locked and holders(lock) == 0
+    with lock:
+        pass
+    entry = manifest()["locks"]["deep.lock"]
+    assert (entry["acquisitions"], entry["hold_ns"]["count"]) == (2, 2)
+
+
+def test_an_uncontended_pair_never_asks_the_lock_whether_it_is_held(watched, tmp_path):
+    """lockwatch answers re-entry from its own hold (filelock's ``is_locked`` costs more than
+    the rest of the bookkeeping): an outermost pair and a nested one ask it only when the lock
+    is already held through the object (the nested acquire)."""
+    asked = []
+
+    class Asking(filelock.FileLock):
+        @property
+        def is_locked(self):
+            caller = sys._getframe(1).f_globals.get("__name__", "")
+            if caller.startswith("otel_lockwatch"):
+                asked.append(caller)
+            return super().is_locked
+
+    lock = Asking(str(tmp_path / "asked.lock"))
+    with lock:
+        pass
+    assert asked == []
+    with lock, lock:
+        pass
+    assert len(asked) == 1
+    assert manifest()["locks"]["asked.lock"]["acquisitions"] == 2
+
+
+def test_a_hold_left_by_an_unwatched_release_is_forgotten_at_the_next_acquire(
+    make_watched, tmp_path
+):
+    """Acquired while watched, released while not (the release was not seen): the next
+    watched acquire finds the file unlocked, drops the stale hold from the held stack, and is
+    an outermost acquisition with its own hold."""
+    w = make_watched()
+    lock = filelock.FileLock(str(tmp_path / "stale.lock"))
+    lock.acquire()
+    w.instrumentor.uninstrument()
+    lock.release()
+    w.instrumentor.instrument(manifest=False)
+    with lock:
+        assert holders(lock) == 1
+    assert holders(lock) == 0
+    entry = manifest()["locks"]["stale.lock"]
+    assert (entry["acquisitions"], entry["hold_ns"]["count"]) == (2, 1)
+
+
+@pytest.mark.parametrize(("make", "kind"), KINDS)
+@pytest.mark.parametrize("default", ["timeout", "blocking"])
+def test_a_default_set_after_the_lock_was_made_makes_with_a_try(
+    watched, tmp_path, make, kind, default
+):
+    """``with lock:`` is told from a try by the lock's defaults, noted when it was made; one set
+    later (``lock.timeout = 0``, ``lock.blocking = False``) is honored: on a held file, that
+    ``with`` is a skipped try, not a timed-out wait."""
+    if not isinstance(getattr(make, default, None), property):
+        pytest.skip(f"this filelock has no {default} property")
+    path = str(tmp_path / "tried.lock")
+    holder, lock = make(path), make(path)
+    setattr(lock, default, 0 if default == "timeout" else False)
+    with holder, pytest.raises(filelock.Timeout), lock:
+        pass
+    entry = manifest()["locks"]["tried.lock"]
+    assert (entry["skipped"], entry["timeouts"], entry["contentions"]) == (1, 0, 0)

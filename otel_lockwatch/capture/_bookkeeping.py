@@ -461,15 +461,9 @@ def record_hold(
     """The slow path of a release: a hold at or above the metric floor goes to the outbox."""
     st.in_lockwatch = True
     try:
-        OUTBOX.hold(
-            entry[0],
-            t0,
-            t1,
-            ctx,
-            HOLD_SPAN_NS,
-            None if index is None else {"lockwatch.section.index": index},
-            entry_site(entry) if t1 - t0 >= HOLD_SPAN_NS else None,
-        )
+        extra = None if index is None else {"lockwatch.section.index": index}
+        site = entry_site(entry) if t1 - t0 >= HOLD_SPAN_NS else None
+        OUTBOX.put("lock.hold", entry[0], t0, t1, ctx, None, HOLD_SPAN_NS, extra, site)
     except Exception as exc:
         OUTBOX.failed(exc)
     finally:

@@ -59,17 +59,16 @@ from ._bookkeeping import (
     HOLD_FIELDS,
     check_order,
     current_context,
+    discard,
     record_try,
     record_wait,
     stats_of,
-    track_hold,
     untrack,
 )
 from ._naming import LockClass, lock_class
 
 __all__ = [
     "MAX_TEMPLATES_PER_KIND",
-    "Acquisition",
     "DistHold",
     "abandon",
     "begin",
@@ -205,32 +204,61 @@ def _template_of(lock: Any, cls: LockClass) -> None:
     DISTRIBUTED.template(cls, template)
 
 
-# -- the acquire -----------------------------------------------------------------------------
-class Acquisition:
-    """One acquire in progress: who, where, since when, and whether an attempt failed."""
+# -- the acquire and the hold -----------------------------------------------------------------
+class DistHold:
+    """One acquire of a distributed lock and, once it got the lock, its hold: one object for both
+    (the first :data:`HOLD_FIELDS`, then the acquisition's fields, then the hold's)."""
 
-    __slots__ = ("lock", "st", "cls", "f", "t0", "ctx", "failed", "sent_ns", "token", "before")
+    __slots__ = (
+        *HOLD_FIELDS,
+        # the acquisition
+        "lock",  # the lock being acquired (None once held: no cycle through the lock's holds)
+        "cls",
+        "st",  # the worker acquiring it (``_lw_holder`` once it holds it)
+        "f",  # the acquisition's frame (its site)
+        "t0",  # when the acquire began
+        "failed",  # an attempt failed: the acquisition is contended
+        "before",  # the worker's waiting class before this one's (set when an attempt failed)
+        "sent_ns",  # when the last attempt was sent (a lease starts no later); a file lock,
+        # which has no lease, only notes that one was (1)
+        "token",  # the context variable's token while the acquire runs
+        # the hold
+        "key",  # its key in the lock's holds: the worker (Redis), the thread (a file lock)
+        "depth",  # a file lock's re-entry depth in the hold's context (1: the outermost)
+        "deadline_ns",  # when the lease ends (None: no lease)
+        "lease_ns",
+        "overran",  # its overrun was counted (once per hold)
+    )
+    _lw_holder: WorkerState | None
+    _lw_entry: tuple
+    _lw_stats: Any
+    _lw_start_ns: int
+    _lw_context: Any
+    lock: Any
+    cls: LockClass
+    st: WorkerState
+    f: Any
+    t0: int
+    failed: bool
+    before: LockClass | None
+    sent_ns: int
+    token: Any
+    key: Any
+    depth: int
+    deadline_ns: int | None
+    lease_ns: int
+    overran: bool
 
-    def __init__(self, lock: Any, st: WorkerState, cls: LockClass, f: Any) -> None:
-        self.lock = lock
-        self.st = st
-        self.cls = cls
-        self.f = f
-        self.failed = False
-        self.before: LockClass | None = None  # the worker's waiting class before this one's
-        self.sent_ns = 0  # when the last attempt was sent (a lease starts no later); a file
-        # lock, which has no lease, only notes that one was (1)
-        self.ctx = current_context()
-        self.token: Any = _CURRENT.set(self)
-        self.t0 = _pc()
+
+_new_hold = DistHold.__new__  # fields are set where they are known: no __init__ call
 
 
-_CURRENT: contextvars.ContextVar[Acquisition | None] = contextvars.ContextVar(
+_CURRENT: contextvars.ContextVar[DistHold | None] = contextvars.ContextVar(
     "lockwatch_distributed_acquisition", default=None
 )
 
 
-def contended(acq: Acquisition) -> None:
+def contended(acq: DistHold) -> None:
     """An attempt of ``acq`` failed: it is contended, and its worker is noted as waiting on its
     class until it ends (the live gauges read it), as the local slow path does."""
     if not acq.failed:
@@ -239,29 +267,33 @@ def contended(acq: Acquisition) -> None:
         acq.before, st.waiting = st.waiting, acq.cls
 
 
-def _done(acq: Acquisition) -> None:
-    _CURRENT.reset(acq.token)
-    if acq.failed:
-        acq.st.waiting = acq.before
-
-
-def begin(lock: Any, blocking: bool) -> Acquisition | None:
-    """Start recording an acquire of ``lock`` (None: not watched, or lockwatch itself runs).
+def begin(lock: Any, cls: LockClass, blocking: Any, key: Any = None) -> DistHold | None:
+    """Start recording an acquire of ``lock``, of the class ``cls`` (None: lockwatch itself
+    runs); ``key``: the hold's key in the lock's holds (None: the worker). Called by the
+    wrapper of ``acquire``, whose caller is the acquisition site.
 
     Raises:
         PotentialDeadlockError: under the ``raise`` policy, the acquire would close a cycle.
     """
     try:
-        cls = lock.__dict__.get("_lockwatch_class")
-        if cls is None:
-            return None
         st = _state()
         if st.in_lockwatch:
             return None
         f = _outside(2)
         if blocking and st.held:
             check_order(st, cls, f, lock, False)
-        return Acquisition(lock, st, cls, f)
+        acq = _new_hold(DistHold)
+        acq.lock = lock
+        acq.cls = cls
+        acq.st = st
+        acq.f = f
+        acq.key = st if key is None else key
+        acq.failed = False
+        acq.sent_ns = 0
+        acq._lw_context = current_context()
+        acq.token = _CURRENT.set(acq)
+        acq.t0 = _pc()
+        return acq
     except PotentialDeadlockError:  # the raise policy: refused on purpose
         raise
     except Exception as exc:  # never into the host: the lock is taken unrecorded
@@ -275,63 +307,64 @@ def begin(lock: Any, blocking: bool) -> Acquisition | None:
 current_acquisition = _CURRENT.get
 
 
-class DistHold:
-    """One hold of a distributed lock by one worker (fields: :data:`HOLD_FIELDS`, the lease)."""
-
-    __slots__ = (*HOLD_FIELDS, "deadline_ns", "lease_ns", "overran")
-    _lw_holder: WorkerState | None
-    _lw_entry: tuple
-    _lw_stats: Any
-    _lw_start_ns: int
-    _lw_context: Any
-
-    def __init__(self) -> None:
-        self._lw_holder: WorkerState | None = None
-        self.deadline_ns: int | None = None
-        self.lease_ns = 0
-        self.overran = False
-
-
-def finish(acq: Acquisition, ok: bool, blocking: bool, lease_s: Any = None) -> None:
+def finish(acq: DistHold, ok: bool, blocking: Any, lease_s: Any = None) -> None:
     """End an acquire: ``ok``, it got the lock (False: refused, or timed out); ``lease_s``,
-    the lease it was taken with (seconds; None or 0 for none)."""
-    _done(acq)
-    st, cls, lock = acq.st, acq.cls, acq.lock
+    the lease it was taken with (seconds; None or 0 for none). Held, ``acq`` is the hold."""
+    _CURRENT.reset(acq.token)
+    st, cls = acq.st, acq.cls
+    if acq.failed:
+        st.waiting = acq.before
     try:
         s = st.stats.get(cls)
         if s is None:
             s = stats_of(st, cls)
+        lock = acq.lock
         if "lockwatch.lock.key_template" not in cls.attrs:  # a new class: once
             _template_of(lock, cls)
-        if not blocking:
-            record_try(s, ok)
-        elif acq.failed or not ok:  # a blocking acquire that failed waited (and timed out)
-            extra = {"lockwatch.lock.key_template": cls.attrs["lockwatch.lock.key_template"]}
-            record_wait(st, s, cls, acq.t0, _pc(), ok, acq.ctx, acq.f, extra)
-        elif ok:
+        if ok and blocking and not acq.failed:  # the common case: uncontended
             s.acquisitions += 1
-        if not ok:
-            return
-        hold = DistHold()
+        elif not blocking:
+            record_try(s, ok)
+            if not ok:
+                return
+        else:  # a blocking acquire that failed an attempt waited (and may have timed out)
+            extra = {"lockwatch.lock.key_template": cls.attrs["lockwatch.lock.key_template"]}
+            record_wait(st, s, cls, acq.t0, _pc(), ok, acq._lw_context, acq.f, extra)
+            if not ok:
+                return
         if lease_s:
-            hold.lease_ns = lease_ns = int(lease_s * 1_000_000_000)
-            hold.deadline_ns = (acq.sent_ns or acq.t0) + lease_ns
+            acq.lease_ns = lease_ns = int(lease_s * 1_000_000_000)
+            acq.deadline_ns = (acq.sent_ns or acq.t0) + lease_ns
+            acq.overran = False
             if cls not in leased_classes:
                 DISTRIBUTED.leased(cls)
-        f = acq.f
+        else:
+            acq.deadline_ns = None
+        acq.lock = None
+        acq.depth = 1
         d = lock.__dict__
         holds = d.get("_lw_holds")
         if holds is None:
             holds = d["_lw_holds"] = {}
-        holds[st] = hold
-        track_hold(hold, st, s, (cls, f, f.f_lasti, hold, False))
+        holds[acq.key] = acq
+        # track_hold's steps, the context already read: the entry on the held stack, the fields
+        # the release reads; the clock last.
+        f = acq.f
+        entry = (cls, f, f.f_lasti, acq, False)
+        st.held.append(entry)
+        acq._lw_entry = entry
+        acq._lw_stats = s
+        acq._lw_holder = st
+        acq._lw_start_ns = _pc()
     except Exception as exc:  # never into the host: the lock is held all the same
         OUTBOX.failed(exc)
 
 
-def abandon(acq: Acquisition) -> None:
+def abandon(acq: DistHold) -> None:
     """An acquire that raised (cancelled, a connection error): nothing is recorded."""
-    _done(acq)
+    _CURRENT.reset(acq.token)
+    if acq.failed:
+        acq.st.waiting = acq.before
 
 
 # -- the hold and the release ----------------------------------------------------------------
@@ -371,12 +404,10 @@ def _overrun(hold: DistHold, now: int, late: str) -> None:
     )
 
 
-def _hold_of(lock: Any) -> DistHold | None:
-    """The calling worker's hold of ``lock``; the only hold when there is one (the caller knows
-    the lock holds a token, and a token shared across workers is released by any of them)."""
-    holds = lock.__dict__.get("_lw_holds")
-    if not holds:
-        return None
+def _hold_of(holds: dict) -> DistHold | None:
+    """The calling worker's hold among a Redis lock's holds; the only hold when there is one
+    (the caller knows the lock holds a token, and a token shared across workers is released by
+    any of them)."""
     if len(holds) == 1:
         for hold in holds.values():
             return hold
@@ -384,10 +415,13 @@ def _hold_of(lock: Any) -> DistHold | None:
 
 
 def release_begin(lock: Any) -> DistHold | None:
-    """Before a release of a lock that holds a token: the hold it ends; an ended lease is an
-    overrun."""
+    """Before a release of a Redis lock that holds a token: the hold it ends; an ended lease is
+    an overrun."""
     try:
-        hold = _hold_of(lock)
+        holds = lock.__dict__.get("_lw_holds")
+        if not holds:
+            return None
+        hold = _hold_of(holds)
         if hold is not None:
             deadline = hold.deadline_ns
             if deadline is not None and not hold.overran:
@@ -400,17 +434,29 @@ def release_begin(lock: Any) -> DistHold | None:
         return None
 
 
-def released(lock: Any, hold: DistHold) -> None:
-    """After a release that unlocked: the hold is over."""
+def released(lock: Any, hold: DistHold, record: bool = True, own: bool = True) -> None:
+    """After a release that unlocked: the hold is over, and recorded.
+
+    ``record=False``: the hold is *forgotten*, not recorded: its lock was found free in its
+    context though no watched release ended it (a release made while not instrumented,
+    filelock's ``force`` release of an exited thread's holds). ``own``: its holder runs on the
+    calling thread, whose held stack loses the entry now; another thread's entry is found gone
+    by its next order check (nothing refers to the hold any more: ``_dropped``)."""
     try:
         st = hold._lw_holder
         if st is None:
             return
         hold._lw_holder = None
-        lock.__dict__["_lw_holds"].pop(st, None)  # keyed by the holder (see finish)
+        holds = lock.__dict__["_lw_holds"]
+        if holds.get(hold.key) is hold:
+            del holds[hold.key]
         entry = hold._lw_entry
-        hold._lw_entry = ()  # the entry holds the hold: no cycle left for the collector
-        untrack(st, entry, hold._lw_stats, hold._lw_start_ns, hold._lw_context, None)
+        if record:
+            hold._lw_entry = ()  # the entry holds the hold: no cycle left for the collector
+            untrack(st, entry, hold._lw_stats, hold._lw_start_ns, hold._lw_context, None)
+        elif own:
+            hold._lw_entry = ()
+            discard(st.held, entry)
     except Exception as exc:
         OUTBOX.failed(exc)
 
@@ -435,7 +481,8 @@ def lease_moved(lock: Any, sent_ns: int, seconds: Any, replace: bool, ok: bool) 
     (``replace``) or ``seconds`` longer. One sent after the lease ended is an overrun (and so is
     one the lock refused: the lease was gone)."""
     try:
-        hold = _hold_of(lock)
+        holds = lock.__dict__.get("_lw_holds")
+        hold = _hold_of(holds) if holds else None
         if hold is None or hold.deadline_ns is None:
             return
         if not ok:

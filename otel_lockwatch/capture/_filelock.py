@@ -9,16 +9,26 @@ targets only when ``filelock`` is importable. A file lock is recorded like a Red
 - the backends' ``_acquire`` (one attempt): a second attempt marks the acquisition contended
   (the first failed);
 - ``BaseFileLock.acquire``: the acquisition. A file lock is re-entrant per object (per thread,
-  by default): only the outermost acquire is recorded, and the release that unlocks the file
-  ends the hold. ``blocking=False`` or ``timeout=0`` is a try; ``Timeout`` after a wait is a
-  timeout (re-raised unchanged);
+  by default; shared by every thread with ``thread_local=False``): only the outermost acquire is
+  recorded, and the release that unlocks the file ends the hold. The hold counts its own depth,
+  so neither the acquire nor the release asks the lock whether it is held (``is_locked``, 0.7 us
+  a call on filelock 4.3) unless the calling thread's context already holds it (a re-entry).
+  ``blocking=False`` or ``timeout=0`` is a try; ``Timeout`` after a wait is a timeout
+  (re-raised unchanged);
 - ``BaseFileLock.release``: a release that raised is counted as a release failure
-  (``lock_error``) and re-raised unchanged.
+  (``lock_error``) and re-raised unchanged;
+- the ``timeout`` and ``blocking`` properties' setters: a default set after the lock was made
+  drops the note of its defaults (see :func:`default_setter_factory`).
+
+A hold that no watched release ended (the lock released while not instrumented, or by
+filelock's ``force`` release of an exited thread's holds) is found at the next acquire of its
+context, which finds the file unlocked: it is forgotten (:func:`~._distributed.released`).
 """
 
 from __future__ import annotations
 
 import os
+from _thread import get_ident as _ident
 from collections.abc import Callable
 from typing import Any
 
@@ -31,7 +41,6 @@ from ._distributed import (
     creation_site,
     current_acquisition,
     finish,
-    release_begin,
     release_failed,
     released,
 )
@@ -49,13 +58,41 @@ def init_factory(original: Any, soft: type) -> Any:
     def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
         original(self, *args, **kwargs)
         try:
-            if "_lockwatch_class" not in self.__dict__:  # a singleton made again keeps its class
+            d = self.__dict__
+            if "_lockwatch_class" not in d:  # a singleton made again keeps its class
                 kind = SOFT_KIND if isinstance(self, soft) else KIND
                 classify(self, kind, os.path.basename(os.fspath(self.lock_file)), creation_site(1))
+                d["_lw_blocking"] = _blocking(self, None, None)
         except Exception as exc:  # never into the host: the plain lock still works
             OUTBOX.failed(exc)
 
     return __init__
+
+
+def _blocking(lock: Any, timeout: Any, blocking: Any) -> bool:
+    """Whether an acquire with these arguments (None: the lock's default) may wait: not a try
+    (``blocking=False``, ``timeout=0``)."""
+    if blocking is None:
+        blocking = getattr(lock, "blocking", True)  # an instance default since filelock 3.14
+    if timeout is None:
+        timeout = getattr(lock, "timeout", -1)
+    return bool(blocking) and timeout != 0
+
+
+def default_setter_factory(original: property) -> property:
+    """The ``timeout`` / ``blocking`` property: set, the lock's defaults are read again at each
+    acquire. Until then ``with lock:`` is told from a try by the defaults the lock was made with
+    (noted by ``__init__``): reading them costs ~0.5 us, more than the rest of the acquire's
+    bookkeeping. (With a thread-local lock, a default set in one thread applies to it alone;
+    every thread then reads them. A default set while lockwatch was not instrumented is not
+    seen: the lock keeps the note it was made with.)"""
+    fset = original.fset
+
+    def set_default(self: Any, value: Any) -> None:
+        fset(self, value)  # type: ignore[misc]
+        self.__dict__.pop("_lw_blocking", None)
+
+    return property(original.fget, set_default, original.fdel, original.__doc__)
 
 
 def attempt_factory(original: Any) -> Any:
@@ -75,18 +112,43 @@ def attempt_factory(original: Any) -> Any:
     return _acquire
 
 
+def _shared_hold(lock: Any, holds: dict) -> Any:
+    """When the calling thread keeps no hold of ``lock``: the hold every thread shares, if the
+    lock was made with ``thread_local=False`` (a thread-local lock, the default, has one context
+    per thread)."""
+    if len(holds) == 1:
+        is_thread_local = getattr(lock, "is_thread_local", None)  # filelock 3.12 and later
+        if is_thread_local is not None and not is_thread_local():
+            for hold in holds.values():
+                return hold
+    return None
+
+
 def acquire_factory(original: Any, timeout_error: type[BaseException]) -> Any:
     def acquire(self: Any, *args: Any, **kwargs: Any) -> Any:
-        if "_lockwatch_class" not in self.__dict__ or self.is_locked:  # inner: not recorded
+        d = self.__dict__
+        cls = d.get("_lockwatch_class")
+        if cls is None:
             return original(self, *args, **kwargs)
-        timeout = args[0] if args else kwargs.get("timeout")
-        blocking = kwargs.get("blocking")
-        if blocking is None:
-            blocking = getattr(self, "blocking", True)  # an instance default since filelock 3.13
-        if timeout is None:
-            timeout = getattr(self, "timeout", -1)
-        blocking = bool(blocking) and timeout != 0
-        acq = begin(self, blocking)
+        key = _ident()
+        holds = d.get("_lw_holds")
+        if holds:  # held through this object: a re-entry when held in this thread's context
+            hold = holds.get(key) or _shared_hold(self, holds)
+            if hold is not None:
+                if self.is_locked:  # inner: not recorded, one level deeper
+                    proxy = original(self, *args, **kwargs)
+                    hold.depth += 1
+                    return proxy
+                released(self, hold, record=False, own=hold.key == key)  # forgotten
+        if args or kwargs:
+            blocking = _blocking(
+                self, args[0] if args else kwargs.get("timeout"), kwargs.get("blocking")
+            )
+        else:  # ``with lock:``: the defaults (see default_setter_factory)
+            blocking = d.get("_lw_blocking")
+            if blocking is None:
+                blocking = _blocking(self, None, None)
+        acq = begin(self, cls, blocking, key)
         if acq is None:
             return original(self, *args, **kwargs)
         try:
@@ -105,16 +167,22 @@ def acquire_factory(original: Any, timeout_error: type[BaseException]) -> Any:
 
 def release_factory(original: Any) -> Any:
     def release(self: Any, *args: Any, **kwargs: Any) -> None:
-        if "_lw_holds" not in self.__dict__:
+        holds = self.__dict__.get("_lw_holds")
+        if holds is None:  # never held while watched
             return original(self, *args, **kwargs)
-        hold = release_begin(self)
+        # The hold's own depth says whether this release unlocks the file (``force``: at any
+        # depth); asking the lock (``is_locked``) would cost more than the rest of the release.
+        hold = (holds.get(_ident()) or _shared_hold(self, holds)) if holds else None
         try:
             original(self, *args, **kwargs)
         except BaseException:
             release_failed(self, hold, not self.is_locked, "lock_error")
             raise
-        if hold is not None and not self.is_locked:  # the release that unlocked the file
-            released(self, hold)
+        if hold is not None:
+            if hold.depth > 1 and not (args[0] if args else kwargs.get("force")):
+                hold.depth -= 1  # an inner release: the file stays locked
+            else:
+                released(self, hold)
         return None
 
     return release
@@ -132,4 +200,8 @@ def targets() -> tuple[tuple[Any, str, Callable[..., Any], tuple], ...]:
     ]
     for backend in dict.fromkeys((filelock.FileLock, soft)):  # the same class without flock
         out.append((backend, "_acquire", attempt_factory, ()))
+    for name in ("timeout", "blocking"):  # the defaults that can be set (blocking: from 3.14)
+        default = getattr(base, name, None)
+        if isinstance(default, property) and default.fset is not None:
+            out.append((base, name, default_setter_factory, ()))
     return tuple(out)

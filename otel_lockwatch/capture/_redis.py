@@ -88,12 +88,13 @@ def acquire_factory(original: Any) -> Any:
     index = _blocking_index(original)
 
     def acquire(self: Any, *args: Any, **kwargs: Any) -> bool:
-        if "_lockwatch_class" not in self.__dict__:
+        cls = self.__dict__.get("_lockwatch_class")
+        if cls is None:
             return original(self, *args, **kwargs)
         blocking = args[index] if len(args) > index else kwargs.get("blocking")
         if blocking is None:
             blocking = self.blocking
-        acq = begin(self, blocking)
+        acq = begin(self, cls, blocking)
         if acq is None:
             return original(self, *args, **kwargs)
         try:
@@ -180,12 +181,13 @@ def async_acquire_factory(original: Any) -> Any:
     index = _blocking_index(original)
 
     async def acquire(self: Any, *args: Any, **kwargs: Any) -> bool:
-        if "_lockwatch_class" not in self.__dict__:
+        cls = self.__dict__.get("_lockwatch_class")
+        if cls is None:
             return await original(self, *args, **kwargs)
         blocking = args[index] if len(args) > index else kwargs.get("blocking")
         if blocking is None:
             blocking = self.blocking
-        acq = begin(self, blocking)
+        acq = begin(self, cls, blocking)
         if acq is None:
             return await original(self, *args, **kwargs)
         try:

@@ -12,10 +12,10 @@ once, never raised into the host program.
 
 from __future__ import annotations
 
-import _thread
 import collections
 import logging
 import os
+from _thread import get_ident as _get_ident
 from collections.abc import Callable
 from typing import Any
 
@@ -42,7 +42,15 @@ class Outbox:
         self.dropped = 0
         self.errors = 0
         self._warned = False
-        self._pid = 0
+        #: False until the first record of this process (a forked child starts again): then the
+        #: queue is cleared and ``on_first_record`` runs. A flag the fork hook resets, rather than
+        #: the process id: ``os.getpid()`` is a system call, on every record.
+        self._started = False
+        if hasattr(os, "register_at_fork"):
+            os.register_at_fork(after_in_child=self._after_fork_in_child)
+
+    def _after_fork_in_child(self) -> None:
+        self._started = False
 
     def failed(self, exc: BaseException) -> None:
         """An error inside lockwatch: counted, logged once, never raised into the host."""
@@ -67,24 +75,9 @@ class Outbox:
         site: str | None,
     ) -> None:
         """Queue a wait that blocked: its metric value always, its span when long enough."""
-        if self.accepting:
-            self._put("lock.wait", cls, t0, t1, ctx, outcome, span_ns, extra, site)
+        self.put("lock.wait", cls, t0, t1, ctx, outcome, span_ns, extra, site)
 
-    def hold(
-        self,
-        cls: Any,
-        t0: int,
-        t1: int,
-        ctx: Any,
-        span_ns: int,
-        extra: dict[str, Any] | None,
-        site: str | None,
-    ) -> None:
-        """Queue a hold at or above the metric floor; its span when long enough."""
-        if self.accepting:
-            self._put("lock.hold", cls, t0, t1, ctx, None, span_ns, extra, site)
-
-    def _put(
+    def put(
         self,
         name: str,
         cls: Any,
@@ -96,31 +89,28 @@ class Outbox:
         extra: dict[str, Any] | None,
         site: str | None,
     ) -> None:
-        if self._pid != os.getpid():  # first use, or a forked child
-            self._pid = os.getpid()
+        """Queue a ``lock.wait`` or a ``lock.hold`` (one at or above the metric floor; called
+        directly on a release, the hot path's one call here): its metric value always, its span
+        when it lasted ``span_ns`` or more; nothing while no emitter consumes the queue."""
+        if not self.accepting:
+            return
+        if not self._started:  # first use, or a forked child
+            self._started = True
             self.queue.clear()  # a child drops its parent's records: the parent emits them
             start = self.on_first_record
             if start is not None:
                 start()
-        thread = current_thread_or_none()  # None for a foreign thread (no dummy registered)
+        span = t1 - t0 >= span_ns
+        if span:  # the span names the thread; a metric value alone does not
+            ident: int | None = _get_ident()
+            thread = current_thread_or_none(ident)  # None for a foreign thread (not registered)
+            thread_name = thread.name if thread is not None else f"Dummy-{ident}"
+        else:
+            ident = thread_name = None
         queue = self.queue
         if len(queue) >= self.QUEUE_SIZE:
             self.dropped += 1
-        queue.append(
-            (
-                name,
-                cls,
-                t0,
-                t1,
-                ctx,
-                outcome,
-                t1 - t0 >= span_ns,
-                extra,
-                site,
-                thread.name if thread is not None else f"Dummy-{_thread.get_ident()}",
-                thread.ident if thread is not None else _thread.get_ident(),
-            )
-        )
+        queue.append((name, cls, t0, t1, ctx, outcome, span, extra, site, thread_name, ident))
 
     def cycle_event(self, text: str, locks: tuple[str, ...]) -> None:
         """A span event on the current span for a newly found cycle."""

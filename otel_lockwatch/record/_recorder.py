@@ -205,13 +205,14 @@ class _ForeignThread:
         return True  # while it exists: the thread's locals (which hold it) outlive the thread
 
 
-def current_thread_or_none() -> threading.Thread | None:
+def current_thread_or_none(ident: int | None = None) -> threading.Thread | None:
     """The calling thread's ``Thread``, or None for a thread ``threading`` does not know
-    (without registering a ``_DummyThread`` for it, as ``threading.current_thread()`` would)."""
+    (without registering a ``_DummyThread`` for it, as ``threading.current_thread()`` would).
+    ``ident``: the calling thread's, when the caller has it."""
     active = getattr(threading, "_active", None)
     if active is None:  # not CPython's threading: ask it (it may register a dummy thread)
         return threading.current_thread()
-    return active.get(_thread.get_ident())
+    return active.get(_thread.get_ident() if ident is None else ident)
 
 
 class Recorder:

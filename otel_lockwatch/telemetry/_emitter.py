@@ -310,7 +310,7 @@ class Telemetry:
         span: bool,
         extra: dict[str, Any] | None,
         site: str | None,
-        thread_name: str,
+        thread_name: str | None,
         thread_id: int | None,
     ) -> None:
         hist = self.wait_hist if name == "lock.wait" else self.hold_hist
@@ -322,7 +322,7 @@ class Telemetry:
             )
             hist.record((t1 - t0) / 1e9, attrs)
         if span and self.tracer is not None:
-            self._span(name, cls, t0, t1, ctx, outcome, extra, site, thread_name, thread_id)
+            self._span(name, cls, t0, t1, ctx, outcome, extra, site, thread_name or "", thread_id)
 
     def _span(
         self,
