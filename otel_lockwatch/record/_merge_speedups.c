@@ -291,11 +291,14 @@ refused:
     Py_RETURN_NONE;
 }
 
+/* Add every value of the dict other into the dict into under its key (a new key takes the value
+ * itself), summing two values with add: the one loop of add_counts and add_rows. */
 static PyObject *
-add_counts(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+add_into(PyObject *const *args, Py_ssize_t nargs, const char *usage,
+         PyObject *(*add)(PyObject *, PyObject *))
 {
     if (nargs != 2 || !PyDict_Check(args[0]) || !PyDict_Check(args[1])) {
-        PyErr_SetString(PyExc_TypeError, "add_counts(into, other) takes two dicts");
+        PyErr_SetString(PyExc_TypeError, usage);
         return NULL;
     }
     PyObject *into = args[0], *key, *value;
@@ -307,7 +310,7 @@ add_counts(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
                 return NULL;
             continue;
         }
-        PyObject *sum = PyNumber_Add(mine, value);
+        PyObject *sum = add(mine, value);
         if (sum == NULL)
             return NULL;
         int failed = PyDict_SetItem(into, key, sum);
@@ -316,6 +319,12 @@ add_counts(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
             return NULL;
     }
     Py_RETURN_NONE;
+}
+
+static PyObject *
+add_counts(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    return add_into(args, nargs, "add_counts(into, other) takes two dicts", PyNumber_Add);
 }
 
 static PyObject *
@@ -364,45 +373,34 @@ failed:
     return NULL;
 }
 
+/* Two rows (tuples of one length) added element by element, as a new tuple. */
+static PyObject *
+row_sum(PyObject *mine, PyObject *row)
+{
+    if (!PyTuple_CheckExact(mine) || !PyTuple_CheckExact(row) ||
+        PyTuple_GET_SIZE(mine) != PyTuple_GET_SIZE(row)) {
+        PyErr_SetString(PyExc_TypeError, "add_rows adds tuples of one length");
+        return NULL;
+    }
+    Py_ssize_t width = PyTuple_GET_SIZE(row);
+    PyObject *sum = PyTuple_New(width);
+    if (sum == NULL)
+        return NULL;
+    for (Py_ssize_t k = 0; k < width; k++) {
+        PyObject *v = PyNumber_Add(PyTuple_GET_ITEM(mine, k), PyTuple_GET_ITEM(row, k));
+        if (v == NULL) {
+            Py_DECREF(sum);
+            return NULL;
+        }
+        PyTuple_SET_ITEM(sum, k, v);
+    }
+    return sum;
+}
+
 static PyObject *
 add_rows(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 2 || !PyDict_Check(args[0]) || !PyDict_Check(args[1])) {
-        PyErr_SetString(PyExc_TypeError, "add_rows(into, other) takes two dicts");
-        return NULL;
-    }
-    PyObject *into = args[0], *key, *row;
-    Py_ssize_t pos = 0;
-    while (PyDict_Next(args[1], &pos, &key, &row)) {
-        PyObject *mine = PyDict_GetItemWithError(into, key); /* borrowed */
-        if (mine == NULL) {
-            if (PyErr_Occurred() || PyDict_SetItem(into, key, row) < 0)
-                return NULL;
-            continue;
-        }
-        if (!PyTuple_CheckExact(mine) || !PyTuple_CheckExact(row) ||
-            PyTuple_GET_SIZE(mine) != PyTuple_GET_SIZE(row)) {
-            PyErr_SetString(PyExc_TypeError, "add_rows adds tuples of one length");
-            return NULL;
-        }
-        Py_ssize_t width = PyTuple_GET_SIZE(row);
-        PyObject *sum = PyTuple_New(width);
-        if (sum == NULL)
-            return NULL;
-        for (Py_ssize_t k = 0; k < width; k++) {
-            PyObject *v = PyNumber_Add(PyTuple_GET_ITEM(mine, k), PyTuple_GET_ITEM(row, k));
-            if (v == NULL) {
-                Py_DECREF(sum);
-                return NULL;
-            }
-            PyTuple_SET_ITEM(sum, k, v);
-        }
-        int failed = PyDict_SetItem(into, key, sum);
-        Py_DECREF(sum);
-        if (failed < 0)
-            return NULL;
-    }
-    Py_RETURN_NONE;
+    return add_into(args, nargs, "add_rows(into, other) takes two dicts", row_sum);
 }
 
 static PyMethodDef methods[] = {
