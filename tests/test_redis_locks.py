@@ -76,7 +76,7 @@ def test_a_contended_acquisition_waits_through_the_clients_polling(watched, clie
         with make_lock(client, "lock:order:7", timeout=10):
             held.set()
             release.wait(10)
-            time.sleep(0.05)  # the holder's work, after the waiter has started waiting
+            time.sleep(0.05)  # hold: the holder's work, after the waiter has started waiting
 
     t = threading.Thread(target=holder, name="holder")
     t.start()
@@ -118,7 +118,7 @@ def test_a_hold_past_its_lease_is_an_overrun_and_the_application_keeps_its_error
     lock = make_lock(client, "lock:invoice:4f1c2b9e7d", timeout=1)
     with tracer.start_as_current_span("settle"):
         assert lock.acquire()
-        time.sleep(1.5)  # the slow work: a GC pause, a slow query
+        time.sleep(1.5)  # hold: the slow work (a GC pause, a slow query)
         with pytest.raises(LockNotOwnedError):
             lock.release()
     doc = manifest()
@@ -144,15 +144,15 @@ def test_extend_moves_the_lease_and_a_late_extend_is_an_overrun(watched, client)
     an overrun, and its ``LockNotOwnedError`` still reaches the application."""
     lock = make_lock(client, "lock:job:12", timeout=0.3)
     assert lock.acquire()
-    time.sleep(0.1)
+    time.sleep(0.1)  # hold
     lock.extend(0.5)  # the lease now ends 0.8 s after the acquisition
-    time.sleep(0.4)
+    time.sleep(0.4)  # hold: past the first lease, within the extended one
     lock.release()
     assert manifest()["lease_overruns"] == []
 
     late = make_lock(client, "lock:job:13", timeout=0.2)
     assert late.acquire()
-    time.sleep(0.4)
+    time.sleep(0.4)  # hold: 0.2 s past the lease, the overrun measured below
     with pytest.raises(LockNotOwnedError):
         late.extend(1)
     with pytest.raises(LockNotOwnedError):
@@ -210,15 +210,19 @@ def test_asyncio_locks_are_recorded_per_task(watched, port):
         first = client.lock("lock:cart:77", timeout=0.2, sleep=0.01)
         second = client.lock("lock:cart:77", timeout=5, sleep=0.01)
         assert await first.acquire()
+        acquired, done = asyncio.Event(), asyncio.Event()
 
         async def waiter():
             assert await second.acquire()
+            acquired.set()
+            await done.wait()
             await second.release()
 
         task = asyncio.create_task(waiter(), name="waiter")
-        await asyncio.sleep(0.4)  # past first's lease: the waiter gets the lock meanwhile
+        await asyncio.wait_for(acquired.wait(), 10)  # first's lease ran out: the waiter has it
         with pytest.raises(LockNotOwnedError):
             await first.release()
+        done.set()
         await task
         await client.aclose()
 
@@ -321,11 +325,11 @@ def test_asyncio_extend_in_time_is_no_overrun(watched, port):
         client = aioredis.Redis(port=port)
         lock = client.lock("lock:cart:9", timeout=0.2)
         assert await lock.acquire()
-        await asyncio.sleep(0.1)
+        await asyncio.sleep(0.1)  # hold
         assert await lock.extend(0.4)
-        await asyncio.sleep(0.2)  # past the first lease, within the extended one
+        await asyncio.sleep(0.2)  # hold: past the first lease, within the extended one
         assert await lock.reacquire()
-        await asyncio.sleep(0.1)
+        await asyncio.sleep(0.1)  # hold
         await lock.release()
         await client.aclose()
 
