@@ -324,6 +324,11 @@ def _is_collector_file(path: str) -> bool:
         os.close(fd)
 
 
+#: The fewest files a job of :func:`fold_inputs` takes (a spawned process costs about as much
+#: as reading a few dozen manifests).
+FILES_PER_JOB = 64
+
+
 def fold_inputs(
     files: Sequence[str],
     *,
@@ -371,11 +376,6 @@ def fold_inputs(
     for fold in folds[1:]:
         first.add_fold(fold)  # type: ignore[arg-type]  # no error among them
     return first
-
-
-#: The fewest files a job of :func:`fold_inputs` takes (a spawned process costs about as much
-#: as reading a few dozen manifests).
-FILES_PER_JOB = 64
 
 
 def _fold_share(files: Sequence[str], max_workers: int | None, max_bytes: int) -> ManifestFold:
