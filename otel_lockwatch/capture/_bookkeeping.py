@@ -314,15 +314,16 @@ def timed_wait(
     f: Any,
     extra: dict[str, Any] | None = None,
     hold: Any = None,
+    started: int | None = None,
 ) -> Any:
-    """The slow path of a blocking acquire whose try failed: ``acquire(*args)``, timed, and the
-    wait recorded, charged to the holder ``hold`` keeps at the arrival (``hold``: the object
-    that keeps the lock's hold). Returns what ``acquire`` returned."""
+    """The slow path of a blocking acquire whose try failed: ``acquire(*args)``, timed (from
+    ``started``, if given), and the wait recorded, charged to the holder ``hold`` (the object
+    that keeps the lock's hold) keeps at the arrival. Returns what ``acquire`` returned."""
     ctx = current_context()
     held_by = None if hold is None else holder_entry(hold)
     # Noted for the live gauges while the worker is blocked (restored: a wait may nest one).
     before, st.waiting = st.waiting, cls
-    t0 = _pc()
+    t0 = _pc() if started is None else started
     try:
         ok = acquire(*args)
     finally:
@@ -339,10 +340,11 @@ def lock_wait(
     f: Any,
     timeout: float = -1,
     hold: Any = None,
+    started: int | None = None,
 ) -> bool:
     """:func:`timed_wait` in ``lock.acquire(True, timeout)`` (``hold``: the object that keeps
     the lock's hold, whose holder the wait is charged to)."""
-    return timed_wait(lock.acquire, (True, timeout), st, s, cls, f, None, hold)
+    return timed_wait(lock.acquire, (True, timeout), st, s, cls, f, None, hold, started)
 
 
 #: What an object that keeps a hold notes at the acquisition, for the release. The C fast path
@@ -380,18 +382,23 @@ def track_hold(hold: Any, st: WorkerState, s: Stats, entry: tuple) -> None:
 
 
 def acquire_tracked(
-    lock: Any, hold: Any, st: WorkerState, cls: LockClass, f: Any, blocking: Any, timeout: Any
+    lock: Any,
+    hold: Any,
+    st: WorkerState,
+    cls: LockClass,
+    f: Any,
+    blocking: Any,
+    timeout: Any,
+    wait: Callable[..., bool] = lock_wait,
 ) -> bool:
     """Acquire ``lock`` (whose ``acquire(blocking, timeout)`` is the stdlib's) from the frame
-    ``f``, counted, ordered, timed when it waits, and tracked on ``hold`` (which is also the
-    entry's lock object).
+    ``f``, counted, ordered, timed when it waits (``wait``: :func:`lock_wait` or one with its
+    signature), and tracked on ``hold`` (which is also the entry's lock object).
 
-    The held window (from the raw acquire to the raw release) holds only what needs the lock:
-    the stack entry, the context and the order check are made before the acquire, and the
-    histogram after the release (:func:`untrack`). Bookkeeping that runs while the lock is held
-    lets the interpreter switch threads inside the window, and the other threads then queue
-    behind the holder: instrumenting an uncontended program made it contended (a convoy). Here,
-    between the raw acquire and the return, there is one clock read and attribute stores.
+    The held window (from the raw acquire to the raw release) holds only one clock read and
+    attribute stores: the stack entry, the context and the order check come before the acquire,
+    the histogram after the release (:func:`untrack`). A call in the window is a place where the
+    interpreter may switch threads while the lock is held (docs/performance.md).
     """
     s = st.stats.get(cls)
     if s is None:
@@ -410,7 +417,7 @@ def acquire_tracked(
             s.acquisitions += 1
         else:
             held.pop()  # not held while it waits (the live gauges read the stack)
-            if not lock_wait(lock, st, s, cls, f, timeout, hold):
+            if not wait(lock, st, s, cls, f, timeout, hold):
                 return False
             t0 = _pc()
             held.append(entry)

@@ -26,10 +26,12 @@ from ._bookkeeping import (
     HOLD_FIELDS,
     acquire_tracked,
     discard,
+    lock_wait,
     untrack,
 )
 from ._fast_path import speedups
 from ._naming import LockClass, lock_class, watched_site
+from ._switched_out import release_code, window_wait
 
 __all__ = [
     "LockProxy",
@@ -103,7 +105,7 @@ class _PyLockBase:
         g = f.f_globals
         if g is _OWN_GLOBALS or g is _THREADING_GLOBALS or g is _ORDERED_GLOBALS:
             f = _caller(f)  # an RLock, a Condition or ordered(): the site is their caller's
-        return acquire_tracked(lock, self, st, self._lockwatch_class, f, blocking, timeout)
+        return acquire_tracked(lock, self, st, self._lockwatch_class, f, blocking, timeout, _wait)
 
     __enter__ = acquire
     acquire_lock = acquire
@@ -243,6 +245,10 @@ class _PyRLockBase(_PyLockBase):
     def __exit__(self, *args: Any) -> None:
         self.release()
 
+
+# The wait of a failed try: the C path's wrappers have no window to yield to a holder in.
+_wait = lock_wait if speedups is not None else window_wait
+release_code(_PyLockBase.release, _PyLockBase.__exit__, _PyRLockBase.release, _PyRLockBase.__exit__)
 
 if TYPE_CHECKING:
     _RLockBase = _PyRLockBase

@@ -236,6 +236,7 @@ class Recorder:
         # Lock class name -> how many of its locks were gone while held (their held-stack
         # entries dropped by the order check): lockdep's "held lock freed".
         self.held_locks_freed: dict[str, int] = {}
+        self.window_yields = 0  # acquisitions made by yielding: capture._switched_out
         self.peak = PeakWorkers()  # the most workers alive at once
         self.timeline = Timeline()  # wait and hold per class per slice of time, sampled
         self.reset()
@@ -266,6 +267,7 @@ class Recorder:
             self.start_ns = time.time_ns()
             self.graph = LockOrderGraph()
             self.held_locks_freed = {}
+            self.window_yields = 0
             self.peak.reset(keep)
             self.timeline.reset()
             DISTRIBUTED.reset()
