@@ -38,7 +38,7 @@ from ..record._outbox import OUTBOX
 from ..record._recorder import RECORDER
 from ._bookkeeping import current_context
 from ._fast_path import speedups
-from ._naming import LockClass, lock_class, watched_site
+from ._naming import MACHINERY, LockClass, lock_class, made_by_machinery, watched_site
 from ._signal_waits import gave, signal_stats, skip_frames_of, task_state, thread_state, waited
 from ._threading import LockProxy, RLockProxy
 
@@ -165,6 +165,15 @@ def condition_init_factory(original: Any) -> Any:
     def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
         lock: Any = args[0] if args else kwargs.get("lock")
         cls = None
+        if lock is None and len(args) + len(kwargs) <= 1:
+            try:
+                machinery = made_by_machinery(1)
+            except Exception as exc:  # never into the host
+                OUTBOX.failed(exc)
+                machinery = False
+            if machinery:  # a Future's condition (one per task): its RLock made here, unasked
+                original(self, _plain_rlock())
+                return
         try:
             site = watched_site(1)
             if site is not None:
@@ -187,7 +196,7 @@ def condition_init_factory(original: Any) -> Any:
             except Exception as exc:
                 OUTBOX.failed(exc)
 
-    return __init__
+    return __init__ if speedups is None else speedups.CreationGate(original, __init__, MACHINERY)
 
 
 # -- asyncio.Condition ----------------------------------------------------------------------

@@ -31,7 +31,15 @@ from typing import Any, TypeVar
 
 from ..record._lock_class import LockClass, lock_class, note_role
 
-__all__ = ["LockClass", "lock_class", "name_lock", "site_of", "watched_site"]
+__all__ = [
+    "MACHINERY",
+    "LockClass",
+    "lock_class",
+    "made_by_machinery",
+    "name_lock",
+    "site_of",
+    "watched_site",
+]
 
 T = TypeVar("T")
 
@@ -62,11 +70,11 @@ _INTERNAL_PACKAGES = EXCLUDED_PACKAGES + (
 _EXCLUSION_DEPTH = 6
 
 
-def _membership(packages: tuple[str, ...]) -> Any:
+def _membership(packages: tuple[str, ...], known: dict[str, bool]) -> Any:
     """``is_in(module)``: whether ``module`` is one of ``packages`` or inside one (not
-    ``asyncio_pool``), answered once per module name (every lock and condition created while
-    instrumented asks, for several frames: a pool's futures make one per task)."""
-    known: dict[str, bool] = {}
+    ``asyncio_pool``), answered once per module name and noted in ``known`` (every lock and
+    condition created while instrumented asks, for several frames: a pool's futures make one per
+    task)."""
 
     def is_in(module: str) -> bool:
         answer = known.get(module)
@@ -79,8 +87,11 @@ def _membership(packages: tuple[str, ...]) -> Any:
     return is_in
 
 
-_internal = _membership(_INTERNAL_PACKAGES)
-_excluded = _membership(EXCLUDED_PACKAGES)
+#: Module name -> whether it is in ``_INTERNAL_PACKAGES`` (the machinery), as answered so far: the
+#: C path's ``CreationGate`` reads it to send the machinery's creations straight to the original.
+MACHINERY: dict[str, bool] = {}
+_internal = _membership(_INTERNAL_PACKAGES, MACHINERY)
+_excluded = _membership(EXCLUDED_PACKAGES, {})
 
 
 def _module_of(frame: Any) -> str:
@@ -154,6 +165,13 @@ def creation_site(frame: Any) -> str:
         return site
     first = _first_column.setdefault((frame.f_code.co_filename, frame.f_lineno), column)
     return site if first == column else f"{site}:col{column}"
+
+
+def made_by_machinery(depth: int = 1) -> bool:
+    """Whether the code creating a lock now is the standard library's or lockwatch's own
+    concurrency machinery (a ``Future``'s condition): :func:`watched_site`'s first answer,
+    alone, for a factory that can then skip the rest (``depth`` as there)."""
+    return _internal(sys._getframe(depth + 1).f_globals.get("__name__", "?"))
 
 
 def watched_site(depth: int = 1) -> str | None:
