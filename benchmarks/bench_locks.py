@@ -222,6 +222,22 @@ def convoy(lock, threads: int = 8, each: int = 50_000) -> float:
     return time.perf_counter() - t0
 
 
+class Forwarding:
+    """A lock wrapped in Python that only forwards (``__enter__`` acquires, ``__exit__``
+    releases): the floor of any pure-Python instrumentation of ``with L:``, timed nothing."""
+
+    __slots__ = ("_lock",)
+
+    def __init__(self, lock) -> None:
+        self._lock = lock
+
+    def __enter__(self) -> None:
+        self._lock.acquire()
+
+    def __exit__(self, *exc) -> None:
+        self._lock.release()
+
+
 def pool(tasks: int = 40_000, workers: int = 16) -> float:
     """A pool of ``workers`` running ``tasks`` tasks that take 3 locks each (a shard of 8, a
     ledger, a stats lock), all created here (watched when instrumented); wall time in s."""
@@ -329,9 +345,11 @@ def measure(args: argparse.Namespace) -> dict:
     # The convoy and the pool: bare and instrumented in alternate rounds, best wall time; the
     # instrumented convoy's recording is that of its last round.
     walls = {"convoy": [float("inf"), float("inf")], "pool": [float("inf"), float("inf")]}
+    walls["forwarding"] = [float("inf")]
     recorded: dict = {}
     for _ in range(heavy_rounds):
         walls["convoy"][0] = min(walls["convoy"][0], convoy(threading.Lock()))
+        walls["forwarding"][0] = min(walls["forwarding"][0], convoy(Forwarding(threading.Lock())))
         walls["pool"][0] = min(walls["pool"][0], pool())
         RECORDER.reset()
         instrument()
@@ -345,6 +363,7 @@ def measure(args: argparse.Namespace) -> dict:
                 "acquisitions": stats["acquisitions"],
                 "contentions": stats["contentions"],
                 "verdict": str(evaluate(data).verdict),
+                "window_yields": RECORDER.window_yields,
             }
             walls["pool"][1] = min(walls["pool"][1], pool())
         finally:
@@ -472,12 +491,18 @@ def report(results: dict[str, dict], dd: dict | None) -> None:
             b, v = dd[pct]["convoy"]
             line += f"  {v:7.3f} ({v / b:5.1f}x)"
     print(line)
+    floor = paths[0]["walls"]["forwarding"][0]
+    print(
+        f"  a Python wrapper that only forwards: {floor:.3f} s "
+        f"({floor / paths[0]['walls']['convoy'][0]:.1f}x), the floor of any pure-Python path"
+    )
     for r in paths:
         rec = r["convoy"]
         share = 100 * rec["contentions"] / max(rec["acquisitions"], 1)
         print(
             f"  {r['path']} path recorded: {rec['acquisitions']:,} acquisitions, "
-            f"{rec['contentions']:,} contentions ({share:.2f} %), {rec['verdict']}"
+            f"{rec['contentions']:,} contentions ({share:.2f} %), {rec['verdict']}; "
+            f"{rec['window_yields']:,} acquisitions yielded to a holder in lockwatch's window"
         )
     print(f"\n{'pool: 16 workers, 40,000 tasks x 3 locks':<40}{'bare s':>8}")
     line = f"{'  wall time':<40}{paths[0]['walls']['pool'][0]:8.3f}"
