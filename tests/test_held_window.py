@@ -258,9 +258,9 @@ seen = {}
 def profile(frame, event, arg):
     if event == "call" and frame.f_code.co_name == "__exit__" and "exit" not in seen:
         seen["exit"] = frame
-        seen["exit_self"] = _switched_out.releasing(frame, lock)
-        seen["exit_other"] = _switched_out.releasing(frame, threading.Lock())
-        seen["user"] = _switched_out.releasing(frame.f_back, lock)
+        seen["exit_self"] = _switched_out.wrapping(frame, lock)
+        seen["exit_other"] = _switched_out.wrapping(frame, threading.Lock())
+        seen["user"] = _switched_out.wrapping(frame.f_back, lock)
 
 
 lock = threading.Lock()
@@ -316,7 +316,7 @@ def test_a_holder_in_the_program_s_code_is_waited_for_and_recorded(scenarios):
     }
 
 
-def test_the_release_of_this_very_lock_is_the_window(scenarios):
-    """The proxy's ``__exit__`` frame on the lock waited for is; on another lock, or the
-    program's frame around it, is not."""
+def test_the_wrappers_own_frames_on_this_very_lock_are_the_window(scenarios):
+    """The proxy's ``__exit__`` frame on the lock waited for is in the window; on another lock,
+    or the program's frame around it, is not."""
     assert scenarios["releasing"] == [True, False, False]

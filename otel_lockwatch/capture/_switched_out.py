@@ -13,12 +13,13 @@ acquisitions contended, ``HOT_LOCK_DETECTED`` and 38x the wall time, where the r
 none).
 
 So on this path a failed try looks at the holder first (:func:`in_window`). While the holder is
-inside that window (its hold not noted yet, or its innermost frame the release of this very
-lock), the waiter gives the interpreter up for a moment and tries again, without blocking; an
-acquisition made that way is not a wait of the program's (the raw lock would not have made it
-wait) and is counted in ``RECORDER.window_yields`` only. Once the holder is seen in the
-program's own code, or after :data:`WINDOW_POLLS` tries, the wait is the program's: it blocks,
-and is timed from the first failed try and recorded as every other wait.
+inside that window (its hold not noted yet, or its innermost frame one of the wrappers' own on
+this very lock: Python 3.10 also switches on the way back from the acquire), the waiter gives
+the interpreter up for a moment and tries again, without blocking; an acquisition made that way
+is not a wait of the program's (the raw lock would not have made it wait) and is counted in
+``RECORDER.window_yields`` only. Once the holder is seen in the program's own code, or after
+:data:`WINDOW_POLLS` tries, the wait is the program's: it blocks, and is timed from the first
+failed try and recorded as every other wait.
 
 The C fast path has no such window (its wrappers are C calls too), and never comes here.
 """
@@ -34,29 +35,33 @@ from ..record._recorder import RECORDER, Stats, WorkerState
 from ._bookkeeping import lock_wait
 from ._naming import LockClass
 
-__all__ = ["WINDOW_POLLS", "in_window", "release_code", "releasing", "window_wait"]
+__all__ = ["WINDOW_POLLS", "in_window", "window_code", "wrapping", "window_wait"]
 
 #: How many times a waiter yields to one hold inside the window before it blocks.
 WINDOW_POLLS = 64
-#: How long each yield sleeps (s): long enough for the interpreter to pass to another thread.
+#: How long the first yield sleeps (s), doubling with each yield to the same hold up to
+#: :data:`_YIELD_MAX_S`: the interpreter must pass to the holder, which may take several threads'
+#: turns (on 3.13 more than on 3.11), and a waiter that came back at once would take it again.
 _YIELD_S = 1e-6
+_YIELD_MAX_S = 1e-3
 
-# The code of the wrappers' release methods (``release_code`` adds them): a holder whose
-# innermost frame runs one of them on the lock waited for is about to release it.
-_RELEASE_CODES: set[Any] = set()
+# The code of the wrappers' own acquire and release (``window_code`` adds them): a holder whose
+# innermost frame runs one of them on the lock waited for is inside the window.
+_WINDOW_CODES: set[Any] = set()
 _current_frames = sys._current_frames
 
 
-def release_code(*functions: Any) -> None:
-    """Note functions that release the lock their ``self`` wraps (their first instruction is a
-    place the interpreter may switch threads while the lock is still held)."""
-    _RELEASE_CODES.update(f.__code__ for f in functions)
+def window_code(*functions: Any) -> None:
+    """Note functions that acquire or release the lock their ``self`` (or ``hold``) keeps: a
+    place where the interpreter switched threads inside one of them, while that lock is held, is
+    lockwatch's, not the program's."""
+    _WINDOW_CODES.update(f.__code__ for f in functions)
 
 
 def in_window(hold: Any) -> bool:
     """Whether the thread holding ``hold``'s lock was switched out inside lockwatch's own code:
-    between the raw acquire and the notes of the hold (no holder noted yet), or at the start of
-    the release."""
+    between the raw acquire and the notes of the hold (no holder noted yet), or in a wrapper's
+    acquire or release of that lock."""
     holder: WorkerState | None = hold._lw_holder
     if holder is None:
         return True
@@ -64,14 +69,16 @@ def in_window(hold: Any) -> bool:
     ident = getattr(owner, "ident", None)
     if ident is None:
         return False
-    return releasing(_current_frames().get(ident), hold)
+    return wrapping(_current_frames().get(ident), hold)
 
 
-def releasing(frame: Any, hold: Any) -> bool:
-    """Whether ``frame`` (a thread's innermost) runs a wrapper's release of ``hold``'s lock."""
-    return (
-        frame is not None and frame.f_code in _RELEASE_CODES and frame.f_locals.get("self") is hold
-    )
+def wrapping(frame: Any, hold: Any) -> bool:
+    """Whether ``frame`` (a thread's innermost) runs a wrapper's acquire or release of ``hold``'s
+    lock."""
+    if frame is None or frame.f_code not in _WINDOW_CODES:
+        return False
+    local = frame.f_locals
+    return local.get("self", local.get("hold")) is hold
 
 
 def window_wait(
@@ -97,8 +104,8 @@ def window_wait(
             seen, polls = entry, 0
         elif polls == WINDOW_POLLS:
             break
+        _sleep(min(_YIELD_S * (1 << polls), _YIELD_MAX_S))
         polls += 1
-        _sleep(_YIELD_S)
         if lock.acquire(False):
             s.acquisitions += 1
             RECORDER.window_yields += 1

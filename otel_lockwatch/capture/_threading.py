@@ -31,7 +31,7 @@ from ._bookkeeping import (
 )
 from ._fast_path import speedups
 from ._naming import MACHINERY, LockClass, lock_class, watched_site
-from ._switched_out import release_code, window_wait
+from ._switched_out import window_code, window_wait
 
 __all__ = [
     "LockProxy",
@@ -248,7 +248,15 @@ class _PyRLockBase(_PyLockBase):
 
 # The wait of a failed try: the C path's wrappers have no window to yield to a holder in.
 _wait = lock_wait if speedups is not None else window_wait
-release_code(_PyLockBase.release, _PyLockBase.__exit__, _PyRLockBase.release, _PyRLockBase.__exit__)
+window_code(
+    acquire_tracked,
+    _PyLockBase.acquire,
+    _PyLockBase.release,
+    _PyLockBase.__exit__,
+    _PyRLockBase.acquire,
+    _PyRLockBase.release,
+    _PyRLockBase.__exit__,
+)
 
 if TYPE_CHECKING:
     _RLockBase = _PyRLockBase
