@@ -9,9 +9,12 @@
 #      optional C fast path, otel_lockwatch._speedups, with them);
 #   4. the package with its test extra, editable;
 #   5. the static checks: ruff check, ruff format --check, mypy;
-#   6. pytest (extra arguments are passed on).
+#   6. pytest (extra arguments are passed on), on this python3 (the C path), then on the other
+#      legs: every other claimed CPython, C path and pure-Python path, each in a venv of its own
+#      (scripts/test-pythons.sh says which legs, what they run and why).
 #
-# Under CI=true a missing piece is a failure, not a skip.
+# Under CI=true a missing piece is a failure, not a skip. LOCKWATCH_LEGS=3.11 runs the 3.11 leg
+# only (the quick run); `python3 -m pytest` runs the suite without any set-up.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -74,4 +77,5 @@ python3 -m ruff check --quiet .
 python3 -m ruff format --check --quiet .
 python3 -m mypy --no-error-summary otel_lockwatch
 
-exec python3 -m pytest "$@"
+source scripts/test-pythons.sh
+run_legs "$@"

@@ -86,23 +86,30 @@ def test_the_final_flush_sends_every_span_even_when_no_thread_can_start(threads,
     assert waits == sum(lock["contentions"] for lock in doc["locks"].values()) > 0
 
 
-def test_a_second_sigint_exits_at_once_with_the_manifest_on_disk(tmp_path):
-    """Ctrl-C ends the program; its exit then hangs on the collector (a 60 s budget here); a
-    second Ctrl-C ends the process at once, with status 130, the manifest already written."""
-    manifest = tmp_path / "manifest.json"
+def _ready_for_sigint(program: list[str], manifest: Path) -> subprocess.Popen[str]:
+    """The app (``program``: its path, or ``-c`` code running it) exporting to a refusing port
+    with a 60 s exit budget, once it waits for the user's Ctrl-C."""
     proc = subprocess.Popen(
-        [sys.executable, str(APP), "simple", str(_refusing_port()), str(manifest)]
+        [sys.executable, *program, "simple", str(_refusing_port()), str(manifest)]
         + ["wait-for-sigint"],
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
         text=True,
         env=_env(OTEL_PYTHON_LOCKWATCH_EXIT_TIMEOUT_S="60"),
     )
+    assert proc.stdout is not None
+    for line in proc.stdout:  # ends at EOF if the app dies (pytest-timeout bounds the rest)
+        if line.startswith("ready"):
+            break
+    return proc
+
+
+def test_a_second_sigint_exits_at_once_with_the_manifest_on_disk(tmp_path):
+    """Ctrl-C ends the program; its exit then hangs on the collector (a 60 s budget here); a
+    second Ctrl-C ends the process at once, with status 130, the manifest already written."""
+    manifest = tmp_path / "manifest.json"
+    proc = _ready_for_sigint([str(APP)], manifest)
     try:
-        assert proc.stdout is not None
-        for line in proc.stdout:
-            if line.startswith("ready"):
-                break
         proc.send_signal(signal.SIGINT)
         deadline = time.monotonic() + 30
         while not manifest.exists():
@@ -115,6 +122,43 @@ def test_a_second_sigint_exits_at_once_with_the_manifest_on_disk(tmp_path):
         status = proc.wait(timeout=10)
         assert time.monotonic() - sent < 2.0
         assert status == 128 + signal.SIGINT
+        assert json.loads(manifest.read_text())["locks"]
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_a_second_sigint_while_the_manifest_is_written_exits_once_it_is_on_disk(tmp_path):
+    """A second SIGINT that lands while the final manifest is being written, or just after the
+    file appears, ends the process as soon as the manifest is on disk, with status 130.
+
+    Regression: the second-signal handler was installed after the write, and a SIGINT landing
+    between the file's appearance and that (seen on 3.10's pure path, under load) raised
+    KeyboardInterrupt into the exit hooks, and the process hung on the collector's flush. Here
+    the SIGINT is sent from inside the final write, right after the file is replaced.
+    """
+    manifest = tmp_path / "manifest.json"
+    code = (
+        "import os, runpy, signal, sys\n"
+        "from otel_lockwatch.manifest import _io\n"
+        "from otel_lockwatch.telemetry._exit_hooks import HOOKS\n"
+        "dump = _io.dump_manifest\n"
+        "def dump_then_sigint(*args, **kwargs):\n"
+        "    path = dump(*args, **kwargs)\n"
+        "    if HOOKS.exiting:\n"
+        "        os.kill(os.getpid(), signal.SIGINT)  # the second Ctrl-C, in the window\n"
+        "    return path\n"
+        "_io.dump_manifest = dump_then_sigint\n"
+        "sys.argv = sys.argv[1:]\n"
+        "runpy.run_path(sys.argv[0], run_name='__main__')\n"
+    )
+    proc = _ready_for_sigint(["-c", code, str(APP)], manifest)
+    try:
+        sent = time.monotonic()
+        proc.send_signal(signal.SIGINT)
+        status = proc.wait(timeout=30)
+        assert status == 128 + signal.SIGINT
+        assert time.monotonic() - sent < 20  # not the 60 s flush
         assert json.loads(manifest.read_text())["locks"]
     finally:
         proc.kill()

@@ -450,7 +450,7 @@ def test_two_locks_on_one_line_are_two_classes(watched):
     assert int(column) > 0
 
 
-@pytest.mark.skipif(sys.version_info >= (3, 11), reason="3.10 has no columns")
+@pytest.mark.skipif(sys.version_info >= (3, 11), reason="3.10 only: 3.11+ has columns")
 def test_no_column_before_3_11(watched):
     a, b = threading.Lock(), threading.Lock()
     for lock in (a, b):

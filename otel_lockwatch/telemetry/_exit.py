@@ -256,6 +256,8 @@ class ManifestExporter(SpanExporter):
                     if self._path is None
                     else _multiprocess.manifest_path(self._path)  # a child's own file
                 )
+                if final and _HOOKS.exiting:
+                    _HOOKS.arm_second_signal()  # a 2nd signal ends it, once the manifest is on disk
                 with self._lock:
                     newest = ticket > self._on_disk or self.last_path is None
                     if newest:
@@ -265,7 +267,7 @@ class ManifestExporter(SpanExporter):
                     written = self.last_path  # else a later evaluation is on disk already
                     assert written is not None  # this write's or an earlier one's
                     if final and _HOOKS.exiting:
-                        _HOOKS.arm_second_signal()  # the manifest is on disk: a 2nd signal ends it
+                        _HOOKS.manifest_on_disk()
                     if final and not self._span_sent:
                         self._span_sent = True
 

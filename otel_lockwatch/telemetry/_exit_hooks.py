@@ -3,7 +3,8 @@ live manifest exporter (``_exit.ManifestExporter``).
 
 The SIGTERM handler writes the final manifests, then chains to the handler installed before it
 (the default one ends the process by SIGTERM, as it would have). Once the final manifest is on
-disk a second SIGINT or SIGTERM ends the process at once. A SIGTERM that lands inside
+disk a second SIGINT or SIGTERM ends the process at once (one that lands while the final
+manifest is being written ends it as soon as the file is on disk). A SIGTERM that lands inside
 lockwatch's own exit work on the main thread is handled when that work ends
 (:meth:`_Hooks.signals_deferred`).
 """
@@ -24,10 +25,6 @@ from ._bounded import STANDBY
 __all__ = ["HOOKS"]
 
 
-def _exit_now(signum: int, frame: Any) -> None:
-    os._exit(128 + signum)
-
-
 class _Hooks:
     """atexit and SIGTERM: one registration for the process, serving the live exporters."""
 
@@ -36,6 +33,8 @@ class _Hooks:
         self._installed = False
         self._previous: Any = None
         self._armed = False
+        self._on_disk = False  # the final manifest is written: a second signal ends the process
+        self._pending = 0  # a second signal that came while it was being written
 
     def register(self, exporter: Any) -> None:
         if exporter not in self._exporters:
@@ -59,15 +58,29 @@ class _Hooks:
             exporter.close()
 
     def arm_second_signal(self) -> None:
-        """Once the final manifest is on disk, a second SIGINT or SIGTERM ends the process at
-        once (exit status 128 + the signal), whatever is still flushing: ours, or the SDK's own
-        exit hooks retrying a collector that is down."""
+        """Before the final manifest is written: from now on a second SIGINT or SIGTERM ends the
+        process (exit status 128 + the signal), whatever is still flushing (ours, or the SDK's
+        own exit hooks retrying a collector that is down): at once when the manifest is on disk
+        (:meth:`manifest_on_disk`), else as soon as it is. Armed after the write, a signal
+        landing between the file's appearance and the arming raised KeyboardInterrupt into the
+        exit hooks, and the process hung on the flush (seen on 3.10)."""
         if self._armed or threading.current_thread() is not threading.main_thread():
             return
         self._armed = True
         for signum in (signal.SIGINT, signal.SIGTERM):
             with contextlib.suppress(ValueError, OSError):
-                signal.signal(signum, _exit_now)
+                signal.signal(signum, self._second_signal)
+
+    def manifest_on_disk(self) -> None:
+        """The final manifest is written: a second signal, pending or to come, ends the process."""
+        self._on_disk = True
+        if self._pending:
+            os._exit(128 + self._pending)
+
+    def _second_signal(self, signum: int, frame: Any) -> None:
+        if self._on_disk:
+            os._exit(128 + signum)
+        self._pending = self._pending or signum
 
     def _install_sigterm(self) -> None:
         if threading.current_thread() is not threading.main_thread():
