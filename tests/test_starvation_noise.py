@@ -16,10 +16,7 @@ import sys
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
-import pytest
-
 from otel_lockwatch import evaluate, name_lock
-from otel_lockwatch.capture import _fast_path
 from otel_lockwatch.record._recorder import RECORDER
 
 HOG = "import time\nend = time.monotonic() + 120\nwhile time.monotonic() < end: pass\n"
@@ -34,15 +31,6 @@ def _work(lock: threading.Lock, rounds: int) -> int:
     return total
 
 
-# The pure-Python path still runs part of its bookkeeping while the lock is held: on a loaded
-# machine the interpreter switches threads inside that window and the others queue behind it
-# (a convoy of its own making), which can reach a starvation verdict. Expected to fail there
-# until that bookkeeping leaves the held window; the C path must pass.
-@pytest.mark.xfail(
-    not _fast_path.SPEEDUPS,
-    reason="the pure-Python path's held-window bookkeeping makes a convoy on a loaded machine",
-    strict=False,
-)
 def test_an_uncontended_pool_on_a_loaded_machine_is_never_starved(watched):
     hogs = [
         subprocess.Popen([sys.executable, "-c", HOG]) for _ in range(max(1, os.cpu_count() or 1))
