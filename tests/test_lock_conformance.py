@@ -98,22 +98,10 @@ class TestBarrier(_Instrumented, lock_tests.BarrierTests):
 class TestFactories(_Instrumented):
     """What the patched factories are, beyond the suites above."""
 
-    def test_a_factory_kept_as_a_class_attribute_is_not_bound(self) -> None:
-        """``threading.Lock`` / ``RLock`` are builtins or plain functions a class attribute does
-        not bind (``make = threading.Lock``; ``self.make()``): neither does their replacement."""
-
-        class Holder:
-            make = threading.Lock
-            make_reentrant = threading.RLock
-
-        holder = Holder()
-        self.assertIs(type(holder.make()), LockProxy)
-        self.assertIs(type(holder.make_reentrant()), RLockProxy)
-
     def test_the_machinery_s_conditions_stay_plain_and_the_program_s_are_watched(self) -> None:
         """A ``Future`` (one per task of a pool) makes a Condition, which makes an RLock: the
-        standard library's own, never watched (on the C path without a Python frame: the
-        ``CreationGate``); a condition the program makes right after is watched as ever."""
+        standard library's own, never watched (the condition's wrapper asks once, and makes the
+        RLock itself); a condition the program makes right after is watched as ever."""
         from concurrent.futures import Future
 
         for _ in range(3):  # the module's answer is cached after the first

@@ -30,7 +30,7 @@ from ._bookkeeping import (
     untrack,
 )
 from ._fast_path import speedups
-from ._naming import MACHINERY, LockClass, lock_class, watched_site
+from ._naming import LockClass, lock_class, watched_site
 from ._switched_out import window_code, window_wait
 
 __all__ = [
@@ -418,11 +418,7 @@ def proxy_factory(original: Any, kind: str, proxy: type[LockProxy]) -> Any:
     def factory(*args: Any, **kwargs: Any) -> Any:
         return _made(original, kind, watch, args, kwargs)
 
-    # Neither is a descriptor: a class attribute `make = threading.Lock` calls it unbound, as it
-    # calls the builtin it replaces.
-    if speedups is None:
-        return staticmethod(factory)
-    return speedups.CreationCall(original, factory, MACHINERY)
+    return factory
 
 
 def executor_init_factory(original: Any) -> Any:
