@@ -7,6 +7,7 @@ checks that, so the suite cannot pass by testing plain locks).
 
 from __future__ import annotations
 
+import pickle
 import threading
 import unittest
 
@@ -98,10 +99,31 @@ class TestBarrier(_Instrumented, lock_tests.BarrierTests):
 class TestFactories(_Instrumented):
     """What the patched factories are, beyond the suites above."""
 
+    def test_a_factory_kept_as_a_class_attribute_is_not_bound(self) -> None:
+        """``threading.Lock`` / ``RLock`` are builtins or plain functions a class attribute does
+        not bind (``make = threading.Lock``; ``self.make()``): neither does their replacement."""
+
+        class Holder:
+            make = threading.Lock
+            make_reentrant = threading.RLock
+
+        holder = Holder()
+        self.assertIs(type(holder.make()), LockProxy)
+        self.assertIs(type(holder.make_reentrant()), RLockProxy)
+
+    def test_the_patched_factories_pickle_by_reference(self) -> None:
+        """pickle saves ``threading.Lock`` / ``RLock`` / ``Condition.__init__`` by name, as it
+        saves the originals (a spawn or forkserver ``Manager`` pickles its registry, which holds
+        the factories), and loads them back as the very objects installed."""
+        for patched in (threading.Lock, threading.RLock, threading.Condition.__init__):
+            for protocol in range(pickle.HIGHEST_PROTOCOL + 1):
+                with self.subTest(patched=patched, protocol=protocol):
+                    self.assertIs(pickle.loads(pickle.dumps(patched, protocol)), patched)
+
     def test_the_machinery_s_conditions_stay_plain_and_the_program_s_are_watched(self) -> None:
         """A ``Future`` (one per task of a pool) makes a Condition, which makes an RLock: the
-        standard library's own, never watched (the condition's wrapper asks once, and makes the
-        RLock itself); a condition the program makes right after is watched as ever."""
+        standard library's own, never watched (on the C path without a Python frame: the
+        ``CreationGate``); a condition the program makes right after is watched as ever."""
         from concurrent.futures import Future
 
         for _ in range(3):  # the module's answer is cached after the first

@@ -38,7 +38,7 @@ from ..record._outbox import OUTBOX
 from ..record._recorder import RECORDER
 from ._bookkeeping import current_context
 from ._fast_path import speedups
-from ._naming import LockClass, lock_class, made_by_machinery, watched_site
+from ._naming import MACHINERY, LockClass, lock_class, made_by_machinery, watched_site
 from ._signal_waits import gave, signal_stats, skip_frames_of, task_state, thread_state, waited
 from ._threading import LockProxy, RLockProxy
 
@@ -196,7 +196,7 @@ def condition_init_factory(original: Any) -> Any:
             except Exception as exc:
                 OUTBOX.failed(exc)
 
-    return __init__
+    return __init__ if speedups is None else speedups.CreationGate(original, __init__, MACHINERY)
 
 
 # -- asyncio.Condition ----------------------------------------------------------------------

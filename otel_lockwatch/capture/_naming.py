@@ -32,6 +32,7 @@ from typing import Any, TypeVar
 from ..record._lock_class import LockClass, lock_class, note_role
 
 __all__ = [
+    "MACHINERY",
     "LockClass",
     "lock_class",
     "made_by_machinery",
@@ -69,11 +70,11 @@ _INTERNAL_PACKAGES = EXCLUDED_PACKAGES + (
 _EXCLUSION_DEPTH = 6
 
 
-def _membership(packages: tuple[str, ...]) -> Any:
+def _membership(packages: tuple[str, ...], known: dict[str, bool]) -> Any:
     """``is_in(module)``: whether ``module`` is one of ``packages`` or inside one (not
-    ``asyncio_pool``), answered once per module name (every lock and condition created while
-    instrumented asks, for several frames: a pool's futures make one per task)."""
-    known: dict[str, bool] = {}
+    ``asyncio_pool``), answered once per module name and noted in ``known`` (every lock and
+    condition created while instrumented asks, for several frames: a pool's futures make one per
+    task)."""
 
     def is_in(module: str) -> bool:
         answer = known.get(module)
@@ -86,8 +87,11 @@ def _membership(packages: tuple[str, ...]) -> Any:
     return is_in
 
 
-_internal = _membership(_INTERNAL_PACKAGES)
-_excluded = _membership(EXCLUDED_PACKAGES)
+#: Module name -> whether it is in ``_INTERNAL_PACKAGES`` (the machinery), as answered so far: the
+#: C path's ``CreationGate`` reads it to send the machinery's creations straight to the original.
+MACHINERY: dict[str, bool] = {}
+_internal = _membership(_INTERNAL_PACKAGES, MACHINERY)
+_excluded = _membership(EXCLUDED_PACKAGES, {})
 
 
 def _module_of(frame: Any) -> str:

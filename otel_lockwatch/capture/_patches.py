@@ -165,13 +165,16 @@ def _optional_targets() -> list[Patch]:
     return out
 
 
+#: The replacements that pickle by reference, so are named where they are installed.
+_NAMED = (types.FunctionType, *_threading.CREATION_WRAPPERS)
 _ABSENT = object()  # what an attribute that did not exist is restored to: nothing
 _found: list[tuple[Patch, Any]] = []  # each installed patch, with what it replaced
 
 
-def _name_as_installed(replacement: types.FunctionType, patch: Patch) -> None:
+def _name_as_installed(replacement: Any, patch: Patch) -> None:
     # pickle saves a function as a reference, module and qualified name, and checks that the
-    # name leads back to it: name it where it is installed.
+    # name leads back to it: name it where it is installed (a factory that is no function,
+    # _threading.proxy_factory's, pickles by the same name: its __reduce__ gives it).
     owner = patch.owner
     if isinstance(owner, types.ModuleType):
         replacement.__module__ = owner.__name__
@@ -203,9 +206,9 @@ def install() -> None:
             original = vars(patch.owner).get(patch.name, _ABSENT)
             inherited = getattr(patch.owner, patch.name, None)
             replacement = patch.build(inherited if original is _ABSENT else original, *patch.args)
-            if isinstance(replacement, types.FunctionType):
-                if original is not _ABSENT:
-                    functools.update_wrapper(replacement, original)
+            if isinstance(replacement, types.FunctionType) and original is not _ABSENT:
+                functools.update_wrapper(replacement, original)
+            if isinstance(replacement, _NAMED):
                 _name_as_installed(replacement, patch)
             _found.append((patch, original))
             setattr(patch.owner, patch.name, replacement)

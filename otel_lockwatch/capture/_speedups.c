@@ -87,6 +87,7 @@ static PyObject *g_false_args; /* (False,) */
 static PyInterpreterState *g_interp = NULL;
 
 /* interned attribute names */
+static PyObject *s_dunder_name;
 static PyObject *s_st, *s_acquire, *s_release, *s_append, *s_pop, *s_lockwatch_class, *s_value,
     *s_lw_capacity, *s_waiters, *s_is_owned;
 static PyObject *g_one, *g_minus_one;
@@ -1478,6 +1479,7 @@ typedef struct {
     PyObject *python;   /* the Python implementation, for every call not handled here */
     PyObject *globals;  /* vars(sections._array): frames to skip to find the acquisition site */
     int mirror;         /* release: do the array's release inline */
+    PyObject *dict;     /* __module__ / __qualname__ as installed (_patches), for pickle */
 } SectionFn;
 
 static int
@@ -1486,6 +1488,7 @@ SectionFn_traverse(SectionFn *self, visitproc visit, void *arg)
     Py_VISIT(self->original);
     Py_VISIT(self->python);
     Py_VISIT(self->globals);
+    Py_VISIT(self->dict);
     return 0;
 }
 
@@ -1495,6 +1498,7 @@ SectionFn_clear(SectionFn *self)
     Py_CLEAR(self->original);
     Py_CLEAR(self->python);
     Py_CLEAR(self->globals);
+    Py_CLEAR(self->dict);
     return 0;
 }
 
@@ -1534,6 +1538,19 @@ SectionFn_doc(SectionFn *self, void *Py_UNUSED(closure))
 static PyGetSetDef SectionFn_getset[] = {
     {"__doc__", (getter)SectionFn_doc, NULL, NULL, NULL},
     {NULL, NULL, NULL, NULL, NULL},
+};
+
+/* pickle saves it as a reference to where it is installed (the name _patches gave it), as it
+ * saves the function or builtin it replaced; unpickling looks the name up again. */
+static PyObject *
+SectionFn_reduce(PyObject *self, PyObject *Py_UNUSED(ignored))
+{
+    return PyObject_GetAttrString(self, "__qualname__");
+}
+
+static PyMethodDef SectionFn_methods[] = {
+    {"__reduce__", SectionFn_reduce, METH_NOARGS, NULL},
+    {NULL, NULL, 0, NULL},
 };
 
 static PyMemberDef SectionFn_members[] = {
@@ -1934,8 +1951,10 @@ SectionFn_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
         .tp_call = PyVectorcall_Call,                                                          \
         .tp_descr_get = SectionFn_get,                                                         \
         .tp_getattro = (getattrofunc)SectionFn_getattro,                                       \
+        .tp_methods = SectionFn_methods,                                                       \
         .tp_members = SectionFn_members,                                                       \
         .tp_getset = SectionFn_getset,                                                         \
+        .tp_dictoffset = offsetof(SectionFn, dict),                                            \
         .tp_new = NAME##_new,                                                                         \
     }
 
@@ -2263,6 +2282,50 @@ SECTION_FN_TYPE(ConditionNotify,
                 "ConditionNotify(original, python, condition, mirror): a watched threading.Condition's "
                 "notify.",
                 cond_notify);
+
+/* ==========================================================================================
+ * CreationGate: a patched lock factory or __init__ (_threading.proxy_factory's, the patched
+ * threading.Condition.__init__) for a creator that is the standard library's own concurrency
+ * machinery (_naming.made_by_machinery: a pool's Future makes a Condition, which makes an RLock,
+ * for every task). SectionFn's layout, with `globals` _naming's answers so far (module name ->
+ * whether it is machinery): when the calling Python frame's module is answered True, the call
+ * goes straight to the original, arguments unchanged, as the Python wrapper would send it, with
+ * no Python frame made; every other call (a module not answered yet, no Python caller) goes to
+ * the Python wrapper, which answers (and notes the answer).
+ * ========================================================================================== */
+static PyObject *
+creation_gate(SectionFn *fn, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+{
+    PyObject *g = PyEval_GetGlobals(); /* borrowed: the caller's, without making its frame */
+    if (g != NULL && PyDict_Check(g) && PyDict_Check(fn->globals)) {
+        PyObject *name = PyDict_GetItemWithError(g, s_dunder_name);
+        PyObject *machinery = name == NULL ? NULL : PyDict_GetItemWithError(fn->globals, name);
+        if (machinery == Py_True)
+            return PyObject_Vectorcall(fn->original, args, nargsf, kwnames);
+        if (PyErr_Occurred())
+            PyErr_Clear(); /* an odd __name__: the Python wrapper decides */
+    }
+    return PyObject_Vectorcall(fn->python, args, nargsf, kwnames);
+}
+
+SECTION_FN_TYPE(CreationGate,
+                "CreationGate(original, python, answers): a patched __init__ that sends the "
+                "standard library machinery's calls straight to the original.",
+                creation_gate);
+/* The same for a factory (threading.Lock is a builtin, which a class attribute does not bind:
+ * neither may its replacement, so this one is no descriptor; set up at the module's init). */
+SECTION_FN_TYPE(CreationCall,
+                "CreationCall(original, python, answers): a patched lock factory that sends the "
+                "standard library machinery's calls straight to the original.",
+                creation_gate);
+
+static int
+creation_call_ready(void)
+{
+    CreationCall_Type.tp_descr_get = NULL;
+    CreationCall_Type.tp_flags &= ~Py_TPFLAGS_METHOD_DESCRIPTOR;
+    return PyType_Ready(&CreationCall_Type);
+}
 
 /* ==========================================================================================
  * Module
@@ -2598,6 +2661,7 @@ PyMODINIT_FUNC
 PyInit__speedups(void)
 {
     INTERN(s_st, "st");
+    INTERN(s_dunder_name, "__name__");
     INTERN(s_acquire, "acquire");
     INTERN(s_release, "release");
     INTERN(s_append, "append");
@@ -2654,7 +2718,8 @@ PyInit__speedups(void)
         PyType_Ready(&StatsBase_Type) < 0 ||
         PyType_Ready(&SectionAcquire_Type) < 0 ||
         PyType_Ready(&SectionRelease_Type) < 0 || PyType_Ready(&SemaphoreAcquire_Type) < 0 ||
-        PyType_Ready(&SemaphoreRelease_Type) < 0 || PyType_Ready(&ConditionNotify_Type) < 0)
+        PyType_Ready(&SemaphoreRelease_Type) < 0 || PyType_Ready(&ConditionNotify_Type) < 0 ||
+        PyType_Ready(&CreationGate_Type) < 0 || creation_call_ready() < 0)
         return NULL;
     PyObject *m = PyModule_Create(&speedups_module);
     if (m == NULL)
@@ -2667,6 +2732,8 @@ PyInit__speedups(void)
         PyModule_AddObjectRef(m, "SemaphoreAcquire", (PyObject *)&SemaphoreAcquire_Type) < 0 ||
         PyModule_AddObjectRef(m, "SemaphoreRelease", (PyObject *)&SemaphoreRelease_Type) < 0 ||
         PyModule_AddObjectRef(m, "ConditionNotify", (PyObject *)&ConditionNotify_Type) < 0 ||
+        PyModule_AddObjectRef(m, "CreationGate", (PyObject *)&CreationGate_Type) < 0 ||
+        PyModule_AddObjectRef(m, "CreationCall", (PyObject *)&CreationCall_Type) < 0 ||
         PyModule_AddIntConstant(m, "STATS_OWNED", STATS_USED) < 0) {
         Py_DECREF(m);
         return NULL;

@@ -30,10 +30,11 @@ from ._bookkeeping import (
     untrack,
 )
 from ._fast_path import speedups
-from ._naming import LockClass, lock_class, watched_site
+from ._naming import MACHINERY, LockClass, lock_class, watched_site
 from ._switched_out import window_code, window_wait
 
 __all__ = [
+    "CREATION_WRAPPERS",
     "LockProxy",
     "RLockProxy",
     "executor_init_factory",
@@ -415,10 +416,40 @@ def proxy_factory(original: Any, kind: str, proxy: type[LockProxy]) -> Any:
         }
         return _LockType(kind.rpartition(".")[2], (), namespace)
 
-    def factory(*args: Any, **kwargs: Any) -> Any:
+    # Neither is a descriptor: a class attribute `make = threading.Lock` calls it unbound, as it
+    # calls the builtin it replaces; both pickle by the name they are installed under.
+    if speedups is None:
+        return _Factory(original, kind, watch)
+
+    def factory(*args: Any, **kwargs: Any) -> Any:  # every call the C gate does not answer
         return _made(original, kind, watch, args, kwargs)
 
-    return factory
+    return speedups.CreationCall(original, factory, MACHINERY)
+
+
+class _Factory:
+    """The pure path's patched lock factory: a callable that is no descriptor, and that pickle
+    saves as a reference to where it is installed (``_patches`` names it), as the builtin it
+    replaced."""
+
+    def __init__(self, original: Any, kind: str, watch: Any) -> None:
+        self.__wrapped__ = original
+        self._kind = kind
+        self._watch = watch
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return _made(self.__wrapped__, self._kind, self._watch, args, kwargs)
+
+    def __reduce__(self) -> str:
+        # named by _patches where it is installed; otherwise pickle's lookup fails, as it should
+        name: str = vars(self).get("__qualname__", "<a lock factory not installed>")
+        return name
+
+
+#: The replacements of a lock factory or ``Condition.__init__`` that are not Python functions.
+CREATION_WRAPPERS: tuple[type, ...] = (
+    (_Factory,) if speedups is None else (_Factory, speedups.CreationCall, speedups.CreationGate)
+)
 
 
 def executor_init_factory(original: Any) -> Any:
