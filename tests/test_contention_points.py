@@ -13,6 +13,8 @@ from typing import Any
 
 import pytest
 from _snapshots import merged_as_shares
+from hypothesis import given
+from hypothesis import strategies as st
 
 from otel_lockwatch.exceptions import ManifestError
 from otel_lockwatch.manifest._check import check_doc
@@ -262,6 +264,31 @@ def test_the_timeline_doubles_its_width_and_keeps_its_sums():
     assert doc["start_ms"] % doc["width_ms"] == 0
     assert sum(doc["locks"]["l"]["wait_ns"]) == wait
     assert sum(doc["locks"]["l"]["hold_ns"]) == 2 * wait
+
+
+@given(
+    st.integers(0, 10**6),
+    st.lists(st.tuples(st.integers(0, 400), st.integers(1, 10**9)), min_size=1, max_size=60),
+)
+def test_every_bucket_holds_what_ended_in_it(start_bucket, steps):
+    """Against a reference: each sample's growth lands in the bucket of its time at the final
+    width (however many doublings came between), bucket by bucket; the rows are allocated
+    whole once, so a long run holds no more than a short one."""
+    t = Timeline()
+    now, total, ends = 1_000_000_000 + 100 * start_bucket, 0, []
+    for gap_buckets, grown in steps:
+        now += 100 * gap_buckets
+        total += grown
+        ends.append((now, grown))
+        t.sample({"l": (total, 0)}, now)
+    doc = t.to_json()
+    assert doc is not None
+    width, start = doc["width_ms"], doc["start_ms"]
+    expected = [0] * doc["buckets"]
+    for at, grown in ends:
+        expected[at // width - start // width] += grown
+    assert doc["locks"]["l"]["wait_ns"] == expected
+    assert all(len(row) == MAX_BUCKETS for row in t.locks["l"])
 
 
 def test_timelines_merge_on_the_epochs_bucket_boundaries():

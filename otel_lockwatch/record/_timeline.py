@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import _thread
 import time
+from array import array
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -42,6 +43,14 @@ MAX_BUCKETS = 256
 MAX_LOCKS = 8
 #: A class's series, in the order of a row.
 SERIES = ("wait_ns", "hold_ns")
+_INT64_MAX = 2**63 - 1
+_EMPTY_ROW = bytes(8 * MAX_BUCKETS)
+
+
+def _rows() -> list[Any]:
+    """A class's rows of the process's timeline: :data:`MAX_BUCKETS` signed 64-bit sums each,
+    made whole when the class is first sampled, so a long run holds no more than a short one."""
+    return [array("q", _EMPTY_ROW) for _ in SERIES]
 
 
 def _regrid(
@@ -63,7 +72,7 @@ def _regrid(
                     row[(start_ms + i * part_width) // width - first] += v
 
 
-def _top(locks: Mapping[str, list[list[int]]], keep: int | None) -> list[str]:
+def _top(locks: Mapping[str, Any], keep: int | None) -> list[str]:
     return sorted(locks, key=lambda name: (-sum(locks[name][0]), -sum(locks[name][1]), name))[:keep]
 
 
@@ -79,7 +88,7 @@ def _document(
         "start_ms": first * width,
         "buckets": n,
         "locks": {
-            name: {key: list(row) for key, row in zip(SERIES, locks[name], strict=True)}
+            name: {key: list(row[:n]) for key, row in zip(SERIES, locks[name], strict=True)}
             for name in _top(locks, keep)
         },
     }
@@ -98,7 +107,7 @@ class Timeline:
             self.width_ms = BASE_MS
             self.first: int | None = None  # the first bucket's index (epoch ms // width)
             self.n = 0
-            self.locks: dict[str, list[list[int]]] = {}  # name -> [wait row, hold row]
+            self.locks: dict[str, list[Any]] = {}  # name -> [wait row, hold row] (_rows)
             self._seen: dict[str, tuple[int, int]] = {}
             self._next = 0.0  # when a periodic sample is due (perf_counter)
             self._busy = False  # a sample is under way (on the thread holding the lock)
@@ -112,12 +121,11 @@ class Timeline:
         assert self.first is not None
         first = self.first // 2
         n = (self.first + self.n - 1) // 2 - first + 1
-        for name, rows in self.locks.items():
-            doubled = [[0] * n for _ in SERIES]
-            for new, row in zip(doubled, rows, strict=True):
-                for i, v in enumerate(row):
-                    new[(self.first + i) // 2 - first] += v
-            self.locks[name] = doubled
+        for rows in self.locks.values():
+            for row in rows:  # in place: bucket i goes to (first + i) // 2 - first, never above i
+                for i in range(self.n):
+                    v, row[i] = row[i], 0
+                    row[(self.first + i) // 2 - first] += v
         self.first, self.n, self.width_ms = first, n, self.width_ms * 2
 
     def sample(self, totals: Mapping[str, tuple[int, int]], now_ms: int) -> None:
@@ -130,12 +138,7 @@ class Timeline:
             while index - self.first >= MAX_BUCKETS:
                 self._double()
                 index = now_ms // self.width_ms
-            if index - self.first >= self.n:
-                grow = index - self.first + 1 - self.n
-                for rows in self.locks.values():
-                    for row in rows:
-                        row.extend([0] * grow)
-                self.n += grow
+            self.n = max(self.n, index - self.first + 1)  # the rows are whole: (_rows)
             seen = self._seen
             for name, (wait, hold) in totals.items():
                 was = seen.get(name, (0, 0))
@@ -144,9 +147,9 @@ class Timeline:
                 if grown[0] or grown[1]:
                     series = self.locks.get(name)
                     if series is None:
-                        series = self.locks[name] = [[0] * self.n for _ in SERIES]
+                        series = self.locks[name] = _rows()
                     for row, v in zip(series, grown, strict=True):
-                        row[index - self.first] += v
+                        row[index - self.first] = min(row[index - self.first] + v, _INT64_MAX)
 
     def sample_states(self, states: Iterable[Any], periodic: bool = False) -> dict[str, Any]:
         """:meth:`sample` the wait and hold totals of every worker state's ``Stats``, now, and
