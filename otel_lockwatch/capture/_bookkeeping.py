@@ -451,8 +451,9 @@ def untrack(st: WorkerState, entry: tuple, s: Stats, t0: int, ctx: Any, index: i
     # bucket_of(h), inlined: the one copy on the hot path (a call would cost every release).
     b = h.bit_length()
     b = ((b - 5) << 4) + (h >> (b - 5)) if b > 5 else h
-    hist = s.hold_histogram
+    hist = s.hold_histogram  # the C path's Stats gives a copy: assigned back
     hist[b] = hist.get(b, 0) + 1
+    s.hold_histogram = hist
     if h > s.hold_max_ns:
         s.hold_max_ns = h
     if h < s.hold_min_ns:

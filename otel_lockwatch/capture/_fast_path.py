@@ -31,8 +31,9 @@ The contract between the two, each half declared once beside the Python code it 
   C, and C addresses the leading fields of each table by position: renaming a field is one edit
   of its table.
 - What it owns: the counters a pair writes, as C integers of ``_speedups.StatsBase`` (the base of
-  :func:`new_stats`'s class on this path), named from the ``Stats`` table, with the
-  latest holds' histogram buckets pending in C until ``hold_histogram`` is read; and each
+  :func:`new_stats`'s class on this path), named from the ``Stats`` table, with the hold
+  histogram's first 512 buckets counted in a fixed C array (``hold_histogram`` reads a new dict
+  of them and the rest, and an assignment replaces both); and each
   thread's ``WorkerState``, cached in a C thread-local (read again after a fork).
 - Its clock is ``CLOCK_MONOTONIC``, which is ``time.perf_counter_ns()`` on Linux; an error in its
   bookkeeping after the lock changed hands goes to ``OUTBOX.failed``.

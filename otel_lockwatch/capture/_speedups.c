@@ -376,25 +376,23 @@ hist_add(PyObject *hist, long long v)
  * StatsBase: a worker's Stats with the counters the uncontended path writes owned by C
  * ------------------------------------------------------------------------------------------
  * Written as Python ints, each pair's counters cost an allocation apiece. Here they are C
- * integers, and a hold's histogram bucket is counted in a small direct-mapped table of pending
- * buckets, which goes into the histogram's dict when a bucket needs the entry another one holds,
- * or when anyone reads the histogram. Python reads and writes them under the Stats table's names
- * (bound by setup(), as the hold's members of LockBase), so the Python code, the snapshot and
- * the merge see one Stats whichever path made it. _bookkeeping derives the class the C path's
- * process uses from this one (the rest of the table as slots).
+ * integers, and a hold's histogram bucket is counted in place in a fixed array of the first
+ * DENSE buckets (every hold under 2^35 ns, 34 s), allocated with the Stats: however many holds a
+ * worker records, its histogram holds no more memory. The dict keeps the rest (a longer hold, a
+ * count that would wrap) and what Python assigned; reading `hold_histogram` gives a new dict of
+ * both, assigning it replaces both (Python code adds a hold or merges by reading, adding and
+ * assigning back). Python reads and writes these under the Stats table's names (bound by
+ * setup(), as the hold's members of LockBase), so the Python code, the snapshot and the merge
+ * see one Stats whichever path made it. _bookkeeping derives the class the C path's process
+ * uses from this one (the rest of the table as slots).
  * ========================================================================================== */
-enum { PENDING = 16 }; /* a power of two: bucket b waits in entry b & (PENDING - 1) */
-
-typedef struct {
-    int32_t bucket;  /* -1: empty (a bucket of a duration is under 1024) */
-    uint32_t count;  /* goes to the dict before it wraps */
-} Pending;
+enum { DENSE = 512 }; /* bucket_of(2 ** 35) */
 
 typedef struct {
     PyObject_HEAD
     long long counts[STATS_USED]; /* indexed by STATS_*; STATS_HOLD_HISTOGRAM's is unused */
-    PyObject *hold_histogram;     /* bucket -> count, without the pending ones */
-    Pending pending[PENDING];
+    PyObject *hold_histogram;     /* bucket -> count: those not in `dense` */
+    uint32_t *dense;              /* DENSE bucket counts */
 } StatsBase;
 
 static PyTypeObject StatsBase_Type;
@@ -406,7 +404,7 @@ c_stats(PyObject *s)
     return (t->tp_base == &StatsBase_Type || t == &StatsBase_Type) ? (StatsBase *)s : NULL;
 }
 
-/* The histogram's dict, or NULL with a TypeError. Pending buckets exist only while it is one. */
+/* The histogram's dict, or NULL with a TypeError. */
 static inline PyObject *
 histogram_dict(StatsBase *self)
 {
@@ -418,43 +416,25 @@ histogram_dict(StatsBase *self)
     return NULL;
 }
 
-/* The pending buckets into the dict (errors: -1, what could not go in stays pending). */
-static int
-flush_pending(StatsBase *self)
-{
-    for (int i = 0; i < PENDING; i++) {
-        Pending *p = &self->pending[i];
-        if (p->count == 0)
-            continue;
-        PyObject *hist = histogram_dict(self);
-        if (hist == NULL || bucket_add(hist, p->bucket, p->count) < 0)
-            return -1;
-        p->count = 0;
-        p->bucket = -1;
-    }
-    return 0;
-}
-
 /* One hold of h ns into the histogram. */
 static inline int
-pending_add(StatsBase *self, long long h)
+hold_add(StatsBase *self, long long h)
 {
-    PyObject *hist = histogram_dict(self);
+    PyObject *hist = histogram_dict(self); /* the histogram is one while it is a dict */
     if (hist == NULL)
         return -1;
     long long b = bucket_of(h);
-    if (b < 0 || b > INT32_MAX)
-        return bucket_add(hist, b, 1);
-    Pending *p = &self->pending[b & (PENDING - 1)];
-    if (p->bucket == b && p->count < UINT32_MAX) {
-        p->count++;
+    if (b >= 0 && b < DENSE) {
+        if (self->dense[b] < UINT32_MAX) {
+            self->dense[b]++;
+            return 0;
+        }
+        if (bucket_add(hist, b, (long long)UINT32_MAX + 1) < 0) /* it would wrap: to the dict */
+            return -1;
+        self->dense[b] = 0;
         return 0;
     }
-    if (p->count != 0 && bucket_add(hist, p->bucket, p->count) < 0)
-        return -1;
-    p->bucket = (int32_t)b;
-    p->count = 1;
-    return 0;
+    return bucket_add(hist, b, 1);
 }
 
 static PyObject *
@@ -463,8 +443,11 @@ StatsBase_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     StatsBase *self = (StatsBase *)type->tp_alloc(type, 0);
     if (self == NULL)
         return NULL;
-    for (int i = 0; i < PENDING; i++)
-        self->pending[i].bucket = -1;
+    self->dense = PyMem_Calloc(DENSE, sizeof(uint32_t));
+    if (self->dense == NULL) {
+        Py_DECREF(self);
+        return PyErr_NoMemory();
+    }
     self->hold_histogram = PyDict_New();
     if (self->hold_histogram == NULL) {
         Py_DECREF(self);
@@ -492,24 +475,30 @@ StatsBase_dealloc(StatsBase *self)
 {
     PyObject_GC_UnTrack(self);
     StatsBase_clear(self);
+    PyMem_Free(self->dense);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
-/* The histogram, with every pending bucket in it. */
+/* The histogram: a new dict, the dict's buckets and the counted ones. */
 static PyObject *
 StatsBase_get_histogram(StatsBase *self, void *Py_UNUSED(closure))
 {
-    if (flush_pending(self) < 0)
-        return NULL;
     if (self->hold_histogram == NULL) { /* cleared by the collector */
         PyErr_SetString(PyExc_AttributeError, "hold_histogram");
         return NULL;
     }
-    return Py_NewRef(self->hold_histogram);
+    if (!PyDict_Check(self->hold_histogram)) /* what was assigned, as assigned */
+        return Py_NewRef(self->hold_histogram);
+    PyObject *out = PyDict_Copy(self->hold_histogram);
+    for (int b = 0; out != NULL && b < DENSE; b++) {
+        if (self->dense[b] != 0 && bucket_add(out, b, self->dense[b]) < 0)
+            Py_CLEAR(out);
+    }
+    return out;
 }
 
-/* A new histogram (a slot's assignment: any value; a release then fails, and is counted, until
- * it is a dict again): the pending buckets go to the one it replaces. */
+/* A new histogram, in place of the whole of the old one (a slot's assignment: any value; a
+ * release then fails, and is counted, until it is a dict again). */
 static int
 StatsBase_set_histogram(StatsBase *self, PyObject *value, void *Py_UNUSED(closure))
 {
@@ -517,8 +506,7 @@ StatsBase_set_histogram(StatsBase *self, PyObject *value, void *Py_UNUSED(closur
         PyErr_SetString(PyExc_TypeError, "otel_lockwatch: a Stats keeps its hold histogram");
         return -1;
     }
-    if (flush_pending(self) < 0)
-        return -1;
+    memset(self->dense, 0, DENSE * sizeof(uint32_t));
     Py_XSETREF(self->hold_histogram, Py_NewRef(value));
     return 0;
 }
@@ -967,7 +955,7 @@ untrack(PyObject *st, PyObject *entry, PyObject *s, long long t0, PyObject *ctx,
             c->counts[STATS_HOLD_MAX] = h;
         if (h < c->counts[STATS_HOLD_MIN])
             c->counts[STATS_HOLD_MIN] = h;
-        if (pending_add(c, h) < 0)
+        if (hold_add(c, h) < 0)
             goto fail;
     }
     else {

@@ -102,9 +102,10 @@ class Stats:
             mine, theirs = getattr(self, name), getattr(other, name)
             if how == "sites":
                 self.sites = merge_tables(mine, theirs)
-            elif how == "buckets":
+            elif how == "buckets":  # read, added to, assigned back (the C path's is a copy)
                 for bucket, n in theirs.items():
                     mine[bucket] = mine.get(bucket, 0) + n
+                setattr(self, name, mine)
             elif how == "min":
                 setattr(self, name, min(mine, theirs))
             elif how == "max":
