@@ -204,6 +204,26 @@ def test_c_hold_histogram_holds_no_more_memory_for_more_holds(make_watched):
     # (the 16 pending entries it had before held up to 16 buckets without a dict entry)
 
 
+@needs_c
+def test_a_locks_entry_serves_again_from_a_new_frame(watched):
+    """A task is a new frame each time: the lock's held-stack entry, referred to by nothing else
+    once released, is used again with the new frame set in it (no tuple made per acquisition),
+    and always names the frame that holds the lock now."""
+    lock = threading.Lock()
+    seen: list[tuple[int, bool]] = []
+
+    def task() -> None:
+        with lock:
+            entry = RECORDER.thread_state().held[-1]
+            seen.append((id(entry), entry[1] is sys._getframe() and entry[3] is lock))
+            del entry
+
+    for _ in range(3):
+        task()
+    assert [named for _, named in seen] == [True] * 3
+    assert len({entry for entry, _ in seen}) == 1, seen
+
+
 def _try_on_another_thread(lock: object) -> bool:
     """``lock.acquire(False)`` from another thread (which then ends, holding what it took)."""
     taken: list[bool] = []

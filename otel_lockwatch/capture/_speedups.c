@@ -1096,24 +1096,42 @@ is_default_timeout(PyObject *timeout)
     return 0;
 }
 
-/* The lock's last held-stack entry (new reference) when it says the same as a new one would:
- * same class, same frame, same instruction. An entry is compared by identity only while on a
- * held stack, and a Lock's entry leaves the stack at its release, so it can serve again: no
- * tuple and no integer allocated per acquisition from the same site. Else NULL (no error). */
+/* The lock's last held-stack entry (new reference), made to say what a new one would: same class
+ * and lock, its frame and instruction set in place when they differ. An entry is compared by
+ * identity only while on a held stack, and a Lock's entry leaves the stack at its release; when
+ * nothing else refers to it (a witness keeps what it needs of it) it can serve again, as
+ * enumerate's result tuple does: no tuple (none for the collector to count) and no integer
+ * allocated per acquisition, whichever frame acquires (a pool's task is a new frame each time).
+ * Else NULL (no error). */
 static inline PyObject *
-reused_entry(PyObject *entry, PyObject *cls, PyObject *f)
+reused_entry(PyObject *entry, PyObject *cls, PyObject *f, PyObject *self)
 {
     if (entry == NULL || !PyTuple_CheckExact(entry) || PyTuple_GET_SIZE(entry) != 5 ||
-        PyTuple_GET_ITEM(entry, 0) != cls || PyTuple_GET_ITEM(entry, 1) != f ||
-        Py_REFCNT(entry) != 1)
+        PyTuple_GET_ITEM(entry, 0) != cls || PyTuple_GET_ITEM(entry, 3) != self ||
+        PyTuple_GET_ITEM(entry, 4) != Py_False || Py_REFCNT(entry) != 1)
         return NULL;
-    PyObject *lasti = PyTuple_GET_ITEM(entry, 2);
+    int lasti = PyFrame_GetLasti((PyFrameObject *)f);
+    PyObject *had = PyTuple_GET_ITEM(entry, 2);
     int overflow;
-    if (!PyLong_CheckExact(lasti) ||
-        PyLong_AsLongAndOverflow(lasti, &overflow) != PyFrame_GetLasti((PyFrameObject *)f) ||
-        overflow)
-        return NULL;
-    return Py_NewRef(entry);
+    if (!PyLong_CheckExact(had) || PyLong_AsLongAndOverflow(had, &overflow) != lasti ||
+        overflow) {
+        PyObject *now = PyLong_FromLong(lasti);
+        if (now == NULL) {
+            PyErr_Clear();
+            return NULL;
+        }
+        PyTuple_SET_ITEM(entry, 2, now);
+        Py_DECREF(had);
+    }
+    PyObject *was = PyTuple_GET_ITEM(entry, 1);
+    Py_INCREF(entry); /* ours while the old frame goes: whatever its locals' finalizers do */
+    if (was != f) {
+        PyTuple_SET_ITEM(entry, 1, Py_NewRef(f));
+        Py_DECREF(was);
+    }
+    if (!PyObject_GC_IsTracked(entry))
+        PyObject_GC_Track(entry);
+    return entry;
 }
 
 /* The tracked acquisition. Returns a new reference to True/False, NULL with an error (the
@@ -1189,7 +1207,7 @@ lock_acquire_fast(LockBase *self, int blocking)
     /* Taken: track the hold (_bookkeeping.track_hold). From here on nothing reaches the host
      * but True. */
     {
-        PyObject *entry = reused_entry(self->entry, cls, f);
+        PyObject *entry = reused_entry(self->entry, cls, f, (PyObject *)self);
         if (entry == NULL) {
             PyObject *lasti = PyLong_FromLong(PyFrame_GetLasti((PyFrameObject *)f));
             entry = lasti ? PyTuple_Pack(5, cls, f, lasti, (PyObject *)self, Py_False) : NULL;
