@@ -157,7 +157,8 @@ class Timeline:
         (a snapshot's) are never behind it, whoever samples next (the emitter, a signal
         handler's snapshot). A ``periodic`` sample (the emitter's) is skipped until the last
         one's cost has been paid back 20 times, and at least one bucket's width: walking
-        every worker's statistics takes at most ~5 % of the emitter's thread."""
+        every worker's statistics takes at most ~5 % of the emitter's thread; it returns ``{}``
+        (nobody reads it: no document is made)."""
         totals: dict[str, tuple[int, int]] = {}
         with self._lock:  # totals read in turn: each sample's are at least the last one's
             began = time.perf_counter()
@@ -174,7 +175,7 @@ class Timeline:
                 self.sample(totals, time.time_ns() // 1_000_000)
                 done = time.perf_counter()
                 self._next = done + max(self.width_ms / 1000, 20 * (done - began))
-                doc = self.to_json()
+                doc = None if periodic else self.to_json()
             finally:
                 self._busy = False
         return {} if doc is None else {"timeline": doc}
