@@ -132,8 +132,7 @@ def entry_site(entry: tuple) -> str:
 def holder_entry(hold: Any) -> tuple | None:
     """The held-stack entry of the last hold that ``hold`` (the object that keeps a lock's hold)
     tracked: the holder a waiter arrived during, or the one that released (or handed over) in
-    the moment between the waiter's failed try and this look; None when nobody this process
-    watched ever held it."""
+    the moment between the waiter's failed try and this look; None if none was ever watched."""
     try:
         return hold._lw_entry
     except AttributeError:  # never held yet

@@ -102,10 +102,8 @@ class Stats:
             mine, theirs = getattr(self, name), getattr(other, name)
             if how == "sites":
                 self.sites = merge_tables(mine, theirs)
-            elif how == "buckets":  # read, added to, assigned back (the C path's is a copy)
-                for bucket, n in theirs.items():
-                    mine[bucket] = mine.get(bucket, 0) + n
-                setattr(self, name, mine)
+            elif how == "buckets":  # a new dict, assigned (the C path's Stats reads a copy)
+                setattr(self, name, {b: mine.get(b, 0) + theirs.get(b, 0) for b in mine | theirs})
             elif how == "min":
                 setattr(self, name, min(mine, theirs))
             elif how == "max":
