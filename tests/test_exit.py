@@ -88,6 +88,32 @@ def test_sigterm_default_action_kept(tmp_path):
     assert_valid(manifest)
 
 
+def test_a_lost_sigterm_is_sent_again_in_a_child_forked_right_after_another(tmp_path):
+    """A SIGTERM whose handler never ran (it arrived just before the main thread blocked) is sent
+    again to the main thread; in a child too, even one forked within a second of the last (a
+    pool's workers): the parent's quiet time after a fork is not the child's."""
+    body = """
+        from otel_lockwatch.telemetry._exit_hooks import HOOKS
+        first = os.fork()
+        if first == 0:
+            os._exit(0)
+        os.waitpid(first, 0)
+        second = os.fork()
+        if second == 0:
+            HOOKS.LOST_SIGTERM_S = 0.0
+            os.write(HOOKS._wakeup[1], bytes([signal.SIGTERM]))  # as the C-level handler does
+            HOOKS.check_lost_sigterm()  # the emitter's look: lost, so sent again
+            for _ in range(1000):  # where the main thread runs its handler
+                pass
+            os._exit(0)  # only when nothing was sent
+        _, status = os.waitpid(second, 0)
+        print(os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGTERM, status, flush=True)
+        """
+    proc, _ = spawn(tmp_path, body)
+    out, err = proc.communicate(timeout=60)
+    assert out.split()[0] == "True", (out, err)
+
+
 def test_sigterm_chains_the_handler_installed_before(tmp_path):
     """A SIGTERM handler installed before instrument() still runs, after the manifest is written."""
     script_prelude = PRELUDE.replace(

@@ -179,6 +179,9 @@ class _Hooks:
         self._quiet_until = time.monotonic() + 1.0
 
     def _after_fork_in_child_wakeup(self) -> None:
+        # The parent's quiet time is the parent's: the child's pipe is its own (a pool's next
+        # worker, forked within a second of the last, ignored a lost SIGTERM and never ended).
+        self._quiet_until = 0.0
         if self._wakeup is None:
             return
         self._close_wakeup()
