@@ -138,7 +138,8 @@ class Timeline:
             while index - self.first >= MAX_BUCKETS:
                 self._double()
                 index = now_ms // self.width_ms
-            self.n = max(self.n, index - self.first + 1)  # the rows are whole: (_rows)
+            at = index - self.first
+            self.n = max(self.n, at + 1)  # the rows are whole: (_rows)
             seen = self._seen
             for name, (wait, hold) in totals.items():
                 was = seen.get(name, (0, 0))
@@ -149,7 +150,7 @@ class Timeline:
                     if series is None:
                         series = self.locks[name] = _rows()
                     for row, v in zip(series, grown, strict=True):
-                        row[index - self.first] = min(row[index - self.first] + v, _INT64_MAX)
+                        row[at] = min(row[at] + v, _INT64_MAX)
 
     def sample_states(self, states: Iterable[Any], periodic: bool = False) -> dict[str, Any]:
         """:meth:`sample` the wait and hold totals of every worker state's ``Stats``, now, and
