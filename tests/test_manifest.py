@@ -100,7 +100,12 @@ def hot_pool_events():
 
 def test_hot_lock_scenario():
     """A global lock hammered by 8 workers is HOT_LOCK_DETECTED, first in the register, with
-    hold percentiles matching the imposed hold, and the pool shrinks to 75 %."""
+    hold percentiles matching the imposed hold, and the pool shrinks to what the lock supports.
+
+    The workers work only while they hold a lock (their observed time is their waits and
+    holds), so the run kept 8 x 168 / 688 = 1.95 workers busy. The lock was held 160 ms in a
+    run of 688 / 8 = 86 ms: more than one lock of the class was held at once, its capacity is
+    unknown, and it supports what the run kept busy; 1.95 x 1.1 rounds up to 3."""
     m = evaluate(snapshot(hot_pool_events(), pool=EXECUTOR_8))
     assert m.verdict is Verdict.HOT_LOCK_DETECTED
     assert m.verdict == "HOT_LOCK_DETECTED"
@@ -114,22 +119,48 @@ def test_hot_lock_scenario():
     for key in ("p50_ms", "p95_ms"):
         assert abs(dist[key] - 2.0) <= 2.0 * RELATIVE_ERROR
     assert m.starvation_signatures == []
-    assert (m.nominal_pool_size, m.pool_size_source, m.recommended_pool_size) == (8, "executor", 6)
+    assert (m.nominal_pool_size, m.pool_size_source, m.recommended_pool_size) == (8, "executor", 3)
+    busy = 80 * 2 * MS + 80 * 100_000  # every hold: global_config's and the partitions'
+    observed = busy + total_wait
+    [bottleneck] = m.sizing["bottlenecks"]
+    assert bottleneck["name"] == "global_config"
+    assert (bottleneck["method"], bottleneck["capacity_source"]) == (
+        "saturation",
+        "several instances",
+    )
+    assert bottleneck["workers_supported"] == round(8 * busy / observed, 3)
+    assert m.sizing["basis"] == "measured"
     assert m.locks["global_config"]["acquisitions"] == 80
     assert m.locks["global_config"]["contentions"] == 80
     assert m.locks["partition_3"]["contentions"] == 0
 
 
 def test_hot_lock_register_is_sorted_by_wait_and_respects_the_threshold():
-    """Locks at 60 %, 30 % and 10 % of the wait: the first two are hot, in that order."""
-    events = [("w0", "a", 60 * MS, MS), ("w1", "b", 30 * MS, MS), ("w2", "c", 10 * MS, MS)]
+    """Locks at 60 %, 28 % and 12 % of the wait: the first two are hot, in that order; with a
+    threshold of 5 % the third too (its wait is 12 / 103 of the workers' time: material)."""
+    events = [("w0", "a", 60 * MS, MS), ("w1", "b", 28 * MS, MS), ("w2", "c", 12 * MS, MS)]
     m = evaluate(snapshot(events))
     assert [(h["lock"], h["wait_share_pct"]) for h in m.hot_lock_register] == [
         ("a", 60.0),
-        ("b", 30.0),
+        ("b", 28.0),
     ]
     assert sorted(m.hold_time_distribution) == ["a", "b"]
     assert evaluate(snapshot(events), hot_lock_threshold_pct=5).hot_lock_register[2]["lock"] == "c"
+
+
+def test_a_lock_is_hot_only_when_its_wait_is_material():
+    """A lock with all of a tiny aggregate wait is not hot: 16 workers that waited 5 % of their
+    time (a well-sized pool) are LOW_CONTENTION; at 10 % of their time the lock is hot."""
+    work = 95 * MS
+    events = [(f"w{i:02d}", "pool", 5 * MS, MS) for i in range(16)]
+    m = evaluate(snapshot(events, idle_ns=work - MS))
+    assert m.verdict is Verdict.LOW_CONTENTION
+    assert m.hot_lock_register == []
+    assert m.effective_throughput_pct == 95.0
+    events = [(f"w{i:02d}", "pool", 10 * MS, MS) for i in range(16)]
+    m = evaluate(snapshot(events, idle_ns=90 * MS - MS))
+    assert m.verdict is Verdict.HOT_LOCK_DETECTED
+    assert m.effective_throughput_pct == 90.0
 
 
 def test_hot_lock_ties_are_ordered_by_name():
@@ -140,7 +171,8 @@ def test_hot_lock_ties_are_ordered_by_name():
 
 def test_starvation_scenario():
     """One worker starved on a lock the seven others take freely: STARVATION_OBSERVED naming
-    that worker and lock, the median 0 replaced by the floor; the pool halves."""
+    that worker and lock, the median 0 replaced by the floor. The workers do nothing but hold
+    the lock (u = 1): it supports one worker, and 1.04 busy x 1.1 rounds up to 2."""
     events = [(f"w{i}", "shared", 0, 50_000) for i in range(7) for _ in range(20)]
     events += [("w7", "shared", 5 * MS, 50_000) for _ in range(10)]
     m = evaluate(snapshot(events, pool=EXECUTOR_8))
@@ -148,7 +180,8 @@ def test_starvation_scenario():
     assert m.starvation_signatures == [
         {"worker": "w7", "lock": "shared", "wait_ms": 50.0, "median_wait_ms": 0.0}
     ]
-    assert m.recommended_pool_size == 4
+    assert m.recommended_pool_size == 2
+    assert m.sizing["bottlenecks"][0]["utilization_per_worker"] == 1.0
 
 
 def test_starvation_against_a_nonzero_median():
@@ -188,7 +221,8 @@ def test_small_waits_are_not_starvation():
 
 def test_cycle_scenario():
     """An A->B / B->A precursor that never deadlocked: CYCLIC_ORDERING_DETECTED with the witness,
-    even though nothing waited."""
+    even though nothing waited. Nothing waited, so no lock limits the pool: a smaller pool
+    would not take the locks in another order, and the size stays."""
     data = snapshot(
         [("t1", "A", 0, MS), ("t1", "B", 0, MS), ("t2", "A", 0, MS), ("t2", "B", 0, MS)],
         cycle_edges=[("A", "B", "t1"), ("B", "A", "t2")],
@@ -196,7 +230,8 @@ def test_cycle_scenario():
     )
     m = evaluate(data)
     assert m.verdict is Verdict.CYCLIC_ORDERING_DETECTED
-    assert m.recommended_pool_size == 4
+    assert m.recommended_pool_size == 8
+    assert (m.sizing["basis"], m.sizing["bottlenecks"]) == ("measured", [])
     [cycle] = m.pre_deadlock_ordering_witness
     assert cycle["cycle"] == ["A", "B"]
     assert [(e["holding"], e["acquiring"], e["worker"]) for e in cycle["edges"]] == [
@@ -350,7 +385,7 @@ def test_thresholds_list_every_floor():
     assert evaluate(snapshot([])).thresholds == {
         "hot_lock_threshold_pct": 20.0,
         "hot_lock_min_wait_ms": 1.0,
-        "hot_lock_min_wait_pct_of_observed": 1.0,
+        "hot_lock_min_cost_pct": 10.0,
         "starvation_ratio": 5.0,
         "starvation_median_floor_ms": 0.2,
         "starvation_min_wait_ms": 1.0,
@@ -574,7 +609,7 @@ def test_dump_and_load_round_trip(tmp_path):
     assert loaded == m
     assert loaded.to_dict() == m.to_dict()
     assert loaded.verdict is Verdict.HOT_LOCK_DETECTED
-    assert loaded.recommended_pool_size == 6
+    assert loaded.recommended_pool_size == 3
     assert (os.stat(path).st_mode & 0o777) == 0o666 & ~current_umask()  # as any new file
     assert os.listdir(tmp_path) == ["manifest.json"]
 
@@ -643,7 +678,7 @@ def edited(tmp_path, change):
         (lambda p: write(p, "[1, 2]"), r"^manifest .*m\.json is not a JSON object$"),
         (
             lambda p: write(p, '{"schema": "other/2"}'),
-            r"^manifest .*m\.json has schema 'other/2', expected 'otel-lockwatch/manifest/3'$",
+            r"^manifest .*m\.json has schema 'other/2', expected 'otel-lockwatch/manifest/4'$",
         ),
         (
             lambda p: edited(p, lambda d: d.pop("thresholds")),

@@ -45,10 +45,10 @@ from ._data import normalize
 from ._distributed import distributed_reports
 from ._model import SCHEMA, Manifest, Verdict
 from ._pools import SignalSplit, pool_reports, split_signal_waits
+from ._sizing import SIZING_MIN_COST_PCT, apart_report, pool_workers, size_pool
 
 __all__ = [
     "HOT_LOCK_MIN_WAIT_MS",
-    "HOT_LOCK_MIN_WAIT_PCT_OF_OBSERVED",
     "SECTION_COLLISION_TARGET",
     "STARVATION_MEDIAN_FLOOR_MS",
     "STARVATION_MIN_WAIT_MS",
@@ -61,10 +61,9 @@ __all__ = [
 # The thresholds that are options (hot_lock_threshold_pct, starvation_ratio) and the nominal
 # pool size come from _settings; these floors are fixed.
 
-#: A hot lock made workers wait at least this long in total (ms)...
+#: A hot lock made workers wait at least this long in total (ms), and its wait is a material
+#: share of the pool's worker time (``_sizing.SIZING_MIN_COST_PCT``).
 HOT_LOCK_MIN_WAIT_MS = 1.0
-#: ...and that wait is at least this share of all observed worker time (percent).
-HOT_LOCK_MIN_WAIT_PCT_OF_OBSERVED = 1.0
 #: A lock's median wait below this (ms) counts as this when looking for starvation...
 STARVATION_MEDIAN_FLOOR_MS = 0.2
 #: ...and a starved worker's wait is at least this (ms)...
@@ -255,8 +254,11 @@ def evaluate_normalized(
         for worker, (_, wn) in split.contention.items():
             worker_wait[worker] = worker_wait.get(worker, 0) + wn
     total_wait = sum(lock_wait.values())
-    total_observed = sum(w["observed_ns"] for w in workers.values())
-    total_worker_wait = sum(worker_wait.values())
+    # The pool's workers: the threads reported apart count in neither the throughput nor the
+    # materiality of a lock (_sizing).
+    pool, apart = pool_workers(norm)
+    total_observed = sum(workers[w]["observed_ns"] for w in pool)
+    total_worker_wait = sum(worker_wait.get(w, 0) for w in pool)
 
     # Hot locks: compare in exact integer/rational arithmetic, round only for display.
     hot_min_ns = HOT_LOCK_MIN_WAIT_MS * _NS_PER_MS
@@ -266,7 +268,7 @@ def evaluate_normalized(
             if (
                 w >= hot_min_ns
                 and w * 100 >= hot_pct * total_wait
-                and w * 100 >= HOT_LOCK_MIN_WAIT_PCT_OF_OBSERVED * total_observed
+                and w * 100 >= SIZING_MIN_COST_PCT * total_observed
             ):
                 hot.append((w, name))
     hot.sort(key=lambda t: (-t[0], t[1]))
@@ -277,9 +279,14 @@ def evaluate_normalized(
     hold_time_distribution = {}
     for _, name in hot:
         h = locks[name]["hold_ns"]
-        pool = locks[name].get("pool")
-        if pool is not None and pool["hold_ns"].count and name in splits and splits[name].is_pool:
-            h = pool["hold_ns"]  # a pool is held from checkout to checkin, not by its mutex
+        lock_pool = locks[name].get("pool")
+        if (
+            lock_pool is not None
+            and lock_pool["hold_ns"].count
+            and name in splits
+            and splits[name].is_pool
+        ):
+            h = lock_pool["hold_ns"]  # a pool is held from checkout to checkin, not by its mutex
         p50, p95 = h.percentiles((0.5, 0.95))
         hold_time_distribution[name] = {
             "count": h.count,
@@ -309,16 +316,7 @@ def evaluate_normalized(
         verdict = Verdict.LOW_CONTENTION
 
     nominal, source = _nominal(norm["pool"], workers, pool_size, pool_source)
-    if verdict in (
-        Verdict.LEASE_OVERRUN_DETECTED,
-        Verdict.CYCLIC_ORDERING_DETECTED,
-        Verdict.STARVATION_OBSERVED,
-    ):
-        recommended = max(1, nominal // 2)
-    elif verdict is Verdict.HOT_LOCK_DETECTED:
-        recommended = max(1, int(nominal * 0.75))
-    else:
-        recommended = nominal
+    sizing = size_pool(norm, splits, lock_wait, worker_wait, pool, nominal, verdict)
 
     if total_observed > 0:
         throughput = 100.0 * (1.0 - total_worker_wait / total_observed)
@@ -327,7 +325,7 @@ def evaluate_normalized(
         throughput = 100.0
 
     resource_pools, idle_waits = pool_reports(
-        norm, splits, total_wait, {name for _, name in hot}, nominal
+        norm, splits, total_wait, {name for _, name in hot}, nominal, sizing.supported
     )
 
     # The document takes over the normalized data (a private copy); its histograms stay
@@ -354,7 +352,9 @@ def evaluate_normalized(
             "verdict": verdict.value,
             "nominal_pool_size": nominal,
             "pool_size_source": source,
-            "recommended_pool_size": recommended,
+            "recommended_pool_size": sizing.recommended,
+            "sizing": sizing.doc,
+            "other_threads": apart_report(norm, apart),
             "hot_lock_register": hot_register,
             "hold_time_distribution": hold_time_distribution,
             "starvation_signatures": signatures,
@@ -367,7 +367,7 @@ def evaluate_normalized(
             "thresholds": {
                 "hot_lock_threshold_pct": hot_pct,
                 "hot_lock_min_wait_ms": HOT_LOCK_MIN_WAIT_MS,
-                "hot_lock_min_wait_pct_of_observed": HOT_LOCK_MIN_WAIT_PCT_OF_OBSERVED,
+                "hot_lock_min_cost_pct": SIZING_MIN_COST_PCT,
                 "starvation_ratio": ratio,
                 "starvation_median_floor_ms": STARVATION_MEDIAN_FLOOR_MS,
                 "starvation_min_wait_ms": STARVATION_MIN_WAIT_MS,

@@ -40,12 +40,17 @@ __all__ = [
     "compute_digest",
 ]
 
-SCHEMA = "otel-lockwatch/manifest/3"
+SCHEMA = "otel-lockwatch/manifest/4"
 #: Schemas this version still reads. A manifest of schema 1 was written before resource pools
 #: and the starvation share existed, one of schema 2 before distributed locks (lease overruns,
-#: release failures): its data is checked as strictly, and its derived fields are evaluated
+#: release failures), one of schema 3 before the measured sizing (``sizing``, ``other_threads``,
+#: a recommended size derived from the bottlenecks rather than the verdict): its data is checked as strictly, and its derived fields are evaluated
 #: again under today's rules rather than compared (they were derived by others).
-LEGACY_SCHEMAS = ("otel-lockwatch/manifest/1", "otel-lockwatch/manifest/2")
+LEGACY_SCHEMAS = (
+    "otel-lockwatch/manifest/1",
+    "otel-lockwatch/manifest/2",
+    "otel-lockwatch/manifest/3",
+)
 
 #: Every field evaluate() derives from the data part (``DATA_FIELDS``).
 DERIVED_FIELDS = (
@@ -56,19 +61,23 @@ DERIVED_FIELDS = (
     "lease_overruns",
     "manifest_digest",
     "nominal_pool_size",
+    "other_threads",
     "pool_size_source",
     "pre_deadlock_ordering_witness",
     "recommended_pool_size",
     "release_failures",
     "resource_pools",
     "schema",
+    "sizing",
     "starvation_signatures",
     "thresholds",
     "verdict",
 )
 #: The fields a manifest document must have (the resource-pool and distributed-lock fields are
 #: newer: a manifest written before them has none, and reads as having none).
-_NEWER_FIELDS = POOL_DERIVED_FIELDS + DISTRIBUTED_DERIVED_FIELDS
+#: The sizing's fields (``_sizing``), absent from manifests of schema 3 and before.
+SIZING_DERIVED_FIELDS = ("other_threads", "sizing")
+_NEWER_FIELDS = POOL_DERIVED_FIELDS + DISTRIBUTED_DERIVED_FIELDS + SIZING_DERIVED_FIELDS
 REQUIRED_FIELDS = tuple(
     sorted(DATA_FIELDS + tuple(f for f in DERIVED_FIELDS if f not in _NEWER_FIELDS))
 )
@@ -148,10 +157,15 @@ class Manifest:
     _doc: dict[str, Any]
     _digest: str | None
 
-    schema = _Field("``otel-lockwatch/manifest/3``.")
+    schema = _Field("``otel-lockwatch/manifest/4``.")
     nominal_pool_size = _Field("The pool size the run had (int >= 1).")
     pool_size_source = _Field("Where nominal_pool_size came from: executor, env, argument...")
     recommended_pool_size = _Field("The pool size a successor should use (int >= 1).")
+    sizing = _Field(
+        "How recommended_pool_size was derived: ``{basis, reason, workers, busy_workers, "
+        "bottlenecks, workers_supported, predicted_throughput_pct, ...}`` (docs/sizing.md)."
+    )
+    other_threads = _Field("``{count, observed_ms, names}``: threads that are not the workers.")
     hot_lock_register = _Field("``[{lock, wait_ms, wait_share_pct}]``, most waited-on first.")
     hold_time_distribution = _Field("``{lock: {count, p50_ms, p95_ms, max_ms}}`` of hot locks.")
     starvation_signatures = _Field("``[{worker, lock, wait_ms, median_wait_ms}]``.")

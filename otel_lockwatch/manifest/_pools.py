@@ -260,26 +260,19 @@ def _workers_list(rows: Mapping[str, tuple[int, int]]) -> list[dict[str, Any]]:
     return [{"worker": worker, "waits": n, "wait_ms": _ms(wn)} for wn, worker, n in waited]
 
 
-def _recommendations(
-    lock: Mapping[str, Any],
-    split: SignalSplit,
-    workers: Mapping[str, Mapping[str, int]],
-    nominal: int,
-) -> tuple[float | None, int | None, int | None]:
-    """``(u, workers_supported, capacity_needed)`` by the formulas of the module docstring."""
+def _utilization(
+    lock: Mapping[str, Any], split: SignalSplit, workers: Mapping[str, Mapping[str, int]]
+) -> Fraction | None:
+    """``u = H / (T - C)`` of the module docstring, or None when a term is unknown."""
     pool = lock.get("pool")
     if pool is None or pool["hold_ns"].sum == 0:
-        return None, None, None
+        return None
     users = split.contention.keys() | split.idle.keys()
     observed = sum(workers[w]["observed_ns"] for w in users if w in workers)
     busy = observed - split.contention_ns
     if busy <= 0:
-        return None, None, None
-    u = Fraction(pool["hold_ns"].sum, busy)
-    needed = max(1, math.ceil(nominal * u))
-    capacity = pool["capacity"]
-    supported = None if not capacity else max(1, math.floor(capacity / u))
-    return round(float(u), 6), supported, needed
+        return None
+    return Fraction(pool["hold_ns"].sum, busy)
 
 
 def pool_reports(
@@ -288,6 +281,7 @@ def pool_reports(
     total_wait: int,
     hot: set[str],
     nominal: int,
+    supported: Mapping[str, tuple[float, int]],
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """The derived ``resource_pools`` and ``idle_waits`` of a normalized data part.
 
@@ -297,6 +291,8 @@ def pool_reports(
         total_wait: the aggregate wait (mutex waits and contention), the hot locks' yardstick.
         hot: the names of the hot locks.
         nominal: the nominal pool size (the workers ``capacity_needed`` is for).
+        supported: ``{class: (u, workers_supported)}`` as the sizing computed them
+            (``_sizing``): one model for the pool's table and the recommended size.
 
     Returns:
         ``(resource_pools, idle_waits)``, each most waited-on first (ties by name).
@@ -333,7 +329,15 @@ def pool_reports(
             p50, p95 = hold_h.percentiles((0.5, 0.95))
             hold = {"count": hold_h.count, "p50_ms": _ms(p50), "p95_ms": _ms(p95)}
             hold["max_ms"] = _ms(hold_h.max)
-        u, supported, needed = _recommendations(lock, split, workers, nominal)
+        u, workers_supported = supported.get(name, (None, None))
+        needed = None
+        if u is None:  # the sizing knows no capacity: the needed capacity still follows
+            exact = _utilization(lock, split, workers)
+            if exact is not None:
+                u = round(float(exact), 6)
+                needed = max(1, math.ceil(nominal * exact))
+        else:
+            needed = max(1, math.ceil(nominal * Fraction(u)))
         lock_wait = lock["wait_ns"].sum + split.contention_ns
         share = round(100 * lock_wait / total_wait, 3) if total_wait else 0.0
         pools.append(
@@ -360,7 +364,7 @@ def pool_reports(
                     "wait_share_pct": share,
                     "hot": name in hot,
                     "utilization_per_worker": u,
-                    "workers_supported": supported,
+                    "workers_supported": workers_supported,
                     "capacity_needed": needed,
                     "nominal_pool_size": nominal,
                 },
