@@ -220,7 +220,9 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, default=1.5, help="each run's length")
     parser.add_argument("--workloads", default=",".join(WORKLOADS))
     parser.add_argument("--json", help="also write the results to this file")
-    parser.add_argument("--child", nargs=3, metavar=("WORKLOAD", "N", "SECONDS"), help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--child", nargs=3, metavar=("WORKLOAD", "N", "SECONDS"), help=argparse.SUPPRESS
+    )
     parser.add_argument("--watched", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:

@@ -249,8 +249,8 @@ def test_deep_nesting_inside_lock_order_with_a_valid_digest(tmp_path):
         ),
         (
             lambda d: d.update(pool={"nominal": 2**62, "source": "executor"}),
-            r"does not agree with its data: recommended_pool_size is 8, "
-            r"its data gives 2305843009213693952$",
+            r"does not agree with its data: nominal_pool_size is 16, "
+            r"its data gives 4611686018427387904$",
         ),
     ],
 )
@@ -279,7 +279,7 @@ def test_forged_recommendation_is_refused_by_load_manifest(tmp_path):
     with pytest.raises(
         ManifestError,
         match=r"^manifest .*m\.json does not agree with its data: recommended_pool_size is "
-        r"1000000000000000000, its data gives 8$",
+        r"1000000000000000000, its data gives 7$",
     ):
         load_manifest(write(tmp_path / "m.json", forged()))
 
@@ -298,8 +298,8 @@ def test_a_legacy_schema_cannot_smuggle_a_forged_recommendation(tmp_path, capsys
     doc = forged()
     doc["schema"] = "otel-lockwatch/manifest/1"
     path = write(tmp_path / "m.json", resealed(doc))
-    assert load_manifest(path).recommended_pool_size == 8
-    assert recommended_workers(path, 4) == 8
+    assert load_manifest(path).recommended_pool_size == 7
+    assert recommended_workers(path, 4) == 7
     rc, out, err = run_main(capsys, "check", str(path), "-p", "1000000000")
     assert rc == 1 and err == ""
 
@@ -310,7 +310,7 @@ def test_forged_recommendation_is_refused_by_check(tmp_path, capsys):
     rc, out, err = run_main(capsys, "check", str(path), "-p", "1000000000")
     line = assert_one_error(rc, out, err)
     assert line.endswith("does not agree with its data: recommended_pool_size is "
-                         "1000000000000000000, its data gives 8")  # fmt: skip
+                         "1000000000000000000, its data gives 7")  # fmt: skip
 
 
 def test_forged_recommendation_never_survives_a_merge(tmp_path, capsys):
@@ -324,7 +324,7 @@ def test_forged_recommendation_never_survives_a_merge(tmp_path, capsys):
     rc, out, err = run_main(capsys, "merge", str(path), "-o", str(tmp_path / "out.json"))
     assert rc == 0, err
     merged = load_manifest(tmp_path / "out.json")
-    assert merged.recommended_pool_size == 8
+    assert merged.recommended_pool_size == 7
 
 
 @pytest.mark.parametrize(

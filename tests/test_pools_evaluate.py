@@ -118,7 +118,9 @@ def test_a_pool_nobody_waited_on_is_a_pool_when_checkouts_came_back():
 @pytest.mark.parametrize("kind", POOL_KINDS)
 def test_three_two_slot_pools_under_the_same_load_give_the_same_verdict(kind):
     """A semaphore, a condition around a list and a LIFO queue of 2 slots, 16 workers: the same
-    hot lock, the same throughput, whatever the pool is built from."""
+    hot lock, the same throughput, the same size, whatever the pool is built from: the run kept
+    about 2.1 workers busy (the semaphore's and the queue's Little's law gives 2), and 2.1 x 1.1
+    rounds up to 3."""
     reference = evaluate(exhausted("semaphore"))
     m = evaluate(exhausted(kind))
     assert m.verdict is Verdict.HOT_LOCK_DETECTED
@@ -127,7 +129,8 @@ def test_three_two_slot_pools_under_the_same_load_give_the_same_verdict(kind):
     assert m.hot_lock_register[0]["wait_share_pct"] == 100.0
     assert m.starvation_signatures == []
     assert m.effective_throughput_pct == reference.effective_throughput_pct
-    assert (m.nominal_pool_size, m.recommended_pool_size) == (16, 12)
+    assert (m.nominal_pool_size, m.recommended_pool_size) == (16, 3)
+    assert m.sizing["bottlenecks"][0]["name"] == POOL
 
 
 def test_an_exhausted_pool_is_reported_with_what_its_capacity_supports():
@@ -313,7 +316,8 @@ def test_an_executor_or_a_configured_size_beats_the_peak():
 
 def test_recommendations_by_the_formula():
     """H = 300 ms of holds, T = 1000 ms observed, C = 400 ms of checkout waits: u = 300 / 600
-    = 1/2; capacity 3 supports floor(3 / u) = 6 workers, 5 workers need ceil(5 u) = 3 slots."""
+    = 1/2; capacity 3 supports 3 / u = 6 workers, 5 workers need ceil(5 u) = 3 slots. The
+    bystander shares no lock with them: it is not one of the pool's workers."""
     entry = lock_entry("threading.Semaphore")
     entry["signal_waits"] = {
         "count": 4,
@@ -339,6 +343,11 @@ def test_recommendations_by_the_formula():
     assert (pool["workers_supported"], pool["capacity_needed"]) == (6, 3)
     assert pool["timeouts"] == 1
     assert pool["workers"] == [{"worker": "a", "waits": 4, "wait_ms": 400.0}]
+    assert m.to_dict()["other_threads"] == {
+        "count": 1,
+        "observed_ms": 10_000.0,
+        "names": ["bystander"],
+    }
 
 
 def test_recommendations_are_null_when_capacity_or_hold_is_unknown():
@@ -383,7 +392,7 @@ def test_a_manifest_written_before_the_pool_fields_still_loads(tmp_path):
     path = tmp_path / "old.json"
     path.write_text(json.dumps(doc), encoding="utf-8")
     old = load_manifest(path)
-    assert old.schema == "otel-lockwatch/manifest/3"  # evaluated again under today's rules
+    assert old.schema == "otel-lockwatch/manifest/4"  # evaluated again under today's rules
     again = evaluate(old.data).to_dict()
     for field in ("verdict", "hot_lock_register", "starvation_signatures", "nominal_pool_size"):
         assert again[field] == doc[field], field

@@ -25,6 +25,7 @@ from typing import Any
 
 from otel_lockwatch.cli._report_graph import MAX_GRAPH_NODES, svg_lock_order
 from otel_lockwatch.cli._report_model import VERDICT_SEVERITY, build_report, finite_number
+from otel_lockwatch.cli._report_sizing import bottleneck_line, recommendation_line, svg_sizing
 from otel_lockwatch.cli._report_text import (
     HOLDER_HEADERS,
     MAX_CHART_LOCKS,
@@ -267,6 +268,22 @@ def _html_table(headers: Sequence[str], rows: Iterable[Sequence[str]], text_cols
     return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
 
+def _sizing_html(r: Mapping[str, Any]) -> list[str]:
+    """How the recommended size was derived: its arithmetic, one line per bottleneck
+    (``p.sizing-bottleneck``), and the predicted-throughput curve (``svg#sizing-chart``)."""
+    sizing = r["sizing"]
+    if sizing is None:
+        return []
+    out = ["<h2>Sizing</h2>", f'<p id="sizing-basis">{_e(recommendation_line(sizing))}</p>']
+    if sizing["basis"] == "measured":
+        out += [
+            f'<p class="sizing-bottleneck">{_e(bottleneck_line(b))}</p>'
+            for b in sizing["bottlenecks"]
+        ]
+    out.append(svg_sizing(sizing))
+    return out
+
+
 def _pools_html(r: Mapping[str, Any]) -> list[str]:
     """The resource pools table, the way out of each bottleneck, the idle waits; nothing for a
     manifest that has neither pools nor idle waits."""
@@ -315,8 +332,9 @@ def _points_html(r: Mapping[str, Any]) -> list[str]:
 
 def render_html(manifest: Mapping[str, Any], *, title: str | None = None) -> str:
     """One self-contained HTML page: summary cards, the wait share per lock
-    (``svg#wait-share-chart``), a hold-time chart per hot lock (``svg.hold-chart``, from the
-    hold histogram when the manifest has one, else its p50/p95/max), the lock-order graph
+    (``svg#wait-share-chart``), the sizing (``svg#sizing-chart``), a hold-time chart per hot
+    lock (``svg.hold-chart``, from the hold histogram when the manifest has one, else its
+    p50/p95/max), the lock-order graph
     (``svg#lock-order-graph``, cycle edges ``path.edge.cycle``), the lockdep text of each cycle,
     the starvation signatures, the resource pools (``table#resource-pools``, a bottleneck's way
     out in ``p.bottleneck``, the idle waits in ``p#idle-waits``), the contention points
@@ -355,6 +373,7 @@ def render_html(manifest: Mapping[str, Any], *, title: str | None = None) -> str
             for k, v in cards
         )
         + "</div>",
+        *_sizing_html(r),
         "<h2>Wait share per lock</h2>",
         _svg_wait_share(r),
         "<h2>Hold-time distribution of the hot locks</h2>",

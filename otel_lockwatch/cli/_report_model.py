@@ -36,6 +36,7 @@ from otel_lockwatch.record._histogram import LogHistogram, bucket_bounds
 from otel_lockwatch.record._witness import Cycle
 
 from ._report_points import points_report, timeline_report
+from ._report_sizing import sizing_report
 
 __all__ = ["VERDICT_SEVERITY", "build_report", "finite_number", "format_cycle", "pool_advice"]
 
@@ -109,7 +110,8 @@ def build_report(manifest: Mapping[str, Any]) -> dict[str, Any]:
 
     Returns:
         A dict with ``verdict``, ``verdict_meaning``, ``nominal_pool_size``,
-        ``recommended_pool_size``, ``effective_throughput_pct``, ``process``, ``thresholds``,
+        ``recommended_pool_size``, ``sizing`` (``_report_sizing``),
+        ``effective_throughput_pct``, ``process``, ``thresholds``,
         ``hot_locks`` (each with its ``hold`` distribution), ``starvation`` (each with its
         ``ratio`` to the median), ``resource_pools`` (each with its ``advice`` when it is the
         bottleneck), ``idle_waits`` and their ``idle_wait_ms`` in all, ``lease_overruns`` and
@@ -252,6 +254,7 @@ def build_report(manifest: Mapping[str, Any]) -> dict[str, Any]:
         "verdict_meaning": _VERDICT_MEANING.get(verdict, ""),
         "nominal_pool_size": manifest.get("nominal_pool_size"),
         "recommended_pool_size": manifest.get("recommended_pool_size"),
+        "sizing": sizing_report(manifest),
         "effective_throughput_pct": finite_number(manifest.get("effective_throughput_pct")),
         "process": dict(process) if isinstance(process, Mapping) else None,
         "thresholds": dict(_mapping(manifest.get("thresholds"))),

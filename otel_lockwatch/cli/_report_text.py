@@ -29,6 +29,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from otel_lockwatch.cli._report_model import VERDICT_SEVERITY, build_report, finite_number
+from otel_lockwatch.cli._report_sizing import sizing_section
 from otel_lockwatch.cli._report_table import DEFAULT_WIDTH, fit, table
 from otel_lockwatch.record._witness import printable
 
@@ -200,6 +201,8 @@ def render_text(
         "aggregate lock wait".ljust(label)
         + f"{duration(r['total_wait_ms'])} over {len(r['locks'])} lock classes"
     )
+
+    out.extend(sizing_section(r["sizing"], s.bold, s.dim))
 
     threshold = r["thresholds"].get("hot_lock_threshold_pct")
     out.append("")

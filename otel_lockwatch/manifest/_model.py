@@ -43,9 +43,10 @@ __all__ = [
 SCHEMA = "otel-lockwatch/manifest/4"
 #: Schemas this version still reads. A manifest of schema 1 was written before resource pools
 #: and the starvation share existed, one of schema 2 before distributed locks (lease overruns,
-#: release failures), one of schema 3 before the measured sizing (``sizing``, ``other_threads``,
-#: a recommended size derived from the bottlenecks rather than the verdict): its data is checked as strictly, and its derived fields are evaluated
-#: again under today's rules rather than compared (they were derived by others).
+#: release failures), one of schema 3 before the measured sizing (``sizing``,
+#: ``other_threads``, a recommended size derived from the bottlenecks rather than the
+#: verdict): its data is checked as strictly, and its derived fields are evaluated again under
+#: today's rules rather than compared (they were derived by others).
 LEGACY_SCHEMAS = (
     "otel-lockwatch/manifest/1",
     "otel-lockwatch/manifest/2",

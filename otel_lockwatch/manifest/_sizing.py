@@ -157,7 +157,8 @@ class Sizing:
         recommended: the recommended pool size.
         doc: the manifest's ``sizing`` field.
         supported: ``{class: (u, workers_supported)}`` of every class Little's law sized, for
-            the resource pools' table (``u`` rounded, ``workers_supported`` an int).
+            the resource pools' table (``u`` rounded; ``workers_supported``, ``c / u`` to the
+            nearest int: the bound itself, where the recommended size adds the headroom).
     """
 
     __slots__ = ("recommended", "doc", "supported")
@@ -266,7 +267,8 @@ def size_pool(
         if capacity and hold_ns:
             u = Fraction(hold_ns, busy)
             little = capacity / u
-            supported_table[name] = (round(float(u), 6), workers_with_headroom(little))
+            nearest = max(1, math.floor(little + Fraction(1, 2)))
+            supported_table[name] = (round(float(u), 6), nearest)
         cost = lock_wait.get(name, 0)
         if cost * 100 < SIZING_MIN_COST_PCT * observed:
             continue  # not a bottleneck: the run's workers did not queue on it
@@ -312,12 +314,12 @@ def size_pool(
     recommended = min(nominal, workers_with_headroom(tightest))
     doc["workers_supported"] = round(float(tightest), 3)
     doc["reason"] = f"{name} supports {float(tightest):.3g} workers"
-    top = min(n, tightest)
+    top: Fraction = min(Fraction(n), tightest)
     points = list(range(1, min(nominal, _CURVE_POINTS) + 1))
     if nominal > _CURVE_POINTS:
         points.append(nominal)
     doc["predicted_throughput_pct"] = [
-        [k, round(float(100 * min(k, tightest) / top), 3)] for k in points
+        [k, round(float(100 * min(Fraction(k), tightest) / top), 3)] for k in points
     ]
     return Sizing(recommended, doc, supported_table)
 
