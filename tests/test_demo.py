@@ -11,6 +11,7 @@ and publisher-03 take ``accounts`` and ``ledger`` in opposite orders, one after 
 from __future__ import annotations
 
 import io
+import math
 import os
 import re
 import signal
@@ -79,16 +80,30 @@ def test_demo_exits_0_and_its_manifest_loads_back_with_the_verdict(demo_run):
     assert doc["verdict"] == "CYCLIC_ORDERING_DETECTED"
     assert doc["nominal_pool_size"] == 4
     assert doc["pool_size_source"] == "executor"
-    assert doc["recommended_pool_size"] == 2
+    # The size is the measured one: 4 workers, or what global_config supports when its waits
+    # cost the workers 10 % of their time (it is the only lock they queue on).
+    sizing = doc["sizing"]
+    assert sizing["basis"] == "measured"
+    assert [b["name"] for b in sizing["bottlenecks"]] in ([], ["global_config"])
+    if sizing["bottlenecks"]:
+        supported = sizing["workers_supported"]
+        assert doc["recommended_pool_size"] == min(4, math.ceil(supported * 1.1 - 1e-9))
+    else:
+        assert doc["recommended_pool_size"] == 4
     assert doc["process"]["service.name"] == "otel-lockwatch-demo"
 
 
-def test_demo_global_config_is_the_hot_lock(demo_run):
+def test_demo_global_config_is_the_most_waited_on_lock(demo_run):
+    """It is also hot when its waits cost the workers a material share of their time (at 4
+    workers for 1 s, about 9 %: some runs make it hot, some do not)."""
     doc = load_manifest(demo_run[1]).to_dict()
+    waits = {name: lock["wait_ms_total"] for name, lock in doc["locks"].items()}
+    assert max(waits, key=waits.__getitem__) == "global_config", waits
+    observed = sum(w["observed_ns"] for w in doc["workers"].values()) / 1e6
     hot = [h["lock"] for h in doc["hot_lock_register"]]
-    assert hot[0] == "global_config", hot
+    assert hot == (["global_config"] if waits["global_config"] >= 0.1 * observed else []), hot
     assert doc["locks"]["global_config"]["workers"].keys() == {"sweeper", "publisher-03"}
-    assert "global_config" in doc["hold_time_distribution"]
+    assert ("global_config" in doc["hold_time_distribution"]) == bool(hot)
 
 
 def test_demo_the_reporter_starves_on_stats_snapshot(demo_run):

@@ -163,7 +163,7 @@ def svg_sizing(sizing: Mapping[str, Any] | None) -> str:
         reason = sizing["reason"] if sizing else "this manifest has no sizing"
         return f'<p class="muted" id="sizing-none">No predicted throughput: {_e(reason)}.</p>'
     curve = sizing["curve"]
-    left, right, top, plot_h = 48, 16, 16, 180
+    left, right, top, plot_h = 48, 16, 32, 180
     height = top + plot_h + 40
     plot_w = WIDTH - left - right
     last = curve[-1][0]
@@ -182,7 +182,7 @@ def svg_sizing(sizing: Mapping[str, Any] | None) -> str:
         f'y2="{top + plot_h}"/>',
         f'<line class="axis" x1="{left}" y1="{top}" x2="{left}" y2="{top + plot_h}"/>',
         f'<text x="{left - 6}" y="{top + 4}" text-anchor="end">100 %</text>',
-        f'<text x="{left + 8}" y="{top + 4}" class="muted">predicted throughput, as a share of '
+        f'<text x="{left}" y="14" class="muted">predicted throughput, as a share of '
         f"the run's, by number of workers</text>",
         f'<text x="{left - 6}" y="{top + plot_h + 4}" text-anchor="end">0</text>',
     ]

@@ -24,9 +24,10 @@ bottleneck supports ``S`` workers:
 - else by saturation: a bottleneck the workers queued on was saturated, and the workers it let
   work at once, ``n * B / T``, are what it supports.
 
-Little's law never goes below saturation (``S = max(c / u, n * B / T)``): a run cannot have
-kept more workers busy than its bottleneck supports, so a lower figure means the class has more
-instances than its capacity says (a lock created per object, one class).
+A mutex class held longer in total than the run lasted has several locks held at once (a lock
+created per object is one class): its capacity is unknown, and it is sized by saturation.
+Little's law depends only on ``u``, which does not change with the number of workers, so it is
+preferred wherever it applies.
 
 **The recommendation.** ``S*`` is the least ``S`` of the bottlenecks. The predicted throughput
 of ``k`` workers, as a share of the run's, is ``min(k, S*) / min(n, S*)`` (the asymptotic bound
@@ -275,7 +276,7 @@ def size_pool(
         if samples < SIZING_MIN_SAMPLES:
             too_few.append(f"{name} ({samples})")
             continue
-        bound = saturation if little is None else max(little, saturation)
+        bound = saturation if little is None else little
         bottlenecks.append(
             (
                 bound,
