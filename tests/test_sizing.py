@@ -20,7 +20,6 @@ from otel_lockwatch.cli._report_html import render_html
 from otel_lockwatch.cli._report_text import render_text
 from otel_lockwatch.manifest._data import normalize
 from otel_lockwatch.manifest._sizing import SIZING_MIN_SAMPLES, pool_workers
-from otel_lockwatch.record._data import WorkerTotals
 
 MS = 1_000_000
 NOMINAL = 16
@@ -67,13 +66,6 @@ def test_the_old_fractions_spiral_and_the_model_does_not():
     assert [_recommended(n, 2, hold, think, "semaphore") for n in (16, 5, 4)] == [5, 5, 4]
 
 
-def _part(rows: dict[str, tuple[int, int, int, int]], kind: str = "threading.Lock") -> dict:
-    return {
-        "kind": kind,
-        "workers": WorkerTotals(rows),
-    }
-
-
 def test_threads_that_share_no_lock_with_the_pool_are_reported_apart():
     """Four workers on one lock, a scheduler thread and a maintenance thread each on a lock of
     their own: the two are apart, and their idle time does not dilute the throughput."""
@@ -101,10 +93,9 @@ def test_when_nobody_shares_a_lock_every_thread_is_a_worker():
 def test_a_bottleneck_seen_too_few_times_falls_back_to_the_verdict():
     """Material waits on a lock taken only 10 times: too little to size, so the verdict's
     fraction applies (three quarters for a hot lock), and the manifest says so."""
-    events = [(f"w{i}", "l", 20 * MS, MS) for i in range(5)] + [
-        (f"w{i}", "l", 20 * MS, MS) for i in range(5)
-    ]
-    m = evaluate(dict(zip(("locks", "workers"), locks_and_workers(events))), pool_size=8)
+    events = [(f"w{i}", "l", 20 * MS, MS) for i in range(5) for _ in range(2)]
+    locks, workers = locks_and_workers(events)
+    m = evaluate({"locks": locks, "workers": workers}, pool_size=8)
     assert m.verdict == "HOT_LOCK_DETECTED"
     assert m.sizing["basis"] == "verdict"
     assert m.sizing["reason"] == (
@@ -121,7 +112,7 @@ def test_little_s_law_on_a_mutex_held_a_third_of_the_time():
         for _ in range(30):
             events.append((f"w{i}", "mutex", MS, MS))
     locks, workers = locks_and_workers(events, idle_ns=0)
-    for name, w in workers.items():  # plus 2 ms of work per task outside any lock
+    for w in workers.values():  # plus 2 ms of work per task outside any lock
         w["observed_ns"] += 30 * 2 * MS
     m = evaluate({"locks": locks, "workers": workers}, pool_size=4)
     [b] = m.sizing["bottlenecks"]
