@@ -206,7 +206,7 @@ def test_a_pool_with_unknown_sizes_says_what_is_known():
     )
     assert [p["advice"] for p in report["resource_pools"]] == [
         "p is the bottleneck (80.0 % of the wait): its capacity and hold times are unknown, "
-        "so no size can be computed",
+        "so the sizing counts the workers it let work at once",
         "q is the bottleneck (80.0 % of the wait): capacity 4 for the 8 workers",
         "r is the bottleneck (80.0 % of the wait): 1 worker for its capacity of 1, "
         "or capacity 3 for the 8 workers",

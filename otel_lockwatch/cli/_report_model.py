@@ -345,7 +345,10 @@ def pool_advice(pool: Mapping[str, Any]) -> str | None:
         ways.append(f"capacity {needed} for the {workers} workers")
     if ways:
         return f"{head}: {', or '.join(ways)}"
-    return f"{head}: its capacity and hold times are unknown, so no size can be computed"
+    return (
+        f"{head}: its capacity and hold times are unknown, so the sizing counts the workers it "
+        "let work at once"
+    )
 
 
 def _hold_buckets(

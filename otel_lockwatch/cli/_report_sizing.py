@@ -100,7 +100,10 @@ def recommendation_line(sizing: Mapping[str, Any]) -> str:
     if supported is None:
         return f"recommended {rec}: {sizing['reason']}"
     factor = 1 + (headroom or 0) / 100
-    capped = " (capped at the nominal size)" if rec == nominal else ""
+    wanted = math.ceil(supported * factor - 1e-9)
+    capped = (
+        " (capped at the nominal size)" if isinstance(nominal, int) and wanted > nominal else ""
+    )
     return f"recommended {rec}: {supported:.3g} workers x {factor:g}, rounded up{capped}"
 
 
