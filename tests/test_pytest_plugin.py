@@ -8,6 +8,7 @@ point is an error, so the arguments depend on which case holds.
 from __future__ import annotations
 
 import os
+import re
 from importlib.metadata import entry_points
 
 import pytest
@@ -228,3 +229,204 @@ def test_names_reach_the_terminal_escaped(pytester):
             "A\\x1b[2J -> B -> A\\x1b[2J from *",
         ]
     )
+
+
+# -- under pytest-xdist: the workers watch, the controller merges and reports ------------------
+
+SHARED_LOCKS = """
+import threading
+
+A = threading.Lock()
+B = threading.Lock()
+"""
+
+
+def locking_test(name: str, orders: list[tuple[str, str]], record: str) -> str:
+    """A test module whose test ``name`` takes the shared locks in each ``(first, second)`` order,
+    after writing the xdist worker that runs it to ``record``/``name``.worker.
+
+    The locks are not named: their class is their creation site in ``shared_locks``, the same in
+    every worker that imports the module, which is what the controller's union is keyed by."""
+    body = "".join(
+        f"    with shared_locks.{first}:\n        with shared_locks.{second}:\n            pass\n"
+        for first, second in orders
+    )
+    return f"""
+import os
+import re
+import pathlib
+
+import shared_locks
+
+
+def {name}():
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "no worker")
+    (pathlib.Path({record!r}) / "{name}.worker").write_text(worker)
+{body}"""
+
+
+def xdist_args(dist: str) -> list[str]:
+    """``-n 2 --dist dist``, loading pytest-xdist explicitly when plugins are not autoloaded."""
+    pytest.importorskip("xdist")
+    load = ["-p", "xdist.plugin"] if os.environ.get("PYTEST_DISABLE_PLUGIN_AUTOLOAD") else []
+    return [*load, "-n", "2", "--dist", dist]
+
+
+def lockwatch_section(result: pytest.RunResult) -> list[str]:
+    """The plugin's summary up to pytest's closing line, its witnesses' times masked, without
+    blank lines (pytest opens the section with one after a verbose progress line)."""
+    lines = result.stdout.lines
+    start = next(n for n, line in enumerate(lines) if "lockwatch: lock-order witnesses" in line)
+    end = next(n for n in range(start, len(lines)) if " passed" in lines[n] and " in " in lines[n])
+    return [
+        re.sub(r", \d{4}-\d\d-\d\dT[\d:.]+Z$", ", <time>", line)
+        for line in lines[start:end]
+        if line
+    ]
+
+
+def worker_of(pytester: pytest.Pytester, test: str) -> str:
+    return (pytester.path / f"{test}.worker").read_text()
+
+
+@pytest.mark.parametrize("dist", ["load", "loadfile"])
+def test_xdist_inversion_across_workers_is_reported_as_without_xdist(pytester, dist):
+    """A -> B in test_export on one worker, B -> A in test_import on the other: the controller
+    merges the workers' edges (keyed by lock class, the creation site, the same in both workers)
+    and prints the same report and exit status as a run without xdist. Before the workers' edges
+    reached the controller, the session passed with "0 lock-order edges"."""
+    record = str(pytester.path)
+    pytester.makepyfile(
+        shared_locks=SHARED_LOCKS,
+        test_export=locking_test("test_export", [("A", "B")], record),
+        test_import=locking_test("test_import", [("B", "A")], record),
+    )
+    alone = run(pytester, "--lockwatch-fail-on-cycle")
+    alone.assert_outcomes(passed=2)
+    assert alone.ret == pytest.ExitCode.TESTS_FAILED
+
+    result = run(pytester, *xdist_args(dist), "--lockwatch-fail-on-cycle")
+    result.assert_outcomes(passed=2)
+    # Two tests (two files) on two workers: xdist sends one to each (round robin for `load`, a
+    # file per worker for `loadfile`), so the cycle is split across the workers.
+    assert worker_of(pytester, "test_export") != worker_of(pytester, "test_import")
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    assert lockwatch_section(result) == lockwatch_section(alone)
+    result.stdout.fnmatch_lines(
+        [
+            "2 lock-order edges, 1 potential deadlock (lock-order cycle)",
+            "possible circular locking dependency: shared_locks:<module>:* -> "
+            "shared_locks:<module>:* -> shared_locks:<module>:*",
+            "lockwatch: FAILED (--lockwatch-fail-on-cycle): lock-order cycle * from "
+            "test_export.py::test_export, test_import.py::test_import",
+        ]
+    )
+
+
+@pytest.mark.parametrize("dist", ["load", "loadfile"])
+def test_xdist_inversion_inside_one_test_fails_the_session(pytester, dist):
+    """One test takes A then B, then B then A, wherever xdist runs it: the session fails."""
+    record = str(pytester.path)
+    pytester.makepyfile(
+        shared_locks=SHARED_LOCKS,
+        test_both=locking_test("test_both", [("A", "B"), ("B", "A")], record),
+        test_other=locking_test("test_other", [], record),
+    )
+    result = run(pytester, *xdist_args(dist), "--lockwatch-fail-on-cycle")
+    result.assert_outcomes(passed=2)
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    result.stdout.fnmatch_lines(
+        [
+            "2 lock-order edges, 1 potential deadlock (lock-order cycle)",
+            "lockwatch: FAILED (--lockwatch-fail-on-cycle): lock-order cycle * from "
+            "test_both.py::test_both",
+        ]
+    )
+
+
+@pytest.mark.parametrize("dist", ["load", "loadfile"])
+def test_xdist_consistent_suite_passes(pytester, dist):
+    """Both workers take A before B: one edge (seen by two workers, listed once), no cycle, exit
+    status 0. The controller runs no test and leaves its own locks alone."""
+    record = str(pytester.path)
+    pytester.makepyfile(
+        shared_locks=SHARED_LOCKS,
+        test_export=locking_test("test_export", [("A", "B")], record),
+        test_import=locking_test("test_import", [("A", "B")], record),
+    )
+    pytester.makeconftest(
+        """
+import threading
+
+
+def pytest_terminal_summary(terminalreporter, config):
+    if not hasattr(config, "workerinput"):
+        terminalreporter.write_line(f"CONTROLLER LOCK {type(threading.Lock()).__name__}")
+"""
+    )
+    result = run(pytester, *xdist_args(dist), "--lockwatch-fail-on-cycle")
+    result.assert_outcomes(passed=2)
+    assert result.ret == pytest.ExitCode.OK
+    result.stdout.fnmatch_lines(
+        ["1 lock-order edge, 0 potential deadlocks (lock-order cycles)", "CONTROLLER LOCK lock"]
+    )
+    result.stdout.no_fnmatch_line("*possible circular*")
+
+
+def test_xdist_crashed_worker_does_not_break_the_report(pytester):
+    """A worker that dies mid-session sends no edges: the controller still reports what the
+    other workers sent, says which worker's edges are missing, and the session fails (the crash
+    is a failed test)."""
+    record = str(pytester.path)
+    pytester.makepyfile(
+        shared_locks=SHARED_LOCKS,
+        test_export=locking_test("test_export", [("A", "B")], record),
+        test_crash=locking_test("test_crash", [("B", "A")], record) + "    os._exit(3)\n",
+    )
+    result = run(
+        pytester, *xdist_args("loadfile"), "--max-worker-restart", "0", "--lockwatch-fail-on-cycle"
+    )
+    result.assert_outcomes(passed=1, failed=1)
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    result.stdout.fnmatch_lines(
+        [
+            "1 lock-order edge, 0 potential deadlocks (lock-order cycles)",
+            "lockwatch: worker gw? went down before sending its lock-order edges*",
+        ]
+    )
+    result.stdout.no_fnmatch_line("*INTERNALERROR*")
+
+
+def test_xdist_unreadable_worker_output_does_not_break_the_report(pytester):
+    """A worker's output that is not the plugin's shape (another version's, say) is named in the
+    summary, not raised into xdist's controller loop (no INTERNALERROR); the other worker's edges
+    are reported, and --lockwatch-fail-on-cycle fails the session: its check saw only part of
+    the suite."""
+    record = str(pytester.path)
+    pytester.makepyfile(
+        shared_locks=SHARED_LOCKS,
+        test_export=locking_test("test_export", [("A", "B")], record),
+        test_import=locking_test("test_import", [("B", "A")], record),
+    )
+    pytester.makeconftest(
+        """
+import pytest
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_testnodedown(node, error):
+    if node.gateway.id == "gw1":
+        node.workeroutput["lockwatch"] = {"edges": [{"witness": {"holding": "A"}, "test": "t"}]}
+"""
+    )
+    result = run(pytester, *xdist_args("loadfile"), "--lockwatch-fail-on-cycle")
+    result.assert_outcomes(passed=2)
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    result.stdout.fnmatch_lines(
+        [
+            "1 lock-order edge, 0 potential deadlocks (lock-order cycles)",
+            "lockwatch: worker gw1 sent unreadable lock-order edges (edge witness must have the "
+            "keys *): the lock orders its tests took are not in this report",
+        ]
+    )
+    result.stdout.no_fnmatch_line("*INTERNALERROR*")
