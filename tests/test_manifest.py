@@ -538,19 +538,36 @@ raw_events = st.lists(
 
 def reference(events, hot_pct=20.0, ratio=5.0):
     """The definitions of a hot lock and of starvation, computed directly from the raw events
-    (a starved worker's wait is also at least 5 % of its observed time)."""
+    (a starved worker's wait is also at least 5 % of its observed time; a hot lock's wait is at
+    least 10 % of the observed time of the pool's workers: the largest group of workers linked
+    by the locks they share, found here by a search over the sharing relation)."""
     lock_wait: dict = {}
     pair_wait: dict = {}
     for worker, lock, wait, _ in events:
         lock_wait[lock] = lock_wait.get(lock, 0) + wait
         pair_wait[(worker, lock)] = pair_wait.get((worker, lock), 0) + wait
     total = sum(lock_wait.values())
-    observed = sum(wait + hold for _, _, wait, hold in events)
+    users = {lock: {w for (w, lk) in pair_wait if lk == lock} for lock in lock_wait}
+    groups, seen = [], set()
+    for start in sorted({w for w, _ in pair_wait}):
+        if start in seen:
+            continue
+        group, todo = set(), [start]
+        while todo:
+            w = todo.pop()
+            if w not in group:
+                group.add(w)
+                todo += [u for ws in users.values() if w in ws for u in ws]
+        seen |= group
+        groups.append(group)
+    largest = max(map(len, groups), default=0)
+    pool = set().union(*(g for g in groups if len(g) == largest or largest < 2))
+    observed = sum(wait + hold for w, _, wait, hold in events if w in pool)
     hot = sorted(
         (
             lock
             for lock, w in lock_wait.items()
-            if w >= MS and w * 100 >= hot_pct * total and w * 100 >= observed
+            if w >= MS and w * 100 >= hot_pct * total and w * 100 >= 10 * observed
         ),
         key=lambda lock: (-lock_wait[lock], lock),
     )
