@@ -125,16 +125,22 @@ def pool_workers(norm: Mapping[str, Any]) -> tuple[set[str], list[str]]:
             parent[w], w = root, parent[w]
         return root
 
+    groups_left = len(parent)
     for lock in norm["locks"].values():
+        if groups_left <= 1:
+            break  # one group already: no lock can link more
         first = None
         for worker in _class_members(lock):
-            parent.setdefault(worker, worker)
+            if worker not in parent:
+                parent[worker] = worker
+                groups_left += 1
             if first is None:
                 first = find(worker)
             else:
                 root = find(worker)
                 if root != first:
                     parent[root] = first
+                    groups_left -= 1
     groups: dict[str, list[str]] = {}
     for worker in norm["workers"]:
         groups.setdefault(find(worker), []).append(worker)
@@ -197,7 +203,7 @@ def _capacity(
     if split is not None and split.is_pool and pool is not None and pool["hold_ns"].count:
         samples = max(pool["checkouts"], pool["hold_ns"].count)
         return pool["capacity"], "declared" if pool["capacity"] else "unknown", samples
-    acquisitions = sum(row[0] for row in lock["workers"].rows.values())
+    acquisitions = lock["acquisitions"]
     waits = 0 if split is None else sum(n for n, _ in split.contention.values())
     if split is not None or lock["kind"] in _MANY_INSTANCE_KINDS:
         return None, "unknown", max(acquisitions, waits)
@@ -252,14 +258,23 @@ def size_pool(
     saturation = Fraction(n * busy, observed)
     bottlenecks: list[tuple[Fraction, str, dict[str, Any]]] = []
     too_few: list[str] = []
+    every_thread = len(workers) == len(norm["workers"])
     for name, lock in norm["locks"].items():
         split = splits.get(name)
         pool = lock.get("pool")
-        if split is not None and split.is_pool and pool is not None and pool["hold_ns"].count:
+        cost = lock_wait.get(name, 0)
+        material = cost * 100 >= SIZING_MIN_COST_PCT * observed
+        is_pool = split is not None and split.is_pool and pool is not None
+        if not material and not is_pool:
+            continue  # sized only for the pools' table, or as a bottleneck
+        if is_pool and pool["hold_ns"].count:
             hold_ns = pool["hold_ns"].sum  # a pool is held from checkout to checkin
         elif split is None:
             rows = lock["workers"].rows
-            hold_ns = sum(rows[w][3] for w in workers if w in rows)
+            if every_thread:
+                hold_ns = lock["hold_ns"].sum
+            else:
+                hold_ns = sum(rows[w][3] for w in workers if w in rows)
         else:
             hold_ns = 0  # a bare condition: no hold time
         capacity, source, samples = _capacity(name, lock, split, hold_ns, elapsed)
@@ -270,8 +285,7 @@ def size_pool(
             little = capacity / u
             nearest = max(1, math.floor(little + Fraction(1, 2)))
             supported_table[name] = (round(float(u), 6), nearest)
-        cost = lock_wait.get(name, 0)
-        if cost * 100 < SIZING_MIN_COST_PCT * observed:
+        if not material:
             continue  # not a bottleneck: the run's workers did not queue on it
         if samples < SIZING_MIN_SAMPLES:
             too_few.append(f"{name} ({samples})")
