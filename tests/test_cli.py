@@ -186,7 +186,7 @@ def test_check_admissible_exits_0(billing, capsys, n):
     out, err = capsys.readouterr()
     assert out == (
         f"POOL_SIZE_ADMISSIBLE: Requested {n} is within recommended 7 "
-        "based on verdict CYCLIC_ORDERING_DETECTED.\n"
+        "(measured: config supports 6.24 workers; verdict CYCLIC_ORDERING_DETECTED).\n"
     )
     assert err == ""
 
@@ -196,7 +196,7 @@ def test_check_violation_exits_1(billing, capsys):
     out, err = capsys.readouterr()
     assert out == (
         "POOL_SIZE_VIOLATION: Requested 16 exceeds recommended 7 "
-        "based on verdict CYCLIC_ORDERING_DETECTED.\n"
+        "(measured: config supports 6.24 workers; verdict CYCLIC_ORDERING_DETECTED).\n"
     )
     assert err == ""
 

@@ -744,8 +744,8 @@ def test_may_spawn_pool_size_both_ways():
     assert m.recommended_pool_size == 8
     assert may_spawn_pool_size(m, 16) == (
         False,
-        "POOL_SIZE_VIOLATION: Requested 16 exceeds recommended 8 based on verdict "
-        "STARVATION_OBSERVED.",
+        "POOL_SIZE_VIOLATION: Requested 16 exceeds recommended 8 (the verdict's share: the "
+        "workers did nothing but wait; verdict STARVATION_OBSERVED).",
     )
     ok, reason = may_spawn_pool_size(m, 8)
     assert ok is True

@@ -28,8 +28,9 @@ def may_spawn_pool_size(manifest: Manifest, requested: int) -> tuple[bool, str]:
 
     Returns:
         ``(True, "POOL_SIZE_ADMISSIBLE: ...")`` when ``requested`` is at most the recommended
-        size, else ``(False, "POOL_SIZE_VIOLATION: Requested 16 exceeds recommended 8 based on
-        verdict STARVATION_OBSERVED.")``.
+        size, else ``(False, "POOL_SIZE_VIOLATION: Requested 16 exceeds recommended 5
+        (measured: app.db:make_pool:12 supports 4 workers; verdict HOT_LOCK_DETECTED).")``:
+        how the size was derived (``sizing``), and the verdict.
 
     Raises:
         TypeError: ``manifest`` is not a Manifest or ``requested`` is not an int.
@@ -42,15 +43,16 @@ def may_spawn_pool_size(manifest: Manifest, requested: int) -> tuple[bool, str]:
     if requested < 1:
         raise ValueError(f"requested must be >= 1, got {requested}")
     rec, verdict = manifest.recommended_pool_size, manifest.verdict.value
+    sizing = manifest.sizing
+    why = f"verdict {verdict}"
+    if isinstance(sizing, dict) and sizing.get("reason"):
+        basis = "measured" if sizing.get("basis") == "measured" else "the verdict's share"
+        why = f"{basis}: {sizing['reason']}; {why}"
     if requested > rec:
         return False, (
-            f"POOL_SIZE_VIOLATION: Requested {requested} exceeds recommended {rec} "
-            f"based on verdict {verdict}."
+            f"POOL_SIZE_VIOLATION: Requested {requested} exceeds recommended {rec} ({why})."
         )
-    return True, (
-        f"POOL_SIZE_ADMISSIBLE: Requested {requested} is within recommended {rec} "
-        f"based on verdict {verdict}."
-    )
+    return True, f"POOL_SIZE_ADMISSIBLE: Requested {requested} is within recommended {rec} ({why})."
 
 
 def recommended_workers(path: PathLike, default: int, *, max_bytes: int = DEFAULT_MAX_BYTES) -> int:

@@ -251,7 +251,9 @@ def size_pool(
     supported_table: dict[str, tuple[float, int]] = {}
     if observed == 0 or busy == 0:
         doc["basis"] = "verdict"
-        doc["reason"] = "no worker time was observed" if observed == 0 else "the workers never ran"
+        doc["reason"] = (
+            "no worker time was observed" if observed == 0 else "the workers did nothing but wait"
+        )
         return Sizing(_fallback(verdict, nominal), doc, supported_table)
 
     elapsed = Fraction(observed, n)  # the run's length, as the workers saw it
