@@ -8,7 +8,8 @@
  *
  * - compact(text, max_depth): a JSON text without its whitespace, vetted on the way: every
  *   object's keys strictly ascending in byte order, none with an escape, no nesting deeper
- *   than max_depth, and no run of 19 digits outside strings (every integer below 10**18). For
+ *   than max_depth, no run of 19 digits outside strings (every integer below 10**18), and no
+ *   whitespace between two bytes of literals (dropping it would join two tokens). For
  *   a text json.loads accepts, that makes the keys of each object distinct strings (distinct
  *   UTF-8 bytes without escapes decode to distinct strings), so the parser needs no
  *   duplicate-key hook, the document no nesting walk and no integer a range check. A manifest as this library
@@ -39,6 +40,14 @@
 /* A run of this many digits outside strings is refused: without one, every integer of the text
  * is below 10**18 < 2**63, and the parser's own int() is safe and in range. */
 #define MAX_DIGITS 19
+
+/* A byte of a literal (a number, true, false, null) or of no JSON token: not punctuation, not
+ * a quote (whitespace never reaches it). */
+static inline int
+is_literal(unsigned char c)
+{
+    return !(c == '{' || c == '}' || c == '[' || c == ']' || c == ',' || c == ':' || c == '"');
+}
 
 typedef struct {
     int is_object;
@@ -87,8 +96,12 @@ compact(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         case '\r':
         case '\t':
             i++;
-            while (i < n && s[i] == ' ') /* an indentation, in one tight loop */
+            while (i < n && (s[i] == ' ' || s[i] == '\n' || s[i] == '\r' || s[i] == '\t'))
                 i++;
+            /* Whitespace between two bytes of literals is a separator (`1 2`, `t rue`, a digit
+             * run cut by a space): dropped, it would join them into one token the parser takes. */
+            if (j > 0 && i < n && is_literal(o[j - 1]) && is_literal(s[i]))
+                goto refused;
             continue;
         case '{':
         case '[':
