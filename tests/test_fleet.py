@@ -288,7 +288,7 @@ def test_crafted_collector_files_are_refused_in_one_line(logs, tmp_path, capsys)
     doc = json.loads(good)
     doc["resourceLogs"][0]["scopeLogs"][0]["logRecords"][0]["attributes"] = []
     bad.write_text(json.dumps(doc) + "\n")
-    refused(tmp_path, capsys, [str(bad)], "lacks its instance or sequence attribute")
+    refused(tmp_path, capsys, [str(bad)], "lacks the attribute lockwatch.manifest.instance")
 
     bad.write_text('{"resourceLogs": {"no": "list"}}\n')
     refused(tmp_path, capsys, [str(bad)], "line 1 is not an OTLP logs request")
@@ -376,3 +376,89 @@ def test_the_other_row_is_no_starving_worker():
     merged = merge_manifests(manifests, max_workers=2)
     assert merged.locks["L"]["workers"][OTHER_WORKERS]["wait_ns"] == 500 * MS
     assert all(s["worker"] != OTHER_WORKERS for s in merged.starvation_signatures)
+
+
+# ---------------------------------------------------------------------------------------------
+# A record's attributes: strictly typed, unique, and what its body says
+
+
+def edited_record(good: str, edit) -> str:
+    """``good`` (one line of one record) with ``edit(attributes)`` applied to its attributes."""
+    doc = json.loads(good)
+    record = doc["resourceLogs"][0]["scopeLogs"][0]["logRecords"][0]
+    edit(record["attributes"])
+    return json.dumps(doc, separators=(",", ":"))
+
+
+def attribute(attributes: list, key: str) -> dict:
+    return next(a for a in attributes if a["key"] == key)
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        {"intValue": True},
+        {"intValue": 1.5},
+        {"intValue": 1.0},
+        {"intValue": " 1 "},
+        {"intValue": "1_0"},
+        {"intValue": "+1"},
+        {"intValue": "01"},
+        {"intValue": "1", "stringValue": "1"},
+        {"stringValue": "1"},
+        {"intValue": str(2**63)},
+    ],
+    ids=repr,
+)
+def test_a_sequence_attribute_that_is_not_an_int_is_refused(logs, tmp_path, capsys, value):
+    """An OTLP intValue is an int64 (a JSON integer, or its decimal string as protobuf's JSON
+    writes it): a bool, a float, padded or underscored digits are not one (``int()`` takes
+    them)."""
+    [record] = records_of([process_manifest(1, [("w", "L", MS)])], logs)
+    good = collector_line([record])
+
+    def edit(attributes):
+        attribute(attributes, "lockwatch.manifest.sequence")["value"] = value
+
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(edited_record(good, edit) + "\n")
+    refused(tmp_path, capsys, [str(bad)], f"collector file {bad} line 1 resourceLogs[0]")
+    refused(tmp_path, capsys, [str(bad)], "malformed attribute lockwatch.manifest.sequence")
+
+
+def test_a_sequence_written_as_a_json_integer_is_read(logs, tmp_path):
+    """protobuf's JSON mapping reads an int64 from a JSON integer too."""
+    [record] = records_of([process_manifest(1, [("w", "L", MS)])], logs)
+
+    def edit(attributes):
+        attribute(attributes, "lockwatch.manifest.sequence")["value"] = {"intValue": 1}
+
+    good = tmp_path / "good.jsonl"
+    good.write_text(edited_record(collector_line([record]), edit) + "\n")
+    assert len(list(read_collector_file(good))) == 1
+
+
+def test_attributes_that_contradict_the_body_or_repeat_are_refused(logs, tmp_path, capsys):
+    """The record's ``final`` attribute is its body's; an attribute key given twice is refused
+    (which one would count?)."""
+    [record] = records_of([process_manifest(1, [("w", "L", MS)])], logs)
+    good = collector_line([record])
+    bad = tmp_path / "bad.jsonl"
+
+    def not_final(attributes):
+        attribute(attributes, "lockwatch.manifest.final")["value"] = {"boolValue": False}
+
+    bad.write_text(edited_record(good, not_final) + "\n")
+    refused(tmp_path, capsys, [str(bad)], "its body and attributes disagree on final")
+
+    def final_twice(attributes):
+        attributes.append({"key": "lockwatch.manifest.final", "value": {"boolValue": True}})
+
+    bad.write_text(edited_record(good, final_twice) + "\n")
+    refused(tmp_path, capsys, [str(bad)], "has the attribute 'lockwatch.manifest.final' twice")
+
+    def no_final(attributes):
+        attributes.remove(attribute(attributes, "lockwatch.manifest.final"))
+
+    bad.write_text(edited_record(good, no_final) + "\n")
+    refused(tmp_path, capsys, [str(bad)], "lacks the attribute lockwatch.manifest.final")

@@ -16,6 +16,8 @@ A process sends one at every checkpoint and one (``final``) at exit, each the wh
 only the latest ``sequence`` of an ``instance`` counts, so a merge keeps that one. The record's
 attributes repeat ``instance``, ``sequence`` and ``final`` (so a reader finds each process's
 latest record without parsing every body) and add the verdict; none is a lock's key or a path.
+A reader takes them typed strictly (an ``intValue`` is an int64, a ``boolValue`` a boolean),
+each key once, and refuses a record whose attributes and body disagree.
 
 The Collector's ``file`` exporter writes one JSON line per batch: an OTLP
 ``ExportLogsServiceRequest`` in protobuf JSON (``resourceLogs[].scopeLogs[].logRecords[]``,
@@ -36,6 +38,7 @@ import glob
 import hashlib
 import multiprocessing
 import os
+import re
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from typing import Any
@@ -138,8 +141,15 @@ def _is_hex(text: object, length: int) -> bool:
     )
 
 
-def _check_body(text: object, where: str) -> tuple[dict[str, Any], dict[str, float], str, int]:
-    """A record's body checked: ``(normalized data, thresholds, instance, sequence)``."""
+#: What a record's body and its attributes both say: they must agree.
+_SAID = (("instance", ATTR_INSTANCE), ("sequence", ATTR_SEQUENCE), ("final", ATTR_FINAL))
+
+
+def _check_body(
+    text: object, where: str
+) -> tuple[dict[str, Any], dict[str, float], dict[str, Any]]:
+    """A record's body checked: ``(normalized data, thresholds, {name: value})`` of the fields
+    its attributes repeat (:data:`_SAID`)."""
     if not isinstance(text, str):
         raise ManifestError(f"{where} has no string body")
     raw = text.encode("utf-8", "surrogatepass")
@@ -161,14 +171,49 @@ def _check_body(text: object, where: str) -> tuple[dict[str, Any], dict[str, flo
     instance, sequence = body["instance"], body["sequence"]
     if not _is_hex(instance, 32) or type(sequence) is not int or sequence < 1:  # noqa: E721
         raise ManifestError(f"{where}'s body has an invalid instance or sequence")
+    if type(body["final"]) is not bool:  # noqa: E721
+        raise ManifestError(f"{where}'s body has a final that is not a boolean")
     if not isinstance(body["data"], dict):
         raise ManifestError(f"{where}'s body has data that is not an object")
     data, thresholds = check_mergeable_parts(body["data"], body["thresholds"], where)
-    return data, thresholds, instance, sequence
+    return data, thresholds, {name: body[name] for name, _ in _SAID}
+
+
+# protobuf's JSON mapping of an int64: a JSON integer, or its decimal digits as a string.
+_INT64 = re.compile(r"-?(?:0|[1-9][0-9]{0,18})\Z")
+# The kinds of an OTLP AnyValue, with the JSON types each may have (a double may be "NaN").
+_VALUE_TYPES: dict[str, tuple[type, ...]] = {
+    "stringValue": (str,),
+    "boolValue": (bool,),
+    "doubleValue": (int, float, str),
+    "bytesValue": (str,),
+    "arrayValue": (dict,),
+    "kvlistValue": (dict,),
+}
+
+
+def _value(value: Mapping[str, Any]) -> Any:
+    """An OTLP ``AnyValue`` in protobuf's JSON mapping, typed strictly (an ``intValue`` is an
+    int64: not a bool, a float, nor digits with spaces, underscores or a sign ``+``); None for
+    an empty one. Raises ValueError for anything else."""
+    if not value:
+        return None
+    if len(value) != 1:
+        raise ValueError("more than one value")
+    [(kind, got)] = value.items()
+    if kind == "intValue":
+        if type(got) is str and _INT64.match(got):
+            got = int(got)
+        if type(got) is not int or not -(2**63) <= got < 2**63:  # noqa: E721
+            raise ValueError("not an int64")
+        return got
+    if kind not in _VALUE_TYPES or type(got) not in _VALUE_TYPES[kind]:
+        raise ValueError(f"not a {kind}")
+    return got
 
 
 def _attributes(record: Mapping[str, Any], where: str) -> dict[str, Any]:
-    """A record's attributes as ``{key: value}`` (OTLP JSON: 64-bit integers as strings)."""
+    """A record's attributes as ``{key: value}`` (:func:`_value`), each key once."""
     out: dict[str, Any] = {}
     raw = record.get("attributes", [])
     if not isinstance(raw, list):
@@ -176,14 +221,15 @@ def _attributes(record: Mapping[str, Any], where: str) -> dict[str, Any]:
     for attr in raw:
         if not isinstance(attr, dict) or not isinstance(attr.get("value"), dict):
             raise ManifestError(f"{where} has a malformed attribute")
-        value = attr["value"]
-        if "intValue" in value:
-            try:
-                out[str(attr.get("key"))] = int(value["intValue"])
-            except (TypeError, ValueError):
-                raise ManifestError(f"{where} has a malformed attribute") from None
-        else:
-            out[str(attr.get("key"))] = next(iter(value.values()), None)
+        key = attr.get("key")
+        if type(key) is not str:  # noqa: E721
+            raise ManifestError(f"{where} has an attribute whose key is not a string")
+        if key in out:
+            raise ManifestError(f"{where} has the attribute {printable(repr(key), 80)} twice")
+        try:
+            out[key] = _value(attr["value"])
+        except ValueError:
+            raise ManifestError(f"{where} has a malformed attribute {printable(key, 80)}") from None
     return out
 
 
@@ -257,8 +303,14 @@ def read_collector_file(
         for place, record in _records(parse_json(line, at), at):
             attrs = _attributes(record, f"{at} {place}")
             instance, sequence = attrs.get(ATTR_INSTANCE), attrs.get(ATTR_SEQUENCE)
-            if not _is_hex(instance, 32) or type(sequence) is not int:  # noqa: E721
-                raise ManifestError(f"{at} {place} lacks its instance or sequence attribute")
+            for key, valid in (
+                (ATTR_INSTANCE, _is_hex(instance, 32)),
+                (ATTR_SEQUENCE, type(sequence) is int),  # noqa: E721
+                (ATTR_FINAL, type(attrs.get(ATTR_FINAL)) is bool),  # noqa: E721
+            ):
+                if not valid:
+                    fault = "has a malformed attribute" if key in attrs else "lacks the attribute"
+                    raise ManifestError(f"{at} {place} {fault} {key}")
             seen = latest.get(instance)  # type: ignore[arg-type]
             if seen is None or (sequence, number, place) > seen:
                 latest[instance] = (sequence, number, place)  # type: ignore[index]
@@ -274,9 +326,11 @@ def read_collector_file(
                 continue
             body = record.get("body")
             text = body.get("stringValue") if isinstance(body, dict) else None
-            data, thresholds, got, sequence = _check_body(text, f"{at} {place}")
-            if got != instance or sequence != latest[instance][0]:
-                raise ManifestError(f"{at} {place}: its body and attributes disagree")
+            data, thresholds, said = _check_body(text, f"{at} {place}")
+            attrs = _attributes(record, f"{at} {place}")
+            for name, key in _SAID:
+                if said[name] != attrs[key]:
+                    raise ManifestError(f"{at} {place}: its body and attributes disagree on {name}")
             yield data, thresholds
 
 
