@@ -9,7 +9,8 @@
   input exhausts the stack, and checked before anything recursive (the digest's encoder) runs;
 - the schema and every field;
 - the digest: a mismatch is an edit by hand or a damaged file;
-- the data, strictly typed (``_data.normalize``);
+- the data, strictly typed (``_data.normalize``), its pool sizes at most
+  :data:`MAX_POOL_SIZE`;
 - the derived fields. They are a pure function of the data, the thresholds and the nominal pool
   size, and the digest has no key (anyone who can write the file can recompute it), so the data
   is evaluated again under the manifest's own thresholds and pool-size source and the result
@@ -40,12 +41,14 @@ from ._model import LEGACY_SCHEMAS, REQUIRED_FIELDS, SCHEMA, Manifest, compute_d
 __all__ = [
     "INT_LIMIT",
     "MAX_DEPTH",
+    "MAX_POOL_SIZE",
     "check_depth",
     "check_doc",
     "check_document",
     "check_json",
     "check_mergeable",
     "check_mergeable_parts",
+    "check_pool_sizes",
     "shown",
 ]
 
@@ -53,6 +56,11 @@ __all__ = [
 MAX_DEPTH = 32
 #: Every integer in a manifest is in ``(-INT_LIMIT, INT_LIMIT)``.
 INT_LIMIT = 2**63
+#: The largest pool size a manifest may hold or imply (``pool.nominal``, ``pool.peak_workers``,
+#: ``nominal_pool_size``, ``recommended_pool_size``): 2**20, far above any one pool, and room
+#: for the peak workers a merge of a fleet adds up. A larger one is refused as a forgery: one
+#: record claiming 10**15 workers would set a whole fleet's recommended size.
+MAX_POOL_SIZE = 2**20
 
 #: How much of a refused value or of a message a one-line error shows.
 _SHOWN = 80
@@ -158,6 +166,19 @@ def _threshold(thresholds: Mapping[str, Any], key: str) -> Any:
     return SETTINGS[key].resolve(value)
 
 
+def check_pool_sizes(norm: Mapping[str, Any]) -> None:
+    """Refuse a normalized data part whose pool sizes are above :data:`MAX_POOL_SIZE`.
+
+    Raises:
+        ValueError: naming the field and the value.
+    """
+    pool = norm["pool"]
+    for key in ("nominal", "peak_workers"):
+        value = pool.get(key)
+        if value is not None and value > MAX_POOL_SIZE:
+            raise ValueError(f"pool.{key} is {value}, above the largest pool size {MAX_POOL_SIZE}")
+
+
 def _evaluate_again(doc: Mapping[str, Any]) -> Manifest:
     """The manifest that ``evaluate()`` makes of ``doc``'s data under ``doc``'s thresholds and
     pool-size source: what ``doc`` must be.
@@ -167,6 +188,7 @@ def _evaluate_again(doc: Mapping[str, Any]) -> Manifest:
             malformed; the message names the field.
     """
     norm = normalize(doc)
+    check_pool_sizes(norm)
     thresholds = doc["thresholds"]
     if not isinstance(thresholds, dict):
         raise ValueError(f"thresholds must be an object, got {type(thresholds).__name__}")
@@ -178,8 +200,10 @@ def _evaluate_again(doc: Mapping[str, Any]) -> Manifest:
     nominal, source = doc["nominal_pool_size"], doc["pool_size_source"]
     pool_size: int | None = None
     if norm["pool"]["nominal"] is None and source != "observed":
-        if type(nominal) is not int or nominal < 1:  # noqa: E721
-            raise ValueError(f"nominal_pool_size must be an int >= 1, got {shown(nominal)}")
+        if type(nominal) is not int or not 1 <= nominal <= MAX_POOL_SIZE:  # noqa: E721
+            raise ValueError(
+                f"nominal_pool_size must be an int in [1, {MAX_POOL_SIZE}], got {shown(nominal)}"
+            )
         if not isinstance(source, str):
             raise ValueError(f"pool_size_source must be a str, got {shown(source)}")
         pool_size = nominal
@@ -261,7 +285,9 @@ def check_mergeable_parts(
         if not isinstance(thresholds, dict):
             raise ValueError(f"thresholds must be an object, got {type(thresholds).__name__}")
         keys = ("hot_lock_threshold_pct", "starvation_ratio")
-        return normalize(data), {k: _threshold(thresholds, k) for k in keys}
+        norm = normalize(data)
+        check_pool_sizes(norm)
+        return norm, {k: _threshold(thresholds, k) for k in keys}
     except (ValueError, TypeError) as e:
         raise ManifestError(printable(f"{where} is invalid: {e}", _MESSAGE_LIMIT)) from None
 
