@@ -462,3 +462,52 @@ def test_attributes_that_contradict_the_body_or_repeat_are_refused(logs, tmp_pat
 
     bad.write_text(edited_record(good, no_final) + "\n")
     refused(tmp_path, capsys, [str(bad)], "lacks the attribute lockwatch.manifest.final")
+
+
+# ---------------------------------------------------------------------------------------------
+# The output is never an input, now or at the next merge
+
+
+def test_merge_never_writes_over_an_input(logs, tmp_path, capsys):
+    """``merge X.jsonl -o X.jsonl`` replaced the Collector's file by the merged manifest; a
+    process's manifest (or a link to it) likewise: refused, the input unchanged."""
+    [record] = records_of([process_manifest(1, [("w", "L", MS)])], logs)
+    collector = tmp_path / "fleet.jsonl"
+    collector.write_text(collector_line([record]) + "\n")
+    manifest = dump_manifest(process_manifest(2, [("w", "L", MS)]), tmp_path / "m.json")
+    (tmp_path / "link.json").symlink_to(manifest)
+    before = {p: p.read_bytes() for p in (collector, manifest)}
+    for inputs, output in (
+        ([collector], collector),
+        ([manifest, collector], manifest),
+        ([manifest], tmp_path / "link.json"),
+        ([tmp_path / "link.json"], manifest),
+        ([str(tmp_path / "m.*")], manifest),
+    ):
+        assert main(["merge", *map(str, inputs), "-o", str(output)]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and f"the output {output} is an input of the merge" in err
+    assert {p: p.read_bytes() for p in before} == before
+
+
+def test_merge_never_reads_its_own_output_back(tmp_path, capsys):
+    """An output among the ``*.json`` files of an input directory, or matching an input
+    pattern, was read back by the next merge of the same inputs (4 processes counted for 2):
+    refused before anything is read; a name the directory's expansion skips is taken."""
+    (tmp_path / "d").mkdir()
+    for pid in (1, 2):
+        dump_manifest(process_manifest(pid, [("w", "L", MS)]), tmp_path / "d" / f"m{pid}.json")
+    inside = tmp_path / "d" / "merged.json"
+    assert main(["merge", str(tmp_path / "d"), "-o", str(inside)]) == 2
+    assert "is in the input directory" in capsys.readouterr().err
+    assert (
+        main(["merge", str(tmp_path / "d" / "m*.json"), "-o", str(tmp_path / "d" / "m3.json")]) == 2
+    )
+    assert "matches the input pattern" in capsys.readouterr().err
+    assert not list((tmp_path / "d").glob("*3*")) and not inside.exists()
+    # Elsewhere, or under a name a merge of the directory does not read: merged twice, the
+    # same two processes.
+    for output in (tmp_path / "merged.json", tmp_path / "d" / "merged.out"):
+        for _ in range(2):
+            assert main(["merge", str(tmp_path / "d"), "-o", str(output)]) == 0
+            assert load_manifest(output).process["merged"] == 2

@@ -33,6 +33,7 @@ naming the file and the line.
 
 from __future__ import annotations
 
+import fnmatch
 import gc
 import glob
 import hashlib
@@ -63,6 +64,7 @@ __all__ = [
     "EVENT_NAME",
     "FILES_PER_JOB",
     "RECORD_SCHEMA",
+    "check_output",
     "expand_inputs",
     "fold_inputs",
     "read_collector_file",
@@ -367,6 +369,52 @@ def expand_inputs(arguments: Iterable[str]) -> list[str]:
         else:
             files.append(argument)
     return files
+
+
+def check_output(arguments: Iterable[str], files: Iterable[str], output: str) -> None:
+    """Refuse an output that a merge of ``arguments`` (whose files are ``files``) reads: one of
+    its files (the merged manifest would replace an input: a Collector's file, a process's
+    manifest), or a ``*.json`` / ``*.jsonl`` file in one of its directories or matching one of
+    its patterns (the next merge of the same inputs would read the merged manifest back and
+    count its processes twice).
+
+    Raises:
+        ManifestError: naming the output and the input it collides with.
+    """
+    shown = printable(output, None)
+    # Where the output will be: its directory resolved, its own name kept (a rename replaces a
+    # symbolic link there, not what it points to), and what it resolves to now.
+    placed = os.path.join(
+        os.path.realpath(os.path.dirname(os.path.abspath(output))), os.path.basename(output)
+    )
+    places = {placed, os.path.realpath(output)}
+    for path in files:
+        if os.path.realpath(path) in places or (
+            os.path.exists(output) and os.path.samefile(path, output)
+        ):
+            raise ManifestError(
+                f"the output {shown} is an input of the merge ({printable(path, None)}): "
+                "write the merged manifest elsewhere"
+            )
+    if not output.endswith((".json", ".jsonl")):
+        return  # no directory nor pattern of a merge reads it
+    for argument in arguments:
+        where = printable(argument, None)
+        if os.path.isdir(argument):
+            if os.path.dirname(placed) == os.path.realpath(argument):
+                raise ManifestError(
+                    f"the output {shown} is in the input directory {where}: the next merge of "
+                    "it would read the merged manifest back; write it elsewhere"
+                )
+        elif not os.path.lexists(argument) and glob.has_magic(argument):
+            pattern = os.path.abspath(argument)
+            if any(
+                fnmatch.fnmatchcase(place, pattern) for place in (placed, os.path.abspath(output))
+            ):
+                raise ManifestError(
+                    f"the output {shown} matches the input pattern {where}: the next merge of "
+                    "it would read the merged manifest back; write it elsewhere"
+                )
 
 
 def _is_collector_file(path: str) -> bool:
