@@ -511,3 +511,81 @@ def test_merge_never_reads_its_own_output_back(tmp_path, capsys):
         for _ in range(2):
             assert main(["merge", str(tmp_path / "d"), "-o", str(output)]) == 0
             assert load_manifest(output).process["merged"] == 2
+
+
+# ---------------------------------------------------------------------------------------------
+# Memory: a parse bounded by a multiple of its text, and out of memory is one line
+
+
+def run_limited(argv: list[str], limit: int) -> tuple[int, str, int]:
+    """``otel-lockwatch`` run in a subprocess under an address-space limit of ``limit`` bytes:
+    its exit status, its stderr and its peak resident memory in bytes (its own, ``wait4``)."""
+    import os
+    import resource
+    import subprocess
+    import sys
+
+    def limited() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+
+    child = subprocess.Popen(
+        [sys.executable, "-m", "otel_lockwatch", *argv],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        preexec_fn=limited,
+    )
+    err = child.stderr.read().decode()  # a line or a traceback: the pipe never fills first
+    child.stderr.close()
+    _, status, usage = os.wait4(child.pid, 0)
+    child.returncode = os.waitstatus_to_exitcode(status)
+    return child.returncode, err, usage.ru_maxrss * 1024
+
+
+MIB = 1 << 20
+
+
+def test_a_line_that_would_parse_into_30_times_its_size_is_refused_unparsed(tmp_path):
+    """A 60 MB line of ``{},`` (below the 64 MiB line cap) took 1.8 GB and 15 s to parse, and
+    under a 1 GiB address-space limit ended in a MemoryError traceback: its estimated cost is
+    refused before it is parsed, one line, exit 2, in about twice its size."""
+    line = tmp_path / "fleet.jsonl"
+    n = 20_000_000
+    line.write_bytes(b'{"resourceLogs":[' + b"{}," * (n - 1) + b"{}]}\n")
+    size = line.stat().st_size
+    status, err, peak = run_limited(["merge", str(line), "-o", str(tmp_path / "o.json")], 1 << 30)
+    assert status == 2, err
+    assert err.count("\n") == 1 and "Traceback" not in err, err
+    assert f"collector file {line} line 1 would build about" in err
+    assert "more than 12 times its size: refused before it is parsed" in err
+    assert peak < 2.5 * size + 64 * MIB, f"{peak / MIB:.0f} MiB for {size / MIB:.0f} MiB"
+
+
+def test_out_of_memory_is_one_line_and_exit_2(tmp_path):
+    """A manifest whose parse fits its cost but not the process's memory (60 MB of integers
+    under a 256 MiB limit): MemoryError was a traceback and exit 1."""
+    big = tmp_path / "big.json"
+    big.write_bytes(b'{"a": [' + b"1000," * 11_999_999 + b"1000]}")
+    status, err, _ = run_limited(["merge", str(big), "-o", str(tmp_path / "o.json")], 256 * MIB)
+    assert status == 2, err
+    assert err == (
+        f"otel-lockwatch: error: manifest {big} cannot be read: out of memory (the process's "
+        "memory is limited, or the input is too large for it)\n"
+    )
+    assert not (tmp_path / "o.json").exists()
+
+
+def test_what_the_library_writes_costs_well_within_the_bound(logs):
+    """A manifest file, a record's body and a Collector's line of it are estimated at 2 to 9
+    times their size (the bound is 12): nothing written here is refused for its cost."""
+    from otel_lockwatch.manifest._fleet import record_body
+    from otel_lockwatch.manifest._io import MAX_EXPANSION, parse_cost
+
+    waits = [(f"w{i % 7}", f"L{i % 50}", (i * 7919 % 1000) * MS) for i in range(2000)]
+    manifest = process_manifest(1, waits)
+    [record] = records_of([manifest], logs)
+    for text in (
+        manifest.to_json().encode(),
+        record_body(manifest, "a" * 32, 1, True).encode(),
+        collector_line([record]).encode(),
+    ):
+        assert 2 <= parse_cost(text) / len(text) <= 9 < MAX_EXPANSION

@@ -249,8 +249,8 @@ def test_deep_nesting_inside_lock_order_with_a_valid_digest(tmp_path):
         ),
         (
             lambda d: d.update(pool={"nominal": 2**62, "source": "executor"}),
-            r"does not agree with its data: recommended_pool_size is 8, "
-            r"its data gives 2305843009213693952$",
+            r"is invalid: pool\.nominal is 4611686018427387904, above the largest pool size "
+            r"1048576$",
         ),
     ],
 )

@@ -495,3 +495,19 @@ def test_compact_refuses_whitespace_inside_a_token():
         assert read_long_way(text) is None
     assert MERGE_SPEEDUPS.compact(b"[1 ,\n 2 ] ", 8) == b"[1,2]"
     assert MERGE_SPEEDUPS.compact(b'{"a" : "b c" , "d":true }', 8) == b'{"a":"b c","d":true}'
+
+
+@given(st.one_of(hostile_texts(), st.binary(max_size=60)))
+def test_cost_is_the_long_ways_estimate(text):
+    """The C cost() counts the punctuation the long way counts (``_io._COSTS``), so the fast
+    path refuses for its cost exactly what the long way refuses."""
+    assert MERGE_SPEEDUPS.cost(text) == sum(text.count(b) * w for b, w in _io._COSTS)
+
+
+@given(hostile_texts(), st.integers(0, 3000))
+def test_compact_refuses_a_text_past_its_cost(text, max_cost):
+    got = MERGE_SPEEDUPS.compact(text, MAX_DEPTH, max_cost)
+    if MERGE_SPEEDUPS.cost(text) > max_cost:
+        assert got is None
+    else:
+        assert got == MERGE_SPEEDUPS.compact(text, MAX_DEPTH)

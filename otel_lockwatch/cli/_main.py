@@ -201,6 +201,18 @@ def _cpus() -> int:
 
 
 def _run_merge(args: argparse.Namespace, out: IO[str], err: IO[str]) -> int:
+    try:
+        return _merge(args, out)
+    except MemoryError:
+        pass
+    # Raised past the handler, when what the merge built is freed.
+    raise CommandError(
+        "cannot merge: out of memory (the process's memory is limited, or the inputs are too "
+        "large for it; --jobs 1 holds one fold, --max-workers fewer workers)"
+    )
+
+
+def _merge(args: argparse.Namespace, out: IO[str]) -> int:
     files = expand_inputs(args.manifests)
     check_output(args.manifests, files, args.output)
     fold = fold_inputs(

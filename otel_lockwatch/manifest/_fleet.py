@@ -39,7 +39,6 @@ import glob
 import hashlib
 import multiprocessing
 import os
-import re
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from typing import Any
@@ -58,6 +57,7 @@ from ._io import (
 )
 from ._merge import MAX_MERGED_WORKERS, ManifestFold
 from ._model import LEGACY_SCHEMAS, SCHEMA, Manifest, canonical_json
+from ._otlp import record_attributes_of
 
 __all__ = [
     "ATTR_EVENT_NAME",
@@ -181,60 +181,6 @@ def _check_body(
     return data, thresholds, {name: body[name] for name, _ in _SAID}
 
 
-# protobuf's JSON mapping of an int64: a JSON integer, or its decimal digits as a string.
-_INT64 = re.compile(r"-?(?:0|[1-9][0-9]{0,18})\Z")
-# The kinds of an OTLP AnyValue, with the JSON types each may have (a double may be "NaN").
-_VALUE_TYPES: dict[str, tuple[type, ...]] = {
-    "stringValue": (str,),
-    "boolValue": (bool,),
-    "doubleValue": (int, float, str),
-    "bytesValue": (str,),
-    "arrayValue": (dict,),
-    "kvlistValue": (dict,),
-}
-
-
-def _value(value: Mapping[str, Any]) -> Any:
-    """An OTLP ``AnyValue`` in protobuf's JSON mapping, typed strictly (an ``intValue`` is an
-    int64: not a bool, a float, nor digits with spaces, underscores or a sign ``+``); None for
-    an empty one. Raises ValueError for anything else."""
-    if not value:
-        return None
-    if len(value) != 1:
-        raise ValueError("more than one value")
-    [(kind, got)] = value.items()
-    if kind == "intValue":
-        if type(got) is str and _INT64.match(got):
-            got = int(got)
-        if type(got) is not int or not -(2**63) <= got < 2**63:  # noqa: E721
-            raise ValueError("not an int64")
-        return got
-    if kind not in _VALUE_TYPES or type(got) not in _VALUE_TYPES[kind]:
-        raise ValueError(f"not a {kind}")
-    return got
-
-
-def _attributes(record: Mapping[str, Any], where: str) -> dict[str, Any]:
-    """A record's attributes as ``{key: value}`` (:func:`_value`), each key once."""
-    out: dict[str, Any] = {}
-    raw = record.get("attributes", [])
-    if not isinstance(raw, list):
-        raise ManifestError(f"{where} has attributes that are not a list")
-    for attr in raw:
-        if not isinstance(attr, dict) or not isinstance(attr.get("value"), dict):
-            raise ManifestError(f"{where} has a malformed attribute")
-        key = attr.get("key")
-        if type(key) is not str:  # noqa: E721
-            raise ManifestError(f"{where} has an attribute whose key is not a string")
-        if key in out:
-            raise ManifestError(f"{where} has the attribute {printable(repr(key), 80)} twice")
-        try:
-            out[key] = _value(attr["value"])
-        except ValueError:
-            raise ManifestError(f"{where} has a malformed attribute {printable(key, 80)}") from None
-    return out
-
-
 def _records(doc: Any, where: str) -> Iterator[tuple[str, Mapping[str, Any]]]:
     """``(place, record)`` of every log record of one line that carries :data:`EVENT_NAME`."""
     if not isinstance(doc, dict) or not isinstance(doc.get("resourceLogs"), list):
@@ -303,7 +249,7 @@ def read_collector_file(
     for number, line in _lines(path, where, max_bytes):
         at = f"{where} line {number}"
         for place, record in _records(parse_json(line, at), at):
-            attrs = _attributes(record, f"{at} {place}")
+            attrs = record_attributes_of(record, f"{at} {place}")
             instance, sequence = attrs.get(ATTR_INSTANCE), attrs.get(ATTR_SEQUENCE)
             for key, valid in (
                 (ATTR_INSTANCE, _is_hex(instance, 32)),
@@ -329,7 +275,7 @@ def read_collector_file(
             body = record.get("body")
             text = body.get("stringValue") if isinstance(body, dict) else None
             data, thresholds, said = _check_body(text, f"{at} {place}")
-            attrs = _attributes(record, f"{at} {place}")
+            attrs = record_attributes_of(record, f"{at} {place}")
             for name, key in _SAID:
                 if said[name] != attrs[key]:
                     raise ManifestError(f"{at} {place}: its body and attributes disagree on {name}")
@@ -503,10 +449,22 @@ def read_inputs(
     manifest file as itself, a Collector file as the latest record of each process in it.
 
     Raises:
-        ManifestError: an input is unreadable or invalid (one line naming it).
+        ManifestError: an input is unreadable or invalid (one line naming it), or reading it
+            runs out of memory (a ``MemoryError``: under a limit on the process's memory).
     """
     for path in files:
-        if _is_collector_file(path):
-            yield from read_collector_file(path, max_bytes=max_bytes)
-        else:
-            yield load_mergeable(path, max_bytes=max_bytes)
+        collector = _is_collector_file(path)
+        try:
+            if collector:
+                yield from read_collector_file(path, max_bytes=max_bytes)
+            else:
+                yield load_mergeable(path, max_bytes=max_bytes)
+            continue
+        except MemoryError:
+            pass
+        # Raised past the handler, when what the failed read built is freed.
+        kind = "collector file" if collector else "manifest"
+        raise ManifestError(
+            f"{kind} {printable(path, None)} cannot be read: out of memory (the process's memory "
+            "is limited, or the input is too large for it)"
+        )

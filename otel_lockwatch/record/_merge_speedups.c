@@ -9,13 +9,17 @@
  * - compact(text, max_depth): a JSON text without its whitespace, vetted on the way: every
  *   object's keys strictly ascending in byte order, none with an escape, no nesting deeper
  *   than max_depth, no run of 19 digits outside strings (every integer below 10**18), and no
- *   whitespace between two bytes of literals (dropping it would join two tokens). For
+ *   whitespace between two bytes of literals (dropping it would join two tokens), and (given
+ *   max_cost) its cost() at most max_cost. For
  *   a text json.loads accepts, that makes the keys of each object distinct strings (distinct
  *   UTF-8 bytes without escapes decode to distinct strings), so the parser needs no
  *   duplicate-key hook, the document no nesting walk and no integer a range check. A manifest as this library
  *   writes it (sorted keys, indented) compacts to its canonical JSON, the digest's input. None
  *   when the text is not so (the caller then reads it the long way, which names the fault);
  *   nothing here judges whether the text is JSON: the parser does.
+ * - cost(text): what parsing the text may build at most, in bytes, estimated from its
+ *   punctuation (manifest._io._COSTS: a weight per byte of `{ [ , : "`, wherever it is);
+ *   refused past a multiple of the text's size before it is parsed.
  * - bucket_counts(buckets, limit): a histogram's JSON buckets [[index, count], ...] as
  *   {index: count} when every pair is a list of two ints, the indices strictly ascending within
  *   [0, limit) and every count > 0; None when one is not (record._histogram._checked_buckets).
@@ -41,6 +45,40 @@
  * is below 10**18 < 2**63, and the parser's own int() is safe and in range. */
 #define MAX_DIGITS 19
 
+/* What the parser may build for one byte of punctuation, counted wherever it appears (in strings
+ * too): manifest._io._COSTS, the same numbers (a test compares the two). */
+static long long cost_of[256];
+
+static void
+init_costs(void)
+{
+    cost_of['{'] = 160;
+    cost_of['['] = 64;
+    cost_of[','] = 16;
+    cost_of[':'] = 16;
+    cost_of['"'] = 25;
+}
+
+static long long
+cost_of_bytes(const unsigned char *s, Py_ssize_t n)
+{
+    long long cost = 0;
+    for (Py_ssize_t k = 0; k < n; k++)
+        cost += cost_of[s[k]];
+    return cost;
+}
+
+static PyObject *
+cost(PyObject *module, PyObject *text)
+{
+    Py_buffer view;
+    if (PyObject_GetBuffer(text, &view, PyBUF_SIMPLE) < 0)
+        return NULL;
+    long long total = cost_of_bytes((const unsigned char *)view.buf, view.len);
+    PyBuffer_Release(&view);
+    return PyLong_FromLongLong(total);
+}
+
 /* A byte of a literal (a number, true, false, null) or of no JSON token: not punctuation, not
  * a quote (whitespace never reaches it). */
 static inline int
@@ -59,13 +97,20 @@ typedef struct {
 static PyObject *
 compact(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 2) {
-        PyErr_SetString(PyExc_TypeError, "compact(text, max_depth) takes 2 arguments");
+    if (nargs != 2 && nargs != 3) {
+        PyErr_SetString(PyExc_TypeError, "compact(text, max_depth[, max_cost]) takes 2 or 3 "
+                                         "arguments");
         return NULL;
     }
     long max_depth = PyLong_AsLong(args[1]);
     if (max_depth == -1 && PyErr_Occurred())
         return NULL;
+    long long max_cost = LLONG_MAX, spent = 0;
+    if (nargs == 3) {
+        max_cost = PyLong_AsLongLong(args[2]);
+        if (max_cost == -1 && PyErr_Occurred())
+            return NULL;
+    }
     if (max_depth > MAX_LEVELS)
         max_depth = MAX_LEVELS;
     Py_buffer view;
@@ -90,6 +135,7 @@ compact(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         else {
             digits = 0;
         }
+        spent += cost_of[c];
         switch (c) {
         case ' ':
         case '\n':
@@ -143,6 +189,7 @@ compact(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
                     goto refused; /* an unterminated string */
             }
             i++;
+            spent += cost_of_bytes(s + start + 1, i - start - 1); /* the closing quote's too */
             if (depth > 0 && levels[depth].expect_key) {
                 Level *lv = &levels[depth];
                 const unsigned char *key = s + start + 1;
@@ -170,6 +217,10 @@ compact(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         i++;
     }
     PyBuffer_Release(&view);
+    if (spent > max_cost) {
+        Py_DECREF(out);
+        Py_RETURN_NONE;
+    }
     if (_PyBytes_Resize(&out, j) < 0)
         return NULL;
     return out;
@@ -425,8 +476,12 @@ static PyMethodDef methods[] = {
      "add_rows(into, other): add the rows (tuples) of the dict other into the dict into, "
      "element by element."},
     {"compact", (PyCFunction)(void (*)(void))compact, METH_FASTCALL,
-     "compact(text, max_depth) -> bytes | None: the JSON text without whitespace, when every "
-     "object's keys ascend strictly without escapes and it nests at most max_depth deep."},
+     "compact(text, max_depth[, max_cost]) -> bytes | None: the JSON text without whitespace, "
+     "when every object's keys ascend strictly without escapes, it nests at most max_depth deep "
+     "and its cost() is at most max_cost."},
+    {"cost", (PyCFunction)cost, METH_O,
+     "cost(text) -> int: what parsing the text may build at most, estimated from its "
+     "punctuation (manifest._io._COSTS)."},
     {"bucket_counts", (PyCFunction)(void (*)(void))bucket_counts, METH_FASTCALL,
      "bucket_counts(buckets, limit) -> dict | None: [[index, count], ...] as {index: count} "
      "when well formed."},
@@ -449,5 +504,6 @@ static struct PyModuleDef merge_speedups_module = {
 PyMODINIT_FUNC
 PyInit__merge_speedups(void)
 {
+    init_costs();
     return PyModule_Create(&merge_speedups_module);
 }
