@@ -41,7 +41,7 @@ import multiprocessing
 import os
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor
-from typing import Any
+from typing import Any, cast
 
 from ..exceptions import ManifestError
 from ..record._data import DATA_FIELDS, OPTIONAL_DATA_FIELDS
@@ -259,9 +259,10 @@ def read_collector_file(
                 if not valid:
                     fault = "has a malformed attribute" if key in attrs else "lacks the attribute"
                     raise ManifestError(f"{at} {place} {fault} {key}")
-            seen = latest.get(instance)  # type: ignore[arg-type]
-            if seen is None or (sequence, number, place) > seen:
-                latest[instance] = (sequence, number, place)  # type: ignore[index]
+            key = (cast(int, sequence), number, place)  # checked above
+            seen = latest.get(cast(str, instance))
+            if seen is None or key > seen:
+                latest[cast(str, instance)] = key
     wanted = {(number, place): instance for instance, (_, number, place) in latest.items()}
     lines = {number for number, _ in wanted}
     for number, line in _lines(path, where, max_bytes):
