@@ -259,10 +259,10 @@ def read_collector_file(
                 if not valid:
                     fault = "has a malformed attribute" if key in attrs else "lacks the attribute"
                     raise ManifestError(f"{at} {place} {fault} {key}")
-            key = (cast(int, sequence), number, place)  # checked above
+            rank = (cast(int, sequence), number, place)  # checked above
             seen = latest.get(cast(str, instance))
-            if seen is None or key > seen:
-                latest[cast(str, instance)] = key
+            if seen is None or rank > seen:
+                latest[cast(str, instance)] = rank
     wanted = {(number, place): instance for instance, (_, number, place) in latest.items()}
     lines = {number for number, _ in wanted}
     for number, line in _lines(path, where, max_bytes):
