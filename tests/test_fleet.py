@@ -589,3 +589,18 @@ def test_what_the_library_writes_costs_well_within_the_bound(logs):
         collector_line([record]).encode(),
     ):
         assert 2 <= parse_cost(text) / len(text) <= 9 < MAX_EXPANSION
+
+
+def test_a_verdict_attribute_its_body_does_not_give_is_refused(logs, tmp_path, capsys):
+    """The verdict attribute is derived from the body's data: one that says otherwise is
+    refused, as a manifest file's derived fields are."""
+    manifest = process_manifest(1, [("w", "L", MS)])
+    [record] = records_of([manifest], logs)
+    assert str(manifest.verdict) != "LOW_CONTENTION"
+
+    def calm(attributes):
+        attribute(attributes, "lockwatch.verdict")["value"] = {"stringValue": "LOW_CONTENTION"}
+
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(edited_record(collector_line([record]), calm) + "\n")
+    refused(tmp_path, capsys, [str(bad)], "its body and attributes disagree on verdict")

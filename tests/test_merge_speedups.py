@@ -511,3 +511,53 @@ def test_compact_refuses_a_text_past_its_cost(text, max_cost):
         assert got is None
     else:
         assert got == MERGE_SPEEDUPS.compact(text, MAX_DEPTH)
+
+
+# --------------------------------------------------------------------------------------------
+# same_json: a manifest against what its data gives, as the digests compare them
+
+
+def json_paths(doc, path=()):
+    """Every place of a JSON document, with its value."""
+    yield path, doc
+    items = (
+        doc.items() if isinstance(doc, dict) else enumerate(doc) if isinstance(doc, list) else ()
+    )
+    for key, value in items:
+        yield from json_paths(value, (*path, key))
+
+
+_REPLACEMENTS = [0, 1, -1, 1.0, -0.0, 0.0, True, False, None, "", "1", [], {}, 2**62, 0.1]
+
+
+@given(st.data())
+def test_same_json_is_the_digests_comparison(data):
+    """Whatever one value of a manifest is replaced by (an int by the same float, a bool, -0.0,
+    a container), the C walk says "the same" exactly when the digests are equal."""
+    from otel_lockwatch.manifest._check import _evaluate_again
+    from otel_lockwatch.manifest._model import compute_digest
+
+    doc = json.loads(manifest_text())
+    built = _evaluate_again(doc)._doc
+    places = [p for p, _ in json_paths(doc) if p and p != ("manifest_digest",)]
+    path = data.draw(st.sampled_from(places))
+    value = data.draw(st.sampled_from(_REPLACEMENTS))
+    target = doc
+    for key in path[:-1]:
+        target = target[key]
+    target[path[-1]] = value
+    stored = {k: v for k, v in doc.items() if k != "manifest_digest"}
+    assert MERGE_SPEEDUPS.same_json(built, stored) is (
+        compute_digest(built) == compute_digest(stored)
+    )
+
+
+def test_same_json_of_a_manifest_and_its_text():
+    from otel_lockwatch.manifest._check import _evaluate_again
+
+    doc = json.loads(manifest_text())
+    stored = {k: v for k, v in doc.items() if k != "manifest_digest"}
+    assert MERGE_SPEEDUPS.same_json(_evaluate_again(doc)._doc, stored) is True
+    assert stored["verdict"] == "LOW_CONTENTION"
+    stored["verdict"] = "HOT_LOCK_DETECTED"
+    assert MERGE_SPEEDUPS.same_json(_evaluate_again(doc)._doc, stored) is False

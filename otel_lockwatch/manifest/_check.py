@@ -33,6 +33,7 @@ from typing import Any
 
 from .._settings import SETTINGS
 from ..exceptions import ManifestError
+from ..record._histogram import MERGE_SPEEDUPS
 from ..record._witness import printable
 from ._data import normalize
 from ._evaluate import evaluate_normalized
@@ -50,6 +51,7 @@ __all__ = [
     "check_mergeable_parts",
     "check_pool_sizes",
     "shown",
+    "verdict_of",
 ]
 
 #: The deepest nesting of objects and arrays a manifest may have (a manifest nests 7 deep).
@@ -292,25 +294,46 @@ def check_mergeable_parts(
         raise ManifestError(printable(f"{where} is invalid: {e}", _MESSAGE_LIMIT)) from None
 
 
+def verdict_of(data: Mapping[str, Any], thresholds: Mapping[str, float], where: str) -> str:
+    """The verdict ``evaluate()`` gives a data part that :func:`check_mergeable_parts` took,
+    under its two thresholds (it depends on no pool size)."""
+    try:
+        manifest = evaluate_normalized(
+            normalize(data),
+            thresholds["hot_lock_threshold_pct"],
+            thresholds["starvation_ratio"],
+            None,
+            "observed",
+        )
+    except (ValueError, TypeError) as e:  # pragma: no cover - checked by check_mergeable_parts
+        raise ManifestError(printable(f"{where} is invalid: {e}", _MESSAGE_LIMIT)) from None
+    return str(manifest.verdict)
+
+
 def check_mergeable(
     doc: Any, where: str, *, sealed: bool = False
 ) -> tuple[dict[str, Any], dict[str, float]]:
     """What a merge takes of a document whose JSON is checked already: its data, normalized,
-    and its two thresholds, after the checks of :func:`check_document` but the last (its derived
-    fields are not evaluated again: a merge evaluates the merged data, and uses none of them).
+    and its two thresholds, after every check of :func:`check_document` (its derived fields
+    too, which a merge does not use: it refuses what ``report`` and ``check`` refuse).
     ``sealed``: its digest was checked on its bytes (``_io.compact_sealed``).
 
     Raises:
         ManifestError: one line naming ``where`` and the offending field or value.
     """
-    _check_envelope(doc, where, sealed=sealed)
+    _check_agreement(doc, where, _check_envelope(doc, where, sealed=sealed))
     return check_mergeable_parts(doc, doc["thresholds"], where)
 
 
 def check_document(doc: Any, where: str) -> Manifest:
     """:func:`check_doc` of a document whose JSON is checked already (by :func:`check_json`,
     or by the parser's hooks and :func:`check_depth`)."""
-    legacy = _check_envelope(doc, where)
+    return _check_agreement(doc, where, _check_envelope(doc, where))
+
+
+def _check_agreement(doc: Any, where: str, legacy: bool) -> Manifest:
+    """The manifest a document's data gives, refusing the document unless it is that manifest
+    (a legacy schema's derived fields are derived again, not compared)."""
     digest = doc["manifest_digest"]
     try:
         manifest = _evaluate_again(doc)
@@ -318,12 +341,14 @@ def check_document(doc: Any, where: str) -> Manifest:
         raise ManifestError(printable(f"{where} is invalid: {e}", _MESSAGE_LIMIT)) from None
     if legacy:
         return manifest  # derived again under today's rules: nothing stored is trusted
-    if manifest.manifest_digest != digest:
-        expected = manifest.to_dict()
-        del expected["manifest_digest"]
-        stored = {k: v for k, v in doc.items() if k != "manifest_digest"}
-        found = _difference(stored, expected, ()) or "a field differs from what its data gives"
-        raise ManifestError(
-            printable(f"{where} does not agree with its data: {found}", _MESSAGE_LIMIT)
-        )
-    return manifest
+    stored = {k: v for k, v in doc.items() if k != "manifest_digest"}
+    if MERGE_SPEEDUPS is not None:  # one C walk of both, instead of encoding the manifest again
+        agrees = MERGE_SPEEDUPS.same_json(manifest._doc, stored)
+    else:
+        agrees = manifest.manifest_digest == digest
+    if agrees:  # the same canonical JSON: the same digest, the stored one (checked)
+        return Manifest._from_doc(manifest._doc, digest)
+    expected = manifest.to_dict()
+    del expected["manifest_digest"]
+    found = _difference(stored, expected, ()) or "a field differs from what its data gives"
+    raise ManifestError(printable(f"{where} does not agree with its data: {found}", _MESSAGE_LIMIT))

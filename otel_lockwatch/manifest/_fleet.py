@@ -46,7 +46,7 @@ from typing import Any, cast
 from ..exceptions import ManifestError
 from ..record._data import DATA_FIELDS, OPTIONAL_DATA_FIELDS
 from ..record._witness import printable
-from ._check import check_mergeable_parts
+from ._check import check_mergeable_parts, verdict_of
 from ._io import (
     DEFAULT_MAX_BYTES,
     PathLike,
@@ -144,7 +144,12 @@ def _is_hex(text: object, length: int) -> bool:
 
 
 #: What a record's body and its attributes both say: they must agree.
-_SAID = (("instance", ATTR_INSTANCE), ("sequence", ATTR_SEQUENCE), ("final", ATTR_FINAL))
+_SAID = (
+    ("instance", ATTR_INSTANCE),
+    ("sequence", ATTR_SEQUENCE),
+    ("final", ATTR_FINAL),
+    ("verdict", ATTR_VERDICT),
+)
 
 
 def _check_body(
@@ -178,7 +183,12 @@ def _check_body(
     if not isinstance(body["data"], dict):
         raise ManifestError(f"{where}'s body has data that is not an object")
     data, thresholds = check_mergeable_parts(body["data"], body["thresholds"], where)
-    return data, thresholds, {name: body[name] for name, _ in _SAID}
+    said = {name: body.get(name) for name, _ in _SAID}
+    # The verdict is the data's, evaluated again (as a manifest file's derived fields are); a
+    # legacy manifest_schema's is derived under today's rules, so not compared.
+    legacy = body["manifest_schema"] != SCHEMA
+    said["verdict"] = None if legacy else verdict_of(body["data"], thresholds, where)
+    return data, thresholds, said
 
 
 def _records(doc: Any, where: str) -> Iterator[tuple[str, Mapping[str, Any]]]:
@@ -255,6 +265,7 @@ def read_collector_file(
                 (ATTR_INSTANCE, _is_hex(instance, 32)),
                 (ATTR_SEQUENCE, type(sequence) is int),  # noqa: E721
                 (ATTR_FINAL, type(attrs.get(ATTR_FINAL)) is bool),  # noqa: E721
+                (ATTR_VERDICT, type(attrs.get(ATTR_VERDICT)) is str),  # noqa: E721
             ):
                 if not valid:
                     fault = "has a malformed attribute" if key in attrs else "lacks the attribute"
@@ -278,7 +289,7 @@ def read_collector_file(
             data, thresholds, said = _check_body(text, f"{at} {place}")
             attrs = record_attributes_of(record, f"{at} {place}")
             for name, key in _SAID:
-                if said[name] != attrs[key]:
+                if said[name] is not None and said[name] != attrs[key]:
                     raise ManifestError(f"{at} {place}: its body and attributes disagree on {name}")
             yield data, thresholds
 

@@ -449,12 +449,12 @@ def load_mergeable(
 ) -> tuple[dict[str, Any], dict[str, float]]:
     """What a merge needs of a manifest file: its normalized data and its two thresholds.
 
-    The file is read and checked as :func:`load_manifest` does, but for the last check (its
-    derived fields evaluated again from its data): a merge evaluates the merged data and uses
-    none of them, so a file's own evaluation would cost as much as the merge itself.
+    The file is read and checked as :func:`load_manifest` does, its derived fields evaluated
+    again from its data too (a merge uses none of them, but refuses what ``report`` and
+    ``check`` refuse); then its data is normalized again for the merge to take over.
 
     Raises:
-        ManifestError: as :func:`load_manifest`, but for derived fields.
+        ManifestError: as :func:`load_manifest`.
     """
     _check_max_bytes(max_bytes)
     where = f"manifest {printable(os.fspath(path), None)}"

@@ -20,6 +20,9 @@
  * - cost(text): what parsing the text may build at most, in bytes, estimated from its
  *   punctuation (manifest._io._COSTS: a weight per byte of `{ [ , : "`, wherever it is);
  *   refused past a multiple of the text's size before it is parsed.
+ * - same_json(built, parsed): whether an evaluated document and a parsed one have the same
+ *   canonical JSON (manifest._check's comparison of a manifest with what its data gives; its
+ *   reference there compares their digests).
  * - bucket_counts(buckets, limit): a histogram's JSON buckets [[index, count], ...] as
  *   {index: count} when every pair is a list of two ints, the indices strictly ascending within
  *   [0, limit) and every count > 0; None when one is not (record._histogram._checked_buckets).
@@ -37,6 +40,7 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <math.h>
 #include <string.h>
 
 /* The deepest nesting compact() follows; a larger max_depth is taken as this. */
@@ -467,7 +471,114 @@ add_rows(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     return add_into(args, nargs, "add_rows(into, other) takes two dicts", row_sum);
 }
 
+/* The JSON kind of a value: what its canonical JSON is written as (a str enum as a string, a
+ * tuple as an array); OTHER for a value that has a to_json() (a histogram, a worker table). */
+enum { K_NULL, K_BOOL, K_INT, K_FLOAT, K_STR, K_ARRAY, K_OBJECT, K_OTHER };
+
+static int
+kind_of(PyObject *v)
+{
+    if (v == Py_None)
+        return K_NULL;
+    if (PyBool_Check(v))
+        return K_BOOL;
+    if (PyLong_Check(v))
+        return K_INT;
+    if (PyFloat_Check(v))
+        return K_FLOAT;
+    if (PyUnicode_Check(v))
+        return K_STR;
+    if (PyList_Check(v) || PyTuple_Check(v))
+        return K_ARRAY;
+    if (PyDict_Check(v))
+        return K_OBJECT;
+    return K_OTHER;
+}
+
+/* 1 when a (a document as evaluate() builds it) and b (one parsed from JSON) have the same
+ * canonical JSON, 0 when not, -1 on an error. */
+static int
+same(PyObject *a, PyObject *b, int depth)
+{
+    if (depth > MAX_LEVELS * 2) {
+        PyErr_SetString(PyExc_RecursionError, "same_json: too deep");
+        return -1;
+    }
+    int ka = kind_of(a);
+    if (ka == K_OTHER) { /* its JSON form, then compared as JSON */
+        PyObject *json = PyObject_CallMethod(a, "to_json", NULL);
+        if (json == NULL)
+            return -1;
+        int result = kind_of(json) == K_OTHER ? 0 : same(json, b, depth + 1);
+        Py_DECREF(json);
+        return result;
+    }
+    if (ka != kind_of(b))
+        return 0;
+    switch (ka) {
+    case K_NULL:
+        return 1;
+    case K_BOOL:
+        return a == b;
+    case K_INT:
+    case K_STR:
+        return PyObject_RichCompareBool(a, b, Py_EQ);
+    case K_FLOAT: {
+        double x = PyFloat_AS_DOUBLE(a), y = PyFloat_AS_DOUBLE(b);
+        return x == y && signbit(x) == signbit(y); /* -0.0 is written "-0.0" */
+    }
+    case K_ARRAY: {
+        PyObject *fa = PySequence_Fast(a, ""), *fb = PySequence_Fast(b, "");
+        int result = -1;
+        if (fa != NULL && fb != NULL) {
+            Py_ssize_t n = PySequence_Fast_GET_SIZE(fa);
+            result = n == PySequence_Fast_GET_SIZE(fb);
+            for (Py_ssize_t k = 0; result == 1 && k < n; k++)
+                result = same(PySequence_Fast_GET_ITEM(fa, k), PySequence_Fast_GET_ITEM(fb, k),
+                              depth + 1);
+        }
+        Py_XDECREF(fa);
+        Py_XDECREF(fb);
+        return result;
+    }
+    default: { /* K_OBJECT */
+        if (PyDict_GET_SIZE(a) != PyDict_GET_SIZE(b))
+            return 0;
+        PyObject *key, *value;
+        Py_ssize_t pos = 0;
+        while (PyDict_Next(a, &pos, &key, &value)) {
+            if (!PyUnicode_Check(key))
+                return 0;
+            PyObject *other = PyDict_GetItemWithError(b, key); /* borrowed */
+            if (other == NULL)
+                return PyErr_Occurred() ? -1 : 0;
+            int result = same(value, other, depth + 1);
+            if (result != 1)
+                return result;
+        }
+        return 1;
+    }
+    }
+}
+
+static PyObject *
+same_json(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "same_json(built, parsed) takes 2 arguments");
+        return NULL;
+    }
+    int result = same(args[0], args[1], 0);
+    if (result < 0)
+        return NULL;
+    return PyBool_FromLong(result);
+}
+
 static PyMethodDef methods[] = {
+    {"same_json", (PyCFunction)(void (*)(void))same_json, METH_FASTCALL,
+     "same_json(built, parsed) -> bool: whether a document as evaluate() builds it (its "
+     "histograms and worker tables as objects with a to_json()) and one parsed from JSON have "
+     "the same canonical JSON: kinds exact (1, 1.0 and true differ), floats bit for bit."},
     {"worker_rows", (PyCFunction)(void (*)(void))worker_rows, METH_FASTCALL,
      "worker_rows(per_worker, fields) -> dict | None: {name: {field: count, ...}} as {name: "
      "(count, ...)} in the order of fields, when every name is a str and every count an int in "
