@@ -23,8 +23,9 @@ The Collector's ``file`` exporter writes one JSON line per batch: an OTLP
 ``ExportLogsServiceRequest`` in protobuf JSON (``resourceLogs[].scopeLogs[].logRecords[]``,
 ``eventName``, ``body.stringValue``, ``attributes[{key, value}]``; 64-bit integers as strings).
 :func:`read_collector_file` reads it in two passes, one line at a time: the first notes the
-latest sequence of each instance (a few bytes per process), the second checks and yields the
-bodies of those records only. Its memory is one line plus that index, whatever the file's size.
+latest sequence of each instance (a few hundred bytes per process), the second checks and yields
+the bodies of those records only. Its memory is one line, what it parses into (refused past
+``_io.MAX_EXPANSION`` times its size, before it is parsed) and that index.
 
 Every byte of these inputs is untrusted, as a manifest file is (``_io``): a line, a body or a
 field that is not what this module writes stops the merge with one :class:`ManifestError` line
@@ -275,6 +276,7 @@ def read_collector_file(
             if seen is None or rank > seen:
                 latest[cast(str, instance)] = rank
     wanted = {(number, place): instance for instance, (_, number, place) in latest.items()}
+    del latest  # (the second pass needs only where each latest record is)
     lines = {number for number, _ in wanted}
     for number, line in _lines(path, where, max_bytes):
         if number not in lines:
