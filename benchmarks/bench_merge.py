@@ -14,6 +14,12 @@ largest single process's (``getrusage(RUSAGE_CHILDREN)``, exact), which a sample
 
 Run: ``python benchmarks/bench_merge.py [--manifests N] [--locks N] [--workers N] [--jobs J]
 [--keep DIR]``.
+
+``--bound`` measures the memory bound of one input instead (the goal: a parse costs at most
+``MAX_EXPANSION`` = 12 times its text, a hostile one is refused unparsed): the peak resident
+memory (``wait4``, exact) and time of ``otel-lockwatch merge`` under a 1 GiB address-space limit
+of a 60 MB Collector line of ``{},`` (30 times its size as parsed: refused, exit 2), and of one
+large manifest (``--locks``, 2,000 by default there) as a file and as a Collector record.
 """
 
 from __future__ import annotations
@@ -159,6 +165,119 @@ def run_sampled(argv: list[str]) -> tuple[subprocess.CompletedProcess[str], floa
     return subprocess.CompletedProcess(argv, child.returncode, out, err), seconds, peak
 
 
+MIB = 1 << 20
+#: The address-space limit of the --bound runs.
+BOUND_LIMIT = 1 << 30
+
+
+# Runs argv[2:] under an address-space limit of argv[1] bytes, its stdout to /dev/null, and
+# prints its peak resident memory (KiB, wait4). A small process forks it: the peak of a process
+# forked from a large one (this one, holding the inputs) counts the pages shared before its exec.
+LAUNCHER = """
+import os, resource, sys
+limit = int(sys.argv[1])
+resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+pid = os.fork()
+if pid == 0:
+    os.dup2(os.open(os.devnull, os.O_WRONLY), 1)
+    os.execv(sys.argv[2], sys.argv[2:])
+_, status, usage = os.wait4(pid, 0)
+print(usage.ru_maxrss)
+sys.exit(os.waitstatus_to_exitcode(status))
+"""
+
+
+def run_bounded(argv: list[str]) -> tuple[int, str, float, float]:
+    """``argv`` under an address-space limit of :data:`BOUND_LIMIT`: exit status, the last
+    line of stderr, seconds and peak resident MiB (its own, from ``wait4``)."""
+    t0 = time.perf_counter()
+    done = subprocess.run(
+        [sys.executable, "-c", LAUNCHER, str(BOUND_LIMIT), *argv], capture_output=True, text=True
+    )
+    last = (done.stderr.strip().splitlines() or [""])[-1]
+    return done.returncode, last, time.perf_counter() - t0, int(done.stdout) / 1024
+
+
+def bound(n_locks: int, n_workers: int) -> int:
+    """The --bound measurements (see the module docstring)."""
+    import json
+
+    from otel_lockwatch.manifest._fleet import EVENT_NAME, record_attributes, record_body
+    from otel_lockwatch.manifest._io import MAX_EXPANSION, parse_cost
+
+    ok = True
+    with tempfile.TemporaryDirectory(prefix="bench-merge-bound-") as tmp:
+        hostile = Path(tmp) / "hostile.jsonl"
+        hostile.write_bytes(b'{"resourceLogs":[' + b"{}," * 19_999_999 + b"{}]}\n")
+        manifest = evaluate(build_snapshot(1000, n_locks, n_workers, random.Random(1)))
+        big = Path(tmp) / "big.json"
+        big.write_text(manifest.to_json())
+        instance = "ab" * 16
+        attributes = [
+            {
+                "key": k,
+                "value": {"stringValue": v}
+                if isinstance(v, str)
+                else {"boolValue": v}
+                if isinstance(v, bool)
+                else {"intValue": str(v)},
+            }
+            for k, v in record_attributes(manifest, instance, 1, True).items()
+        ]
+        record = {
+            "eventName": EVENT_NAME,
+            "attributes": attributes,
+            "body": {"stringValue": record_body(manifest, instance, 1, True)},
+        }
+        line = Path(tmp) / "big.jsonl"
+        line.write_text(
+            json.dumps({"resourceLogs": [{"scopeLogs": [{"logRecords": [record]}]}]}) + "\n"
+        )
+        tiny = Path(tmp) / "tiny.json"
+        tiny.write_text(evaluate(build_snapshot(1000, 8, 1, random.Random(1))).to_json())
+        argv = [
+            sys.executable,
+            "-m",
+            "otel_lockwatch",
+            "merge",
+            str(tiny),
+            "-o",
+            str(tiny) + ".out",
+        ]
+        baseline = run_bounded(argv)[3]
+        print(f"baseline: a merge of a manifest of 8 classes peaks at {baseline:.0f} MiB")
+        for name, path, refused in (
+            ("a 60 MB line of {},", hostile, True),
+            (f"a manifest of {n_locks} classes", big, False),
+            ("the same as a Collector record", line, False),
+        ):
+            size = path.stat().st_size / MIB
+            estimate = parse_cost(path.read_bytes()) / path.stat().st_size
+            out = Path(tmp) / "out.json"
+            argv = [
+                sys.executable,
+                "-m",
+                "otel_lockwatch",
+                "merge",
+                str(path),
+                "-o",
+                str(out),
+                "-j",
+                "1",
+            ]
+            status, last, seconds, peak = run_bounded(argv)
+            ok &= status == (2 if refused else 0)
+            print(
+                f"{name}: {size:.1f} MiB (estimated {estimate:.1f} x its size, bound "
+                f"{MAX_EXPANSION}): exit {status} in {seconds:.1f} s, peak {peak:.0f} MiB, "
+                f"{(peak - baseline) / size:.1f} x the input above the baseline, under a "
+                f"{BOUND_LIMIT // MIB} MiB limit"
+            )
+            if refused:
+                print(f"  {last}")
+    return 0 if ok else 1
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--manifests", type=int, default=10_000)
@@ -166,7 +285,10 @@ def main() -> int:
     parser.add_argument("--workers", type=int, default=8)
     parser.add_argument("--jobs", type=int, default=len(os.sched_getaffinity(0)))
     parser.add_argument("--keep", metavar="DIR", help="generate into DIR (reused if full)")
+    parser.add_argument("--bound", action="store_true", help="measure one input's memory bound")
     args = parser.parse_args()
+    if args.bound:
+        return bound(2000 if args.locks == 100 else args.locks, args.workers)
     with tempfile.TemporaryDirectory(prefix="bench-merge-") as tmp:
         directory = Path(args.keep) if args.keep else Path(tmp) / "manifests"
         directory.mkdir(parents=True, exist_ok=True)

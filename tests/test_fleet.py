@@ -288,7 +288,7 @@ def test_crafted_collector_files_are_refused_in_one_line(logs, tmp_path, capsys)
     doc = json.loads(good)
     doc["resourceLogs"][0]["scopeLogs"][0]["logRecords"][0]["attributes"] = []
     bad.write_text(json.dumps(doc) + "\n")
-    refused(tmp_path, capsys, [str(bad)], "lacks its instance or sequence attribute")
+    refused(tmp_path, capsys, [str(bad)], "lacks the attribute lockwatch.manifest.instance")
 
     bad.write_text('{"resourceLogs": {"no": "list"}}\n')
     refused(tmp_path, capsys, [str(bad)], "line 1 is not an OTLP logs request")
@@ -376,3 +376,238 @@ def test_the_other_row_is_no_starving_worker():
     merged = merge_manifests(manifests, max_workers=2)
     assert merged.locks["L"]["workers"][OTHER_WORKERS]["wait_ns"] == 500 * MS
     assert all(s["worker"] != OTHER_WORKERS for s in merged.starvation_signatures)
+
+
+# ---------------------------------------------------------------------------------------------
+# A record's attributes: strictly typed, unique, and what its body says
+
+
+def edited_record(good: str, edit) -> str:
+    """``good`` (one line of one record) with ``edit(attributes)`` applied to its attributes."""
+    doc = json.loads(good)
+    record = doc["resourceLogs"][0]["scopeLogs"][0]["logRecords"][0]
+    edit(record["attributes"])
+    return json.dumps(doc, separators=(",", ":"))
+
+
+def attribute(attributes: list, key: str) -> dict:
+    return next(a for a in attributes if a["key"] == key)
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        {"intValue": True},
+        {"intValue": 1.5},
+        {"intValue": 1.0},
+        {"intValue": " 1 "},
+        {"intValue": "1_0"},
+        {"intValue": "+1"},
+        {"intValue": "01"},
+        {"intValue": "1", "stringValue": "1"},
+        {"stringValue": "1"},
+        {"intValue": str(2**63)},
+    ],
+    ids=repr,
+)
+def test_a_sequence_attribute_that_is_not_an_int_is_refused(logs, tmp_path, capsys, value):
+    """An OTLP intValue is an int64 (a JSON integer, or its decimal string as protobuf's JSON
+    writes it): a bool, a float, padded or underscored digits are not one (``int()`` takes
+    them)."""
+    [record] = records_of([process_manifest(1, [("w", "L", MS)])], logs)
+    good = collector_line([record])
+
+    def edit(attributes):
+        attribute(attributes, "lockwatch.manifest.sequence")["value"] = value
+
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(edited_record(good, edit) + "\n")
+    refused(tmp_path, capsys, [str(bad)], f"collector file {bad} line 1 resourceLogs[0]")
+    refused(tmp_path, capsys, [str(bad)], "malformed attribute lockwatch.manifest.sequence")
+
+
+def test_a_sequence_written_as_a_json_integer_is_read(logs, tmp_path):
+    """protobuf's JSON mapping reads an int64 from a JSON integer too."""
+    [record] = records_of([process_manifest(1, [("w", "L", MS)])], logs)
+
+    def edit(attributes):
+        attribute(attributes, "lockwatch.manifest.sequence")["value"] = {"intValue": 1}
+
+    good = tmp_path / "good.jsonl"
+    good.write_text(edited_record(collector_line([record]), edit) + "\n")
+    assert len(list(read_collector_file(good))) == 1
+
+
+def test_attributes_that_contradict_the_body_or_repeat_are_refused(logs, tmp_path, capsys):
+    """The record's ``final`` attribute is its body's; an attribute key given twice is refused
+    (which one would count?)."""
+    [record] = records_of([process_manifest(1, [("w", "L", MS)])], logs)
+    good = collector_line([record])
+    bad = tmp_path / "bad.jsonl"
+
+    def not_final(attributes):
+        attribute(attributes, "lockwatch.manifest.final")["value"] = {"boolValue": False}
+
+    bad.write_text(edited_record(good, not_final) + "\n")
+    refused(tmp_path, capsys, [str(bad)], "its body and attributes disagree on final")
+
+    def final_twice(attributes):
+        attributes.append({"key": "lockwatch.manifest.final", "value": {"boolValue": True}})
+
+    bad.write_text(edited_record(good, final_twice) + "\n")
+    refused(tmp_path, capsys, [str(bad)], "has the attribute 'lockwatch.manifest.final' twice")
+
+    def no_final(attributes):
+        attributes.remove(attribute(attributes, "lockwatch.manifest.final"))
+
+    bad.write_text(edited_record(good, no_final) + "\n")
+    refused(tmp_path, capsys, [str(bad)], "lacks the attribute lockwatch.manifest.final")
+
+
+# ---------------------------------------------------------------------------------------------
+# The output is never an input, now or at the next merge
+
+
+def test_merge_never_writes_over_an_input(logs, tmp_path, capsys):
+    """``merge X.jsonl -o X.jsonl`` replaced the Collector's file by the merged manifest; a
+    process's manifest (or a link to it) likewise: refused, the input unchanged."""
+    [record] = records_of([process_manifest(1, [("w", "L", MS)])], logs)
+    collector = tmp_path / "fleet.jsonl"
+    collector.write_text(collector_line([record]) + "\n")
+    manifest = dump_manifest(process_manifest(2, [("w", "L", MS)]), tmp_path / "m.json")
+    (tmp_path / "link.json").symlink_to(manifest)
+    before = {p: p.read_bytes() for p in (collector, manifest)}
+    for inputs, output in (
+        ([collector], collector),
+        ([manifest, collector], manifest),
+        ([manifest], tmp_path / "link.json"),
+        ([tmp_path / "link.json"], manifest),
+        ([str(tmp_path / "m.*")], manifest),
+    ):
+        assert main(["merge", *map(str, inputs), "-o", str(output)]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and f"the output {output} is an input of the merge" in err
+    assert {p: p.read_bytes() for p in before} == before
+
+
+def test_merge_never_reads_its_own_output_back(tmp_path, capsys):
+    """An output among the ``*.json`` files of an input directory, or matching an input
+    pattern, was read back by the next merge of the same inputs (4 processes counted for 2):
+    refused before anything is read; a name the directory's expansion skips is taken."""
+    (tmp_path / "d").mkdir()
+    for pid in (1, 2):
+        dump_manifest(process_manifest(pid, [("w", "L", MS)]), tmp_path / "d" / f"m{pid}.json")
+    inside = tmp_path / "d" / "merged.json"
+    assert main(["merge", str(tmp_path / "d"), "-o", str(inside)]) == 2
+    assert "is in the input directory" in capsys.readouterr().err
+    assert (
+        main(["merge", str(tmp_path / "d" / "m*.json"), "-o", str(tmp_path / "d" / "m3.json")]) == 2
+    )
+    assert "matches the input pattern" in capsys.readouterr().err
+    assert not list((tmp_path / "d").glob("*3*")) and not inside.exists()
+    # Elsewhere, or under a name a merge of the directory does not read: merged twice, the
+    # same two processes.
+    for output in (tmp_path / "merged.json", tmp_path / "d" / "merged.out"):
+        for _ in range(2):
+            assert main(["merge", str(tmp_path / "d"), "-o", str(output)]) == 0
+            assert load_manifest(output).process["merged"] == 2
+
+
+# ---------------------------------------------------------------------------------------------
+# Memory: a parse bounded by a multiple of its text, and out of memory is one line
+
+
+# Runs argv[2:] under an address-space limit of argv[1] bytes, its stdout to /dev/null, and
+# prints its peak resident memory (KiB, wait4). A small process forks it: the peak of a process
+# forked from a large one (pytest) counts the pages it shared before its exec.
+LAUNCHER = """
+import os, resource, sys
+limit = int(sys.argv[1])
+resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+pid = os.fork()
+if pid == 0:
+    os.dup2(os.open(os.devnull, os.O_WRONLY), 1)
+    os.execv(sys.argv[2], sys.argv[2:])
+_, status, usage = os.wait4(pid, 0)
+print(usage.ru_maxrss)
+sys.exit(os.waitstatus_to_exitcode(status))
+"""
+
+
+def run_limited(argv: list[str], limit: int) -> tuple[int, str, int]:
+    """``otel-lockwatch`` run in a subprocess under an address-space limit of ``limit`` bytes:
+    its exit status, its stderr and its peak resident memory in bytes (its own)."""
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-c", LAUNCHER, str(limit), sys.executable, "-m", "otel_lockwatch", *argv],
+        capture_output=True,
+        text=True,
+    )
+    return done.returncode, done.stderr, int(done.stdout) * 1024
+
+
+MIB = 1 << 20
+
+
+def test_a_line_that_would_parse_into_30_times_its_size_is_refused_unparsed(tmp_path):
+    """A 60 MB line of ``{},`` (below the 64 MiB line cap) took 1.8 GB and 15 s to parse, and
+    under a 1 GiB address-space limit ended in a MemoryError traceback: its estimated cost is
+    refused before it is parsed, one line, exit 2, in about twice its size."""
+    line = tmp_path / "fleet.jsonl"
+    n = 20_000_000
+    line.write_bytes(b'{"resourceLogs":[' + b"{}," * (n - 1) + b"{}]}\n")
+    size = line.stat().st_size
+    status, err, peak = run_limited(["merge", str(line), "-o", str(tmp_path / "o.json")], 1 << 30)
+    assert status == 2, err
+    assert err.count("\n") == 1 and "Traceback" not in err, err
+    assert f"collector file {line} line 1 would build about" in err
+    assert "more than 12 times its size: refused before it is parsed" in err
+    assert peak < 2 * size + 64 * MIB, f"{peak / MIB:.0f} MiB for {size / MIB:.0f} MiB"
+
+
+def test_out_of_memory_is_one_line_and_exit_2(tmp_path):
+    """A manifest whose parse fits its cost but not the process's memory (60 MB of integers
+    under a 256 MiB limit): MemoryError was a traceback and exit 1."""
+    big = tmp_path / "big.json"
+    big.write_bytes(b'{"a": [' + b"1000," * 11_999_999 + b"1000]}")
+    status, err, _ = run_limited(["merge", str(big), "-o", str(tmp_path / "o.json")], 256 * MIB)
+    assert status == 2, err
+    assert err == (
+        f"otel-lockwatch: error: manifest {big} cannot be read: out of memory (the process's "
+        "memory is limited, or the input is too large for it)\n"
+    )
+    assert not (tmp_path / "o.json").exists()
+
+
+def test_what_the_library_writes_costs_well_within_the_bound(logs):
+    """A manifest file, a record's body and a Collector's line of it are estimated at 2 to 9
+    times their size (the bound is 12): nothing written here is refused for its cost."""
+    from otel_lockwatch.manifest._fleet import record_body
+    from otel_lockwatch.manifest._io import MAX_EXPANSION, parse_cost
+
+    waits = [(f"w{i % 7}", f"L{i % 50}", (i * 7919 % 1000) * MS) for i in range(2000)]
+    manifest = process_manifest(1, waits)
+    [record] = records_of([manifest], logs)
+    for text in (
+        manifest.to_json().encode(),
+        record_body(manifest, "a" * 32, 1, True).encode(),
+        collector_line([record]).encode(),
+    ):
+        assert 2 <= parse_cost(text) / len(text) <= 9 < MAX_EXPANSION
+
+
+def test_a_verdict_attribute_its_body_does_not_give_is_refused(logs, tmp_path, capsys):
+    """The verdict attribute is derived from the body's data: one that says otherwise is
+    refused, as a manifest file's derived fields are."""
+    manifest = process_manifest(1, [("w", "L", MS)])
+    [record] = records_of([manifest], logs)
+    assert str(manifest.verdict) != "LOW_CONTENTION"
+
+    def calm(attributes):
+        attribute(attributes, "lockwatch.verdict")["value"] = {"stringValue": "LOW_CONTENTION"}
+
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(edited_record(collector_line([record]), calm) + "\n")
+    refused(tmp_path, capsys, [str(bad)], "its body and attributes disagree on verdict")

@@ -442,3 +442,34 @@ def test_snapshot_of_two_threads_is_the_merge_of_their_snapshots(a, b, b_name):
     merged = expand_lock_workers(merge_data([snapshot_of([("A", a)]), snapshot_of([(b_name, b)])]))
     for field in ("locks", "workers", "blocking_under_lock", "sections", "pool", "lock_order"):
         assert merged[field] == both[field], field
+
+
+# ---------------------------------------------------------------------------------------------
+# Derived fields: a merge refuses what report and check refuse
+
+
+@pytest.mark.parametrize("recommended", [-1, 10**18, 3])
+def test_merge_refuses_derived_fields_its_data_does_not_give(tmp_path, capsys, recommended):
+    """A recommended size of -1, 10**18 (or merely another one) with its digest recomputed:
+    report and check refused it, merge took it (exit 0)."""
+    from otel_lockwatch.cli._main import main
+    from otel_lockwatch.manifest._model import compute_digest
+
+    manifest = evaluate(snapshot([("w1", "L", 3 * MS, MS), ("w2", "L", 0, MS)], pid=1))
+    doc = manifest.to_dict()
+    assert doc["recommended_pool_size"] not in (-1, 10**18, 3)
+    doc["recommended_pool_size"] = recommended
+    doc["manifest_digest"] = compute_digest(doc)
+    path = tmp_path / "m.json"
+    path.write_text(json.dumps(doc, sort_keys=True, indent=2, ensure_ascii=False))
+    expected = (
+        f"manifest {path} does not agree with its data: recommended_pool_size is {recommended}, "
+        f"its data gives {manifest.recommended_pool_size}"
+    )
+    out = tmp_path / "out.json"
+    for command in (["report", str(path)], ["merge", str(path), "-o", str(out)]):
+        assert main(command) == 2
+        assert capsys.readouterr().err == f"otel-lockwatch: error: {expected}\n"
+    assert not out.exists()
+    with pytest.raises(ManifestError, match=f"^{expected}$"):
+        merge_manifests([path])

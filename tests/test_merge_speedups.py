@@ -417,3 +417,147 @@ def test_what_the_vetted_parse_refuses_is_named_the_long_way(
     assert compact_sealed(path.read_bytes(), "manifest_digest") is not None  # sealed indeed
     with pytest.raises(ManifestError, match=rf"^manifest {re.escape(str(path))} {message}"):
         load_mergeable(path)
+
+
+# --------------------------------------------------------------------------------------------
+# The compacting against the standard parser: the same value or the same refusal
+
+
+def read_long_way(text: bytes) -> str | None:
+    """What the long way reads of ``text``: its value as type-exact JSON, or None (refused)."""
+    try:
+        return json.dumps(_io.parse_json(text, "t"), sort_keys=True)
+    except ManifestError:
+        return None
+
+
+def read_compacted(text: bytes, parser: str) -> str | None:
+    """What the vetted path reads of ``text`` when ``compact`` takes it (else the long way, as
+    ``parse_sealed`` falls back to it), with orjson or the standard parser."""
+    compact = MERGE_SPEEDUPS.compact(text, MAX_DEPTH)
+    if compact is None:
+        return read_long_way(text)
+    saved = _io.orjson
+    if parser == "json":
+        _io.orjson = None
+    try:
+        return json.dumps(_io.parse_json(compact, "t", vetted=True), sort_keys=True)
+    except ManifestError:
+        return read_long_way(text)  # parse_sealed's fallback
+    finally:
+        _io.orjson = saved
+
+
+# Bytes that, put anywhere in a JSON text, make it hostile: whitespace inside a token, a digit
+# beside a digit run, a quote, an escape, punctuation.
+_HOSTILE = [b" ", b"\n", b"\t", b"\r", b"\x0c", b"", b'"', b"\\", b",", b":", b"0", b"9", b"-"]
+_HOSTILE += [b"e", b".", b"{", b"}", b"[", b"]", b"true", b"\xff", b"\\u0061", b"\xc3\xa9"]
+
+
+@st.composite
+def hostile_texts(draw) -> bytes:
+    """A generated document written as the library writes it (or otherwise), then edited at
+    random places with :data:`_HOSTILE` bytes."""
+    doc = draw(documents)
+    indent = draw(st.sampled_from([None, 0, 2]))
+    text = json.dumps(doc, sort_keys=draw(st.booleans()), indent=indent, ensure_ascii=False)
+    data = text.encode("utf-8", "surrogatepass")
+    for _ in range(draw(st.integers(0, 4))):
+        at = draw(st.integers(0, len(data)))
+        cut = draw(st.integers(0, 2))
+        data = data[:at] + draw(st.sampled_from(_HOSTILE)) + data[at + cut :]
+    return data
+
+
+@pytest.mark.parametrize("parser", ["orjson", "json"])
+@given(st.one_of(hostile_texts(), st.binary(max_size=40)))
+@example(b'{"a": 1, "zz": 1 2}')
+@example(b'{"a": [1234567890 123456789]}')
+@example(b"[123456789012345678 9]")
+@example(b"[t rue, nu ll, 1. 5, - 1, 1 e5]")
+@example(b"1 2")
+@example(b'["a" "b"]')
+def test_compact_reads_the_value_the_long_way_reads_or_refuses_as_it_does(parser, text):
+    """Whatever the bytes, the vetted path (compacting, then orjson or the standard parser)
+    gives the value the standard parser gives, type for type, or refuses where it refuses:
+    whitespace the compacting drops never joins two tokens into one (``1 2`` is not ``12``,
+    nor a 19-digit run hidden by a space in range)."""
+    if parser == "orjson":
+        pytest.importorskip("orjson")
+    assert read_compacted(text, parser) == read_long_way(text)
+
+
+def test_compact_refuses_whitespace_inside_a_token():
+    """Whitespace between two bytes of literals (numbers, true, false, null) is a separator
+    the compacting cannot drop: None, and the long way refuses the text."""
+    for text in (b'{"zz": 1 2}', b"[1234567890 123456789]", b"[t rue]", b"[1. 5]", b"- 1"):
+        assert MERGE_SPEEDUPS.compact(text, 8) is None, text
+        assert read_long_way(text) is None
+    assert MERGE_SPEEDUPS.compact(b"[1 ,\n 2 ] ", 8) == b"[1,2]"
+    assert MERGE_SPEEDUPS.compact(b'{"a" : "b c" , "d":true }', 8) == b'{"a":"b c","d":true}'
+
+
+@given(st.one_of(hostile_texts(), st.binary(max_size=60)))
+def test_cost_is_the_long_ways_estimate(text):
+    """The C cost() counts the punctuation the long way counts (``_io._COSTS``), so the fast
+    path refuses for its cost exactly what the long way refuses."""
+    assert MERGE_SPEEDUPS.cost(text) == sum(text.count(b) * w for b, w in _io._COSTS)
+
+
+@given(hostile_texts(), st.integers(0, 3000))
+def test_compact_refuses_a_text_past_its_cost(text, max_cost):
+    got = MERGE_SPEEDUPS.compact(text, MAX_DEPTH, max_cost)
+    if MERGE_SPEEDUPS.cost(text) > max_cost:
+        assert got is None
+    else:
+        assert got == MERGE_SPEEDUPS.compact(text, MAX_DEPTH)
+
+
+# --------------------------------------------------------------------------------------------
+# same_json: a manifest against what its data gives, as the digests compare them
+
+
+def json_paths(doc, path=()):
+    """Every place of a JSON document, with its value."""
+    yield path, doc
+    items = (
+        doc.items() if isinstance(doc, dict) else enumerate(doc) if isinstance(doc, list) else ()
+    )
+    for key, value in items:
+        yield from json_paths(value, (*path, key))
+
+
+_REPLACEMENTS = [0, 1, -1, 1.0, -0.0, 0.0, True, False, None, "", "1", [], {}, 2**62, 0.1]
+
+
+@given(st.data())
+def test_same_json_is_the_digests_comparison(data):
+    """Whatever one value of a manifest is replaced by (an int by the same float, a bool, -0.0,
+    a container), the C walk says "the same" exactly when the digests are equal."""
+    from otel_lockwatch.manifest._check import _evaluate_again
+    from otel_lockwatch.manifest._model import compute_digest
+
+    doc = json.loads(manifest_text())
+    built = _evaluate_again(doc)._doc
+    places = [p for p, _ in json_paths(doc) if p and p != ("manifest_digest",)]
+    path = data.draw(st.sampled_from(places))
+    value = data.draw(st.sampled_from(_REPLACEMENTS))
+    target = doc
+    for key in path[:-1]:
+        target = target[key]
+    target[path[-1]] = value
+    stored = {k: v for k, v in doc.items() if k != "manifest_digest"}
+    assert MERGE_SPEEDUPS.same_json(built, stored) is (
+        compute_digest(built) == compute_digest(stored)
+    )
+
+
+def test_same_json_of_a_manifest_and_its_text():
+    from otel_lockwatch.manifest._check import _evaluate_again
+
+    doc = json.loads(manifest_text())
+    stored = {k: v for k, v in doc.items() if k != "manifest_digest"}
+    assert MERGE_SPEEDUPS.same_json(_evaluate_again(doc)._doc, stored) is True
+    assert stored["verdict"] == "LOW_CONTENTION"
+    stored["verdict"] = "HOT_LOCK_DETECTED"
+    assert MERGE_SPEEDUPS.same_json(_evaluate_again(doc)._doc, stored) is False

@@ -9,12 +9,16 @@ rule they are commutative and associative, which the properties below check on t
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from _snapshots import PoolRun, locks_and_workers, merged_as_shares, pool_data
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from otel_lockwatch import _settings
+from otel_lockwatch.exceptions import ManifestError
+from otel_lockwatch.manifest._check import MAX_POOL_SIZE
 from otel_lockwatch.manifest._evaluate import evaluate
 from otel_lockwatch.manifest._merge import merge_manifests
 from otel_lockwatch.manifest._model import canonical_json
@@ -252,3 +256,82 @@ def test_merged_processes_add_their_peak_workers_into_the_nominal_size():
     merged = merge_manifests([evaluate(a), evaluate(b)])
     assert merged.pool["peak_workers"] == 7
     assert (merged.nominal_pool_size, merged.pool_size_source) == (7, "peak_workers")
+
+
+# ---------------------------------------------------------------------------------------------
+# Pool sizes are bounded: a forged size is refused, not carried into a fleet's recommendation
+
+
+def forged(nominal: int | None = None, peak_workers: int | None = None, pid: int = 1):
+    """A manifest, its digest valid and its derived fields its data's, claiming a pool size."""
+    data = pool_data(PoolRun(4, 2), "semaphore")
+    data["process"] = {"pid": pid}
+    if nominal is not None:
+        data["pool"] = {"nominal": nominal, "source": "executor"}
+    if peak_workers is not None:
+        data["pool"] = {**data.get("pool", {}), "peak_workers": peak_workers}
+    return evaluate(data)
+
+
+def collector_file(path, manifest) -> None:
+    """``manifest`` sent as a process sends it, in the Collector's file."""
+    from otel_lockwatch.manifest._fleet import EVENT_NAME, record_attributes, record_body
+
+    instance = "ab" * 16
+    attributes = [
+        {"key": key, "value": {"stringValue": value}}
+        if isinstance(value, str)
+        else {"key": key, "value": {"boolValue": value}}
+        if isinstance(value, bool)
+        else {"key": key, "value": {"intValue": str(value)}}
+        for key, value in record_attributes(manifest, instance, 1, True).items()
+    ]
+    record = {
+        "eventName": EVENT_NAME,
+        "body": {"stringValue": record_body(manifest, instance, 1, True)},
+        "attributes": attributes,
+    }
+    line = {"resourceLogs": [{"scopeLogs": [{"logRecords": [record]}]}]}
+    path.write_text(json.dumps(line) + "\n")
+
+
+@pytest.mark.parametrize(
+    ("claim", "field"),
+    [({"nominal": 10**15}, "pool.nominal"), ({"peak_workers": 10**15}, "pool.peak_workers")],
+    ids=["nominal", "peak_workers"],
+)
+def test_a_forged_pool_size_is_refused_by_merge_and_report(tmp_path, capsys, claim, field):
+    """One record (or file) claiming 10**15 workers made a fleet's recommended size 5 x 10**14:
+    above MAX_POOL_SIZE it is refused, one line naming the field, exit 2, no output."""
+    from otel_lockwatch.cli._main import main
+    from otel_lockwatch.manifest._io import dump_manifest
+
+    manifest = forged(**claim)
+    assert manifest.nominal_pool_size == 10**15  # evaluate() does not bound it (the lead's)
+    record, file = tmp_path / "fleet.jsonl", tmp_path / "m.json"
+    collector_file(record, manifest)
+    dump_manifest(manifest, file)
+    out = tmp_path / "out.json"
+    expected = f"{field} is {10**15}, above the largest pool size {MAX_POOL_SIZE}"
+    for argv in (["merge", str(record), "-o", str(out)], ["merge", str(file), "-o", str(out)]):
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and expected in err, err
+        assert not out.exists()
+    assert main(["report", str(file)]) == 2
+    assert expected in capsys.readouterr().err
+    # At the largest size the same record is taken.
+    collector_file(record, forged(**{key: MAX_POOL_SIZE for key in claim}))
+    assert main(["merge", str(record), "-o", str(out)]) == 0
+
+
+def test_a_merge_whose_pool_size_passes_the_largest_is_refused():
+    """Peak workers add across processes: past MAX_POOL_SIZE the merged manifest is refused
+    (it could not be read back)."""
+    half = MAX_POOL_SIZE // 2 + 1
+    with pytest.raises(
+        ManifestError, match=rf"nominal pool size {2 * half} is above .* {MAX_POOL_SIZE}"
+    ):
+        merge_manifests([forged(peak_workers=half, pid=1), forged(peak_workers=half, pid=2)])
+    merged = merge_manifests([forged(peak_workers=half - 1, pid=p) for p in (1, 2)])
+    assert merged.nominal_pool_size == 2 * half - 2

@@ -43,7 +43,12 @@ from otel_lockwatch.cli._common import (
 )
 from otel_lockwatch.exceptions import ManifestError
 from otel_lockwatch.manifest._admission import may_spawn_pool_size
-from otel_lockwatch.manifest._fleet import FILES_PER_JOB, expand_inputs, fold_inputs
+from otel_lockwatch.manifest._fleet import (
+    FILES_PER_JOB,
+    check_output,
+    expand_inputs,
+    fold_inputs,
+)
 from otel_lockwatch.manifest._io import DEFAULT_MAX_BYTES, dump_manifest, load_manifest
 from otel_lockwatch.manifest._merge import MAX_MERGED_WORKERS
 from otel_lockwatch.record._witness import printable
@@ -196,8 +201,22 @@ def _cpus() -> int:
 
 
 def _run_merge(args: argparse.Namespace, out: IO[str], err: IO[str]) -> int:
+    try:
+        return _merge(args, out)
+    except MemoryError:
+        pass
+    # Raised past the handler, when what the merge built is freed.
+    raise CommandError(
+        "cannot merge: out of memory (the process's memory is limited, or the inputs are too "
+        "large for it; --jobs 1 holds one fold, --max-workers fewer workers)"
+    )
+
+
+def _merge(args: argparse.Namespace, out: IO[str]) -> int:
+    files = expand_inputs(args.manifests)
+    check_output(args.manifests, files, args.output)
     fold = fold_inputs(
-        expand_inputs(args.manifests),
+        files,
         max_workers=args.max_workers,
         max_bytes=args.max_bytes,
         jobs=args.jobs,

@@ -9,7 +9,8 @@
   input exhausts the stack, and checked before anything recursive (the digest's encoder) runs;
 - the schema and every field;
 - the digest: a mismatch is an edit by hand or a damaged file;
-- the data, strictly typed (``_data.normalize``);
+- the data, strictly typed (``_data.normalize``), its pool sizes at most
+  :data:`MAX_POOL_SIZE`;
 - the derived fields. They are a pure function of the data, the thresholds and the nominal pool
   size, and the digest has no key (anyone who can write the file can recompute it), so the data
   is evaluated again under the manifest's own thresholds and pool-size source and the result
@@ -32,6 +33,7 @@ from typing import Any
 
 from .._settings import SETTINGS
 from ..exceptions import ManifestError
+from ..record._histogram import MERGE_SPEEDUPS
 from ..record._witness import printable
 from ._data import normalize
 from ._evaluate import evaluate_normalized
@@ -40,19 +42,27 @@ from ._model import LEGACY_SCHEMAS, REQUIRED_FIELDS, SCHEMA, Manifest, compute_d
 __all__ = [
     "INT_LIMIT",
     "MAX_DEPTH",
+    "MAX_POOL_SIZE",
     "check_depth",
     "check_doc",
     "check_document",
     "check_json",
     "check_mergeable",
     "check_mergeable_parts",
+    "check_pool_sizes",
     "shown",
+    "verdict_of",
 ]
 
 #: The deepest nesting of objects and arrays a manifest may have (a manifest nests 7 deep).
 MAX_DEPTH = 32
 #: Every integer in a manifest is in ``(-INT_LIMIT, INT_LIMIT)``.
 INT_LIMIT = 2**63
+#: The largest pool size a manifest may hold or imply (``pool.nominal``, ``pool.peak_workers``,
+#: ``nominal_pool_size``, ``recommended_pool_size``): 2**20, far above any one pool, and room
+#: for the peak workers a merge of a fleet adds up. A larger one is refused as a forgery: one
+#: record claiming 10**15 workers would set a whole fleet's recommended size.
+MAX_POOL_SIZE = 2**20
 
 #: How much of a refused value or of a message a one-line error shows.
 _SHOWN = 80
@@ -158,6 +168,19 @@ def _threshold(thresholds: Mapping[str, Any], key: str) -> Any:
     return SETTINGS[key].resolve(value)
 
 
+def check_pool_sizes(norm: Mapping[str, Any]) -> None:
+    """Refuse a normalized data part whose pool sizes are above :data:`MAX_POOL_SIZE`.
+
+    Raises:
+        ValueError: naming the field and the value.
+    """
+    pool = norm["pool"]
+    for key in ("nominal", "peak_workers"):
+        value = pool.get(key)
+        if value is not None and value > MAX_POOL_SIZE:
+            raise ValueError(f"pool.{key} is {value}, above the largest pool size {MAX_POOL_SIZE}")
+
+
 def _evaluate_again(doc: Mapping[str, Any]) -> Manifest:
     """The manifest that ``evaluate()`` makes of ``doc``'s data under ``doc``'s thresholds and
     pool-size source: what ``doc`` must be.
@@ -167,6 +190,7 @@ def _evaluate_again(doc: Mapping[str, Any]) -> Manifest:
             malformed; the message names the field.
     """
     norm = normalize(doc)
+    check_pool_sizes(norm)
     thresholds = doc["thresholds"]
     if not isinstance(thresholds, dict):
         raise ValueError(f"thresholds must be an object, got {type(thresholds).__name__}")
@@ -178,8 +202,10 @@ def _evaluate_again(doc: Mapping[str, Any]) -> Manifest:
     nominal, source = doc["nominal_pool_size"], doc["pool_size_source"]
     pool_size: int | None = None
     if norm["pool"]["nominal"] is None and source != "observed":
-        if type(nominal) is not int or nominal < 1:  # noqa: E721
-            raise ValueError(f"nominal_pool_size must be an int >= 1, got {shown(nominal)}")
+        if type(nominal) is not int or not 1 <= nominal <= MAX_POOL_SIZE:  # noqa: E721
+            raise ValueError(
+                f"nominal_pool_size must be an int in [1, {MAX_POOL_SIZE}], got {shown(nominal)}"
+            )
         if not isinstance(source, str):
             raise ValueError(f"pool_size_source must be a str, got {shown(source)}")
         pool_size = nominal
@@ -261,30 +287,53 @@ def check_mergeable_parts(
         if not isinstance(thresholds, dict):
             raise ValueError(f"thresholds must be an object, got {type(thresholds).__name__}")
         keys = ("hot_lock_threshold_pct", "starvation_ratio")
-        return normalize(data), {k: _threshold(thresholds, k) for k in keys}
+        norm = normalize(data)
+        check_pool_sizes(norm)
+        return norm, {k: _threshold(thresholds, k) for k in keys}
     except (ValueError, TypeError) as e:
         raise ManifestError(printable(f"{where} is invalid: {e}", _MESSAGE_LIMIT)) from None
+
+
+def verdict_of(data: Mapping[str, Any], thresholds: Mapping[str, float], where: str) -> str:
+    """The verdict ``evaluate()`` gives a data part that :func:`check_mergeable_parts` took,
+    under its two thresholds (it depends on no pool size)."""
+    try:
+        manifest = evaluate_normalized(
+            normalize(data),
+            thresholds["hot_lock_threshold_pct"],
+            thresholds["starvation_ratio"],
+            None,
+            "observed",
+        )
+    except (ValueError, TypeError) as e:  # pragma: no cover - checked by check_mergeable_parts
+        raise ManifestError(printable(f"{where} is invalid: {e}", _MESSAGE_LIMIT)) from None
+    return str(manifest.verdict)
 
 
 def check_mergeable(
     doc: Any, where: str, *, sealed: bool = False
 ) -> tuple[dict[str, Any], dict[str, float]]:
     """What a merge takes of a document whose JSON is checked already: its data, normalized,
-    and its two thresholds, after the checks of :func:`check_document` but the last (its derived
-    fields are not evaluated again: a merge evaluates the merged data, and uses none of them).
+    and its two thresholds, after every check of :func:`check_document` (its derived fields
+    too, which a merge does not use: it refuses what ``report`` and ``check`` refuse).
     ``sealed``: its digest was checked on its bytes (``_io.compact_sealed``).
 
     Raises:
         ManifestError: one line naming ``where`` and the offending field or value.
     """
-    _check_envelope(doc, where, sealed=sealed)
+    _check_agreement(doc, where, _check_envelope(doc, where, sealed=sealed))
     return check_mergeable_parts(doc, doc["thresholds"], where)
 
 
 def check_document(doc: Any, where: str) -> Manifest:
     """:func:`check_doc` of a document whose JSON is checked already (by :func:`check_json`,
     or by the parser's hooks and :func:`check_depth`)."""
-    legacy = _check_envelope(doc, where)
+    return _check_agreement(doc, where, _check_envelope(doc, where))
+
+
+def _check_agreement(doc: Any, where: str, legacy: bool) -> Manifest:
+    """The manifest a document's data gives, refusing the document unless it is that manifest
+    (a legacy schema's derived fields are derived again, not compared)."""
     digest = doc["manifest_digest"]
     try:
         manifest = _evaluate_again(doc)
@@ -292,12 +341,14 @@ def check_document(doc: Any, where: str) -> Manifest:
         raise ManifestError(printable(f"{where} is invalid: {e}", _MESSAGE_LIMIT)) from None
     if legacy:
         return manifest  # derived again under today's rules: nothing stored is trusted
-    if manifest.manifest_digest != digest:
-        expected = manifest.to_dict()
-        del expected["manifest_digest"]
-        stored = {k: v for k, v in doc.items() if k != "manifest_digest"}
-        found = _difference(stored, expected, ()) or "a field differs from what its data gives"
-        raise ManifestError(
-            printable(f"{where} does not agree with its data: {found}", _MESSAGE_LIMIT)
-        )
-    return manifest
+    stored = {k: v for k, v in doc.items() if k != "manifest_digest"}
+    if MERGE_SPEEDUPS is not None:  # one C walk of both, instead of encoding the manifest again
+        agrees = MERGE_SPEEDUPS.same_json(manifest._doc, stored)
+    else:
+        agrees = manifest.manifest_digest == digest
+    if agrees:  # the same canonical JSON: the same digest, the stored one (checked)
+        return Manifest._from_doc(manifest._doc, digest)
+    expected = manifest.to_dict()
+    del expected["manifest_digest"]
+    found = _difference(stored, expected, ()) or "a field differs from what its data gives"
+    raise ManifestError(printable(f"{where} does not agree with its data: {found}", _MESSAGE_LIMIT))

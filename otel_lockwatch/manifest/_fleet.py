@@ -16,13 +16,16 @@ A process sends one at every checkpoint and one (``final``) at exit, each the wh
 only the latest ``sequence`` of an ``instance`` counts, so a merge keeps that one. The record's
 attributes repeat ``instance``, ``sequence`` and ``final`` (so a reader finds each process's
 latest record without parsing every body) and add the verdict; none is a lock's key or a path.
+A reader takes them typed strictly (an ``intValue`` is an int64, a ``boolValue`` a boolean),
+each key once, and refuses a record whose attributes and body disagree.
 
 The Collector's ``file`` exporter writes one JSON line per batch: an OTLP
 ``ExportLogsServiceRequest`` in protobuf JSON (``resourceLogs[].scopeLogs[].logRecords[]``,
 ``eventName``, ``body.stringValue``, ``attributes[{key, value}]``; 64-bit integers as strings).
 :func:`read_collector_file` reads it in two passes, one line at a time: the first notes the
-latest sequence of each instance (a few bytes per process), the second checks and yields the
-bodies of those records only. Its memory is one line plus that index, whatever the file's size.
+latest sequence of each instance (a few hundred bytes per process), the second checks and yields
+the bodies of those records only. Its memory is one line, what it parses into (refused past
+``_io.MAX_EXPANSION`` times its size, before it is parsed) and that index.
 
 Every byte of these inputs is untrusted, as a manifest file is (``_io``): a line, a body or a
 field that is not what this module writes stops the merge with one :class:`ManifestError` line
@@ -31,6 +34,7 @@ naming the file and the line.
 
 from __future__ import annotations
 
+import fnmatch
 import gc
 import glob
 import hashlib
@@ -38,12 +42,12 @@ import multiprocessing
 import os
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor
-from typing import Any
+from typing import Any, cast
 
 from ..exceptions import ManifestError
 from ..record._data import DATA_FIELDS, OPTIONAL_DATA_FIELDS
 from ..record._witness import printable
-from ._check import check_mergeable_parts
+from ._check import check_mergeable_parts, verdict_of
 from ._io import (
     DEFAULT_MAX_BYTES,
     PathLike,
@@ -54,12 +58,14 @@ from ._io import (
 )
 from ._merge import MAX_MERGED_WORKERS, ManifestFold
 from ._model import LEGACY_SCHEMAS, SCHEMA, Manifest, canonical_json
+from ._otlp import record_attributes_of
 
 __all__ = [
     "ATTR_EVENT_NAME",
     "EVENT_NAME",
     "FILES_PER_JOB",
     "RECORD_SCHEMA",
+    "check_output",
     "expand_inputs",
     "fold_inputs",
     "read_collector_file",
@@ -138,8 +144,20 @@ def _is_hex(text: object, length: int) -> bool:
     )
 
 
-def _check_body(text: object, where: str) -> tuple[dict[str, Any], dict[str, float], str, int]:
-    """A record's body checked: ``(normalized data, thresholds, instance, sequence)``."""
+#: What a record's body and its attributes both say: they must agree.
+_SAID = (
+    ("instance", ATTR_INSTANCE),
+    ("sequence", ATTR_SEQUENCE),
+    ("final", ATTR_FINAL),
+    ("verdict", ATTR_VERDICT),
+)
+
+
+def _check_body(
+    text: object, where: str
+) -> tuple[dict[str, Any], dict[str, float], dict[str, Any]]:
+    """A record's body checked: ``(normalized data, thresholds, {name: value})`` of the fields
+    its attributes repeat (:data:`_SAID`)."""
     if not isinstance(text, str):
         raise ManifestError(f"{where} has no string body")
     raw = text.encode("utf-8", "surrogatepass")
@@ -161,30 +179,17 @@ def _check_body(text: object, where: str) -> tuple[dict[str, Any], dict[str, flo
     instance, sequence = body["instance"], body["sequence"]
     if not _is_hex(instance, 32) or type(sequence) is not int or sequence < 1:  # noqa: E721
         raise ManifestError(f"{where}'s body has an invalid instance or sequence")
+    if type(body["final"]) is not bool:  # noqa: E721
+        raise ManifestError(f"{where}'s body has a final that is not a boolean")
     if not isinstance(body["data"], dict):
         raise ManifestError(f"{where}'s body has data that is not an object")
     data, thresholds = check_mergeable_parts(body["data"], body["thresholds"], where)
-    return data, thresholds, instance, sequence
-
-
-def _attributes(record: Mapping[str, Any], where: str) -> dict[str, Any]:
-    """A record's attributes as ``{key: value}`` (OTLP JSON: 64-bit integers as strings)."""
-    out: dict[str, Any] = {}
-    raw = record.get("attributes", [])
-    if not isinstance(raw, list):
-        raise ManifestError(f"{where} has attributes that are not a list")
-    for attr in raw:
-        if not isinstance(attr, dict) or not isinstance(attr.get("value"), dict):
-            raise ManifestError(f"{where} has a malformed attribute")
-        value = attr["value"]
-        if "intValue" in value:
-            try:
-                out[str(attr.get("key"))] = int(value["intValue"])
-            except (TypeError, ValueError):
-                raise ManifestError(f"{where} has a malformed attribute") from None
-        else:
-            out[str(attr.get("key"))] = next(iter(value.values()), None)
-    return out
+    said = {name: body.get(name) for name, _ in _SAID}
+    # The verdict is the data's, evaluated again (as a manifest file's derived fields are); a
+    # legacy manifest_schema's is derived under today's rules, so not compared.
+    legacy = body["manifest_schema"] != SCHEMA
+    said["verdict"] = None if legacy else verdict_of(body["data"], thresholds, where)
+    return data, thresholds, said
 
 
 def _records(doc: Any, where: str) -> Iterator[tuple[str, Mapping[str, Any]]]:
@@ -216,7 +221,7 @@ def _is_manifest_record(record: Mapping[str, Any]) -> bool:
     return isinstance(attributes, list) and _NAMED in attributes
 
 
-def _lines(path: PathLike, where: str, max_bytes: int) -> Iterator[tuple[int, bytearray]]:
+def _lines(path: PathLike, where: str, max_bytes: int) -> Iterator[tuple[int, bytes]]:
     """The file's non-empty lines, numbered from 1, each refused past ``max_bytes``."""
     fd = open_regular(path, where, 2**63 - 1)
     with os.fdopen(fd, "rb") as f:
@@ -231,8 +236,8 @@ def _lines(path: PathLike, where: str, max_bytes: int) -> Iterator[tuple[int, by
             number += 1
             if len(line) > max_bytes and not line.endswith(b"\n"):
                 raise ManifestError(f"{where} line {number} is longer than {max_bytes} bytes")
-            if line.strip():
-                yield number, bytearray(line)
+            if not line.isspace():  # (strip() would copy it)
+                yield number, line  # not copied: a line may be 64 MiB
 
 
 def read_collector_file(
@@ -255,14 +260,23 @@ def read_collector_file(
     for number, line in _lines(path, where, max_bytes):
         at = f"{where} line {number}"
         for place, record in _records(parse_json(line, at), at):
-            attrs = _attributes(record, f"{at} {place}")
+            attrs = record_attributes_of(record, f"{at} {place}")
             instance, sequence = attrs.get(ATTR_INSTANCE), attrs.get(ATTR_SEQUENCE)
-            if not _is_hex(instance, 32) or type(sequence) is not int:  # noqa: E721
-                raise ManifestError(f"{at} {place} lacks its instance or sequence attribute")
-            seen = latest.get(instance)  # type: ignore[arg-type]
-            if seen is None or (sequence, number, place) > seen:
-                latest[instance] = (sequence, number, place)  # type: ignore[index]
+            for key, valid in (
+                (ATTR_INSTANCE, _is_hex(instance, 32)),
+                (ATTR_SEQUENCE, type(sequence) is int),  # noqa: E721
+                (ATTR_FINAL, type(attrs.get(ATTR_FINAL)) is bool),  # noqa: E721
+                (ATTR_VERDICT, type(attrs.get(ATTR_VERDICT)) is str),  # noqa: E721
+            ):
+                if not valid:
+                    fault = "has a malformed attribute" if key in attrs else "lacks the attribute"
+                    raise ManifestError(f"{at} {place} {fault} {key}")
+            rank = (cast(int, sequence), number, place)  # checked above
+            seen = latest.get(cast(str, instance))
+            if seen is None or rank > seen:
+                latest[cast(str, instance)] = rank
     wanted = {(number, place): instance for instance, (_, number, place) in latest.items()}
+    del latest  # (the second pass needs only where each latest record is)
     lines = {number for number, _ in wanted}
     for number, line in _lines(path, where, max_bytes):
         if number not in lines:
@@ -274,9 +288,11 @@ def read_collector_file(
                 continue
             body = record.get("body")
             text = body.get("stringValue") if isinstance(body, dict) else None
-            data, thresholds, got, sequence = _check_body(text, f"{at} {place}")
-            if got != instance or sequence != latest[instance][0]:
-                raise ManifestError(f"{at} {place}: its body and attributes disagree")
+            data, thresholds, said = _check_body(text, f"{at} {place}")
+            attrs = record_attributes_of(record, f"{at} {place}")
+            for name, key in _SAID:
+                if said[name] is not None and said[name] != attrs[key]:
+                    raise ManifestError(f"{at} {place}: its body and attributes disagree on {name}")
             yield data, thresholds
 
 
@@ -313,6 +329,52 @@ def expand_inputs(arguments: Iterable[str]) -> list[str]:
         else:
             files.append(argument)
     return files
+
+
+def check_output(arguments: Iterable[str], files: Iterable[str], output: str) -> None:
+    """Refuse an output that a merge of ``arguments`` (whose files are ``files``) reads: one of
+    its files (the merged manifest would replace an input: a Collector's file, a process's
+    manifest), or a ``*.json`` / ``*.jsonl`` file in one of its directories or matching one of
+    its patterns (the next merge of the same inputs would read the merged manifest back and
+    count its processes twice).
+
+    Raises:
+        ManifestError: naming the output and the input it collides with.
+    """
+    shown = printable(output, None)
+    # Where the output will be: its directory resolved, its own name kept (a rename replaces a
+    # symbolic link there, not what it points to), and what it resolves to now.
+    placed = os.path.join(
+        os.path.realpath(os.path.dirname(os.path.abspath(output))), os.path.basename(output)
+    )
+    places = {placed, os.path.realpath(output)}
+    for path in files:
+        if os.path.realpath(path) in places or (
+            os.path.exists(output) and os.path.samefile(path, output)
+        ):
+            raise ManifestError(
+                f"the output {shown} is an input of the merge ({printable(path, None)}): "
+                "write the merged manifest elsewhere"
+            )
+    if not output.endswith((".json", ".jsonl")):
+        return  # no directory nor pattern of a merge reads it
+    for argument in arguments:
+        where = printable(argument, None)
+        if os.path.isdir(argument):
+            if os.path.dirname(placed) == os.path.realpath(argument):
+                raise ManifestError(
+                    f"the output {shown} is in the input directory {where}: the next merge of "
+                    "it would read the merged manifest back; write it elsewhere"
+                )
+        elif not os.path.lexists(argument) and glob.has_magic(argument):
+            pattern = os.path.abspath(argument)
+            if any(
+                fnmatch.fnmatchcase(place, pattern) for place in (placed, os.path.abspath(output))
+            ):
+                raise ManifestError(
+                    f"the output {shown} matches the input pattern {where}: the next merge of "
+                    "it would read the merged manifest back; write it elsewhere"
+                )
 
 
 def _is_collector_file(path: str) -> bool:
@@ -401,10 +463,22 @@ def read_inputs(
     manifest file as itself, a Collector file as the latest record of each process in it.
 
     Raises:
-        ManifestError: an input is unreadable or invalid (one line naming it).
+        ManifestError: an input is unreadable or invalid (one line naming it), or reading it
+            runs out of memory (a ``MemoryError``: under a limit on the process's memory).
     """
     for path in files:
-        if _is_collector_file(path):
-            yield from read_collector_file(path, max_bytes=max_bytes)
-        else:
-            yield load_mergeable(path, max_bytes=max_bytes)
+        collector = _is_collector_file(path)
+        try:
+            if collector:
+                yield from read_collector_file(path, max_bytes=max_bytes)
+            else:
+                yield load_mergeable(path, max_bytes=max_bytes)
+            continue
+        except MemoryError:
+            pass
+        # Raised past the handler, when what the failed read built is freed.
+        kind = "collector file" if collector else "manifest"
+        raise ManifestError(
+            f"{kind} {printable(path, None)} cannot be read: out of memory (the process's memory "
+            "is limited, or the input is too large for it)"
+        )

@@ -19,6 +19,8 @@ trust:
 - a file that is not a regular file (a FIFO, ``/dev/zero``, a directory: refused from its
   ``stat``, before it is opened for reading), or larger than ``max_bytes`` (at most
   ``max_bytes + 1`` bytes are ever read);
+- a text that would build more than :data:`MAX_EXPANSION` times its size in objects (estimated
+  from its punctuation before it is parsed: a line of ``{},`` builds 30 times its size);
 - bytes that are not UTF-8 JSON; an object with a duplicate key (other parsers keep the first
   value where Python keeps the last); nesting deeper than :data:`MAX_DEPTH`; an integer outside
   ``(-2**63, 2**63)``; a float that is not finite (``1e999``, ``NaN``); a lone surrogate;
@@ -66,6 +68,7 @@ from ._model import Manifest
 
 __all__ = [
     "DEFAULT_MAX_BYTES",
+    "MAX_EXPANSION",
     "PathLike",
     "compact_sealed",
     "parse_sealed",
@@ -73,6 +76,7 @@ __all__ = [
     "load_manifest",
     "load_mergeable",
     "open_regular",
+    "parse_cost",
     "parse_json",
     "write_atomically",
 ]
@@ -84,6 +88,18 @@ DEFAULT_MAX_BYTES = 64 * 1024 * 1024
 _READ_CHUNK = 1 << 20
 # A JSON escape of a UTF-16 surrogate: only these can put a lone surrogate into a parsed str.
 _SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
+#: The most one parse may build, in bytes of objects per byte of its text: a text whose
+#: estimated cost (:func:`parse_cost`) passes it is refused before it is parsed. What this library
+#: writes costs 2 to 9 times its size by the estimate (an indented manifest, a record's compact
+#: body, a Collector's line), and builds less; a line of ``{},`` (30 times, as parsed) is refused.
+MAX_EXPANSION = 12
+# The estimate: the most the parser builds for one byte of punctuation (an object's dict, an
+# array's list, a member's or element's slot and value, a string's object), counted wherever the
+# byte is (in strings too: an over-estimate that needs no parse). The C fast path's cost() counts
+# the same (record/_merge_speedups.c).
+_COSTS = ((b"{", 160), (b"[", 64), (b",", 16), (b":", 16), (b'"', 25))
+# A text this small is never refused for its cost (it builds a few dozen MiB at most).
+_SMALL_TEXT = 1 << 20
 # Without a run of 19 digits anywhere, every integer of the text is below 10**18 < 2**63: the
 # parser's own int() is safe and in range, and its hook (a Python call per integer) is skipped.
 _DIGITS_AS_NINES = bytes.maketrans(b"0123456789", b"9999999999")
@@ -273,6 +289,18 @@ def _constant(text: str) -> Any:
     raise _Refused(f"has {text}, which is not a JSON number")
 
 
+def parse_cost(data: bytes | bytearray) -> int:
+    """What parsing ``data`` may build at most, in bytes, estimated from its punctuation
+    (:data:`MAX_EXPANSION`)."""
+    if MERGE_SPEEDUPS is not None:
+        return int(MERGE_SPEEDUPS.cost(data))
+    return sum(data.count(byte) * weight for byte, weight in _COSTS)
+
+
+def _max_cost(size: int) -> int:
+    return MAX_EXPANSION * max(size, _SMALL_TEXT)
+
+
 def parse_json(data: bytes | bytearray, where: str, *, vetted: bool = False) -> Any:
     """Parse untrusted JSON bytes within the limits of the module docstring (duplicate keys,
     nesting, numbers, surrogates), or raise one :class:`ManifestError` line naming ``where``.
@@ -282,7 +310,18 @@ def parse_json(data: bytes | bytearray, where: str, *, vetted: bool = False) -> 
     of that is checked again, and with orjson installed (the ``merge`` extra) they are parsed by
     it, which refuses the rest (a float out of range, ``NaN``, a lone surrogate: the caller then
     reads the file the long way, which names it).
+
+    A text that would build more than :data:`MAX_EXPANSION` times its size (by
+    :func:`parse_cost`) is refused before it is parsed (vetted bytes were costed as they were
+    compacted).
     """
+    if not vetted:
+        cost = parse_cost(data)
+        if cost > _max_cost(len(data)):
+            raise ManifestError(
+                f"{where} would build about {cost} bytes of objects from its {len(data)} bytes, "
+                f"more than {MAX_EXPANSION} times its size: refused before it is parsed"
+            )
     if vetted and orjson is not None:
         try:
             return orjson.loads(data)
@@ -348,14 +387,15 @@ def compact_sealed(data: bytes | bytearray, member: str) -> bytes | None:
     parsing it). The compacting is the merge's C fast path (``record._merge_speedups.compact``),
     which also vets what the parser would have to check otherwise: every object's keys strictly
     ascending without escapes (so distinct), the nesting within :data:`MAX_DEPTH`, no integer of
-    19 digits or more (so every one is in range). The bytes
+    19 digits or more (so every one is in range), no whitespace inside a token (dropped, it would
+    join two), and its cost within :data:`MAX_EXPANSION` times its size. The bytes
     hashed are the bytes then parsed (:func:`parse_json` with ``vetted``), so a document whose
     text does not compact to what its digest says is never taken this way. Without the C fast
     path this returns None.
     """
     if MERGE_SPEEDUPS is None:
         return None
-    compact: bytes | None = MERGE_SPEEDUPS.compact(data, MAX_DEPTH)
+    compact: bytes | None = MERGE_SPEEDUPS.compact(data, MAX_DEPTH, _max_cost(len(data)))
     if compact is None:
         return None
     key = b'"' + member.encode("ascii") + b'"'
@@ -409,12 +449,12 @@ def load_mergeable(
 ) -> tuple[dict[str, Any], dict[str, float]]:
     """What a merge needs of a manifest file: its normalized data and its two thresholds.
 
-    The file is read and checked as :func:`load_manifest` does, but for the last check (its
-    derived fields evaluated again from its data): a merge evaluates the merged data and uses
-    none of them, so a file's own evaluation would cost as much as the merge itself.
+    The file is read and checked as :func:`load_manifest` does, its derived fields evaluated
+    again from its data too (a merge uses none of them, but refuses what ``report`` and
+    ``check`` refuse); then its data is normalized again for the merge to take over.
 
     Raises:
-        ManifestError: as :func:`load_manifest`, but for derived fields.
+        ManifestError: as :func:`load_manifest`.
     """
     _check_max_bytes(max_bytes)
     where = f"manifest {printable(os.fspath(path), None)}"

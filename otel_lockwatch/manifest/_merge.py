@@ -25,8 +25,9 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from .._settings import SETTINGS
+from ..exceptions import ManifestError
 from ..record._data import DataFold, WorkerTotals
-from ._check import check_doc, check_json
+from ._check import MAX_POOL_SIZE, check_doc, check_json
 from ._data import normalize
 from ._evaluate import evaluate_normalized
 from ._io import DEFAULT_MAX_BYTES, PathLike, load_mergeable
@@ -186,7 +187,8 @@ class ManifestFold:
 
         Raises:
             ValueError: nothing was added, or a threshold is out of range.
-            ManifestError: the merged counts leave the range a manifest may hold.
+            ManifestError: the merged counts leave the range a manifest may hold, or its nominal
+            pool size passes :data:`~._check.MAX_POOL_SIZE`.
         """
         if not self.count:
             raise ValueError("merge_manifests needs at least one manifest")
@@ -205,6 +207,13 @@ class ManifestFold:
             )
         )
         result = evaluate_normalized(merged, hot_pct, ratio, SETTINGS["pool_size"].resolve(), "env")
+        # Peak workers add up over a fleet (and the environment's size is not bounded): past the
+        # largest size, the merged manifest could not be read back.
+        if result.nominal_pool_size > MAX_POOL_SIZE:
+            raise ManifestError(
+                f"the merged nominal pool size {result.nominal_pool_size} is above the largest "
+                f"pool size {MAX_POOL_SIZE}"
+            )
         # Sums of counts below 2**63 may reach it: such a manifest could not be read back.
         check_json(result.to_dict(), "the merged manifest", surrogates=False)
         return result

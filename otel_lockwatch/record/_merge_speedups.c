@@ -8,13 +8,21 @@
  *
  * - compact(text, max_depth): a JSON text without its whitespace, vetted on the way: every
  *   object's keys strictly ascending in byte order, none with an escape, no nesting deeper
- *   than max_depth, and no run of 19 digits outside strings (every integer below 10**18). For
+ *   than max_depth, no run of 19 digits outside strings (every integer below 10**18), and no
+ *   whitespace between two bytes of literals (dropping it would join two tokens), and (given
+ *   max_cost) its cost() at most max_cost. For
  *   a text json.loads accepts, that makes the keys of each object distinct strings (distinct
  *   UTF-8 bytes without escapes decode to distinct strings), so the parser needs no
  *   duplicate-key hook, the document no nesting walk and no integer a range check. A manifest as this library
  *   writes it (sorted keys, indented) compacts to its canonical JSON, the digest's input. None
  *   when the text is not so (the caller then reads it the long way, which names the fault);
  *   nothing here judges whether the text is JSON: the parser does.
+ * - cost(text): what parsing the text may build at most, in bytes, estimated from its
+ *   punctuation (manifest._io._COSTS: a weight per byte of `{ [ , : "`, wherever it is);
+ *   refused past a multiple of the text's size before it is parsed.
+ * - same_json(built, parsed): whether an evaluated document and a parsed one have the same
+ *   canonical JSON (manifest._check's comparison of a manifest with what its data gives; its
+ *   reference there compares their digests).
  * - bucket_counts(buckets, limit): a histogram's JSON buckets [[index, count], ...] as
  *   {index: count} when every pair is a list of two ints, the indices strictly ascending within
  *   [0, limit) and every count > 0; None when one is not (record._histogram._checked_buckets).
@@ -32,6 +40,7 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <math.h>
 #include <string.h>
 
 /* The deepest nesting compact() follows; a larger max_depth is taken as this. */
@@ -39,6 +48,48 @@
 /* A run of this many digits outside strings is refused: without one, every integer of the text
  * is below 10**18 < 2**63, and the parser's own int() is safe and in range. */
 #define MAX_DIGITS 19
+
+/* What the parser may build for one byte of punctuation, counted wherever it appears (in strings
+ * too): manifest._io._COSTS, the same numbers (a test compares the two). */
+static long long cost_of[256];
+
+static void
+init_costs(void)
+{
+    cost_of['{'] = 160;
+    cost_of['['] = 64;
+    cost_of[','] = 16;
+    cost_of[':'] = 16;
+    cost_of['"'] = 25;
+}
+
+static long long
+cost_of_bytes(const unsigned char *s, Py_ssize_t n)
+{
+    long long cost = 0;
+    for (Py_ssize_t k = 0; k < n; k++)
+        cost += cost_of[s[k]];
+    return cost;
+}
+
+static PyObject *
+cost(PyObject *module, PyObject *text)
+{
+    Py_buffer view;
+    if (PyObject_GetBuffer(text, &view, PyBUF_SIMPLE) < 0)
+        return NULL;
+    long long total = cost_of_bytes((const unsigned char *)view.buf, view.len);
+    PyBuffer_Release(&view);
+    return PyLong_FromLongLong(total);
+}
+
+/* A byte of a literal (a number, true, false, null) or of no JSON token: not punctuation, not
+ * a quote (whitespace never reaches it). */
+static inline int
+is_literal(unsigned char c)
+{
+    return !(c == '{' || c == '}' || c == '[' || c == ']' || c == ',' || c == ':' || c == '"');
+}
 
 typedef struct {
     int is_object;
@@ -50,13 +101,20 @@ typedef struct {
 static PyObject *
 compact(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 2) {
-        PyErr_SetString(PyExc_TypeError, "compact(text, max_depth) takes 2 arguments");
+    if (nargs != 2 && nargs != 3) {
+        PyErr_SetString(PyExc_TypeError, "compact(text, max_depth[, max_cost]) takes 2 or 3 "
+                                         "arguments");
         return NULL;
     }
     long max_depth = PyLong_AsLong(args[1]);
     if (max_depth == -1 && PyErr_Occurred())
         return NULL;
+    long long max_cost = LLONG_MAX, spent = 0;
+    if (nargs == 3) {
+        max_cost = PyLong_AsLongLong(args[2]);
+        if (max_cost == -1 && PyErr_Occurred())
+            return NULL;
+    }
     if (max_depth > MAX_LEVELS)
         max_depth = MAX_LEVELS;
     Py_buffer view;
@@ -81,14 +139,19 @@ compact(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         else {
             digits = 0;
         }
+        spent += cost_of[c];
         switch (c) {
         case ' ':
         case '\n':
         case '\r':
         case '\t':
             i++;
-            while (i < n && s[i] == ' ') /* an indentation, in one tight loop */
+            while (i < n && (s[i] == ' ' || s[i] == '\n' || s[i] == '\r' || s[i] == '\t'))
                 i++;
+            /* Whitespace between two bytes of literals is a separator (`1 2`, `t rue`, a digit
+             * run cut by a space): dropped, it would join them into one token the parser takes. */
+            if (j > 0 && i < n && is_literal(o[j - 1]) && is_literal(s[i]))
+                goto refused;
             continue;
         case '{':
         case '[':
@@ -130,6 +193,7 @@ compact(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
                     goto refused; /* an unterminated string */
             }
             i++;
+            spent += cost_of_bytes(s + start + 1, i - start - 1); /* the closing quote's too */
             if (depth > 0 && levels[depth].expect_key) {
                 Level *lv = &levels[depth];
                 const unsigned char *key = s + start + 1;
@@ -157,6 +221,10 @@ compact(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         i++;
     }
     PyBuffer_Release(&view);
+    if (spent > max_cost) {
+        Py_DECREF(out);
+        Py_RETURN_NONE;
+    }
     if (_PyBytes_Resize(&out, j) < 0)
         return NULL;
     return out;
@@ -403,7 +471,114 @@ add_rows(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     return add_into(args, nargs, "add_rows(into, other) takes two dicts", row_sum);
 }
 
+/* The JSON kind of a value: what its canonical JSON is written as (a str enum as a string, a
+ * tuple as an array); OTHER for a value that has a to_json() (a histogram, a worker table). */
+enum { K_NULL, K_BOOL, K_INT, K_FLOAT, K_STR, K_ARRAY, K_OBJECT, K_OTHER };
+
+static int
+kind_of(PyObject *v)
+{
+    if (v == Py_None)
+        return K_NULL;
+    if (PyBool_Check(v))
+        return K_BOOL;
+    if (PyLong_Check(v))
+        return K_INT;
+    if (PyFloat_Check(v))
+        return K_FLOAT;
+    if (PyUnicode_Check(v))
+        return K_STR;
+    if (PyList_Check(v) || PyTuple_Check(v))
+        return K_ARRAY;
+    if (PyDict_Check(v))
+        return K_OBJECT;
+    return K_OTHER;
+}
+
+/* 1 when a (a document as evaluate() builds it) and b (one parsed from JSON) have the same
+ * canonical JSON, 0 when not, -1 on an error. */
+static int
+same(PyObject *a, PyObject *b, int depth)
+{
+    if (depth > MAX_LEVELS * 2) {
+        PyErr_SetString(PyExc_RecursionError, "same_json: too deep");
+        return -1;
+    }
+    int ka = kind_of(a);
+    if (ka == K_OTHER) { /* its JSON form, then compared as JSON */
+        PyObject *json = PyObject_CallMethod(a, "to_json", NULL);
+        if (json == NULL)
+            return -1;
+        int result = kind_of(json) == K_OTHER ? 0 : same(json, b, depth + 1);
+        Py_DECREF(json);
+        return result;
+    }
+    if (ka != kind_of(b))
+        return 0;
+    switch (ka) {
+    case K_NULL:
+        return 1;
+    case K_BOOL:
+        return a == b;
+    case K_INT:
+    case K_STR:
+        return PyObject_RichCompareBool(a, b, Py_EQ);
+    case K_FLOAT: {
+        double x = PyFloat_AS_DOUBLE(a), y = PyFloat_AS_DOUBLE(b);
+        return x == y && signbit(x) == signbit(y); /* -0.0 is written "-0.0" */
+    }
+    case K_ARRAY: {
+        PyObject *fa = PySequence_Fast(a, ""), *fb = PySequence_Fast(b, "");
+        int result = -1;
+        if (fa != NULL && fb != NULL) {
+            Py_ssize_t n = PySequence_Fast_GET_SIZE(fa);
+            result = n == PySequence_Fast_GET_SIZE(fb);
+            for (Py_ssize_t k = 0; result == 1 && k < n; k++)
+                result = same(PySequence_Fast_GET_ITEM(fa, k), PySequence_Fast_GET_ITEM(fb, k),
+                              depth + 1);
+        }
+        Py_XDECREF(fa);
+        Py_XDECREF(fb);
+        return result;
+    }
+    default: { /* K_OBJECT */
+        if (PyDict_GET_SIZE(a) != PyDict_GET_SIZE(b))
+            return 0;
+        PyObject *key, *value;
+        Py_ssize_t pos = 0;
+        while (PyDict_Next(a, &pos, &key, &value)) {
+            if (!PyUnicode_Check(key))
+                return 0;
+            PyObject *other = PyDict_GetItemWithError(b, key); /* borrowed */
+            if (other == NULL)
+                return PyErr_Occurred() ? -1 : 0;
+            int result = same(value, other, depth + 1);
+            if (result != 1)
+                return result;
+        }
+        return 1;
+    }
+    }
+}
+
+static PyObject *
+same_json(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "same_json(built, parsed) takes 2 arguments");
+        return NULL;
+    }
+    int result = same(args[0], args[1], 0);
+    if (result < 0)
+        return NULL;
+    return PyBool_FromLong(result);
+}
+
 static PyMethodDef methods[] = {
+    {"same_json", (PyCFunction)(void (*)(void))same_json, METH_FASTCALL,
+     "same_json(built, parsed) -> bool: whether a document as evaluate() builds it (its "
+     "histograms and worker tables as objects with a to_json()) and one parsed from JSON have "
+     "the same canonical JSON: kinds exact (1, 1.0 and true differ), floats bit for bit."},
     {"worker_rows", (PyCFunction)(void (*)(void))worker_rows, METH_FASTCALL,
      "worker_rows(per_worker, fields) -> dict | None: {name: {field: count, ...}} as {name: "
      "(count, ...)} in the order of fields, when every name is a str and every count an int in "
@@ -412,8 +587,12 @@ static PyMethodDef methods[] = {
      "add_rows(into, other): add the rows (tuples) of the dict other into the dict into, "
      "element by element."},
     {"compact", (PyCFunction)(void (*)(void))compact, METH_FASTCALL,
-     "compact(text, max_depth) -> bytes | None: the JSON text without whitespace, when every "
-     "object's keys ascend strictly without escapes and it nests at most max_depth deep."},
+     "compact(text, max_depth[, max_cost]) -> bytes | None: the JSON text without whitespace, "
+     "when every object's keys ascend strictly without escapes, it nests at most max_depth deep "
+     "and its cost() is at most max_cost."},
+    {"cost", (PyCFunction)cost, METH_O,
+     "cost(text) -> int: what parsing the text may build at most, estimated from its "
+     "punctuation (manifest._io._COSTS)."},
     {"bucket_counts", (PyCFunction)(void (*)(void))bucket_counts, METH_FASTCALL,
      "bucket_counts(buckets, limit) -> dict | None: [[index, count], ...] as {index: count} "
      "when well formed."},
@@ -436,5 +615,6 @@ static struct PyModuleDef merge_speedups_module = {
 PyMODINIT_FUNC
 PyInit__merge_speedups(void)
 {
+    init_costs();
     return PyModule_Create(&merge_speedups_module);
 }
