@@ -23,6 +23,7 @@ from otel_lockwatch.manifest._evaluate import evaluate
 from otel_lockwatch.record._recorder import RECORDER
 
 redis = pytest.importorskip("redis")
+from redis.backoff import NoBackoff  # noqa: E402
 from redis.exceptions import LockError, LockNotOwnedError  # noqa: E402
 from servers import redis_server  # noqa: E402
 
@@ -365,3 +366,72 @@ def test_a_worker_polling_for_a_redis_lock_is_in_the_waiting_gauge(watched, clie
     holder.release()
     t.join(10)
     assert got.is_set() and gauge("lockwatch.lock.waiting") == 0
+
+
+def _kill_other_connections(client):
+    """CLIENT KILL every client's connection but ``client``'s: a lost connection."""
+    assert client.client_kill_filter(_type="normal", skipme=True) >= 1
+
+
+def test_a_release_that_lost_its_connection_is_a_release_failure_and_ends_the_hold(
+    make_watched, port, client
+):
+    """The lock's connection killed mid-hold (no retry): its release raises the application's
+    ``ConnectionError``; the hold ends in lockwatch's books, counted as a release failure, and
+    orders nothing after it: under ``on_cycle=raise`` the next lock of the class is taken as
+    without lockwatch. (Regression: the failure was not counted.)"""
+    from redis.retry import Retry
+
+    make_watched(on_cycle="raise")
+    lossy = redis.Redis(port=port, retry=Retry(NoBackoff(), 0), single_connection_client=True)
+    lock = make_lock(lossy, "lock:order:31", timeout=5)
+    assert lock.acquire()
+    _kill_other_connections(client)
+    with pytest.raises(redis.ConnectionError):
+        lock.release()
+    assert RECORDER.thread_state().held == []
+    with make_lock(lossy, "lock:order:32", timeout=5), name_lock(threading.Lock(), "cache"):
+        pass
+    lossy.close()
+    doc = manifest()
+    assert doc["release_failures"] == [{"lock": "lock:order:*", "not_owned": 0, "lock_error": 1}]
+    entry = doc["locks"]["lock:order:*"]
+    assert (entry["acquisitions"], entry["hold_ns"]["count"]) == (2, 2)
+    edges = {(e["holding"], e["acquiring"]) for e in doc["lock_order"]["edges"]}
+    assert ("lock:order:*", "cache") in edges and ("lock:order:*", "lock:order:*") not in edges
+    assert doc["lock_order"]["cycles"] == []
+
+
+def test_an_asyncio_release_that_lost_its_connection_ends_the_hold(make_watched, port, client):
+    """``redis.asyncio`` keeps the token when a release fails on a lost connection (so that it
+    can be retried); lockwatch ends the hold all the same, as a release failure: no stale entry
+    on the task's held stack, and the next ``async with`` of the class is not "recursive
+    locking". (Regression: under ``on_cycle=raise`` every later ``async with`` of the class
+    raised ``PotentialDeadlockError``.)"""
+    import redis.asyncio as aioredis
+    from redis.asyncio.retry import Retry
+
+    make_watched(on_cycle="raise")
+
+    async def main():
+        lossy = aioredis.Redis(port=port, retry=Retry(NoBackoff(), 0))
+        lock = lossy.lock("lock:cart:41", timeout=5)
+        assert await lock.acquire()
+        _kill_other_connections(client)
+        with pytest.raises(redis.ConnectionError):
+            await lock.release()
+        assert lock.local.token is not None  # redis-py's own books: still held, retryable
+        held = list(RECORDER.task_state(asyncio.current_task()).held)
+        for key in ("lock:cart:42", "lock:cart:43"):
+            async with lossy.lock(key, timeout=5):
+                pass
+        await lossy.aclose()
+        return held
+
+    assert asyncio.run(main()) == []
+    doc = manifest()
+    assert doc["release_failures"] == [{"lock": "lock:cart:*", "not_owned": 0, "lock_error": 1}]
+    entry = doc["locks"]["lock:cart:*"]
+    assert (entry["acquisitions"], entry["hold_ns"]["count"]) == (3, 3)
+    edges = {(e["holding"], e["acquiring"]) for e in doc["lock_order"]["edges"]}
+    assert ("lock:cart:*", "lock:cart:*") not in edges and doc["lock_order"]["cycles"] == []

@@ -31,8 +31,10 @@ other), the hold recorded at the release. What differs:
   Redis set the key), is moved by ``extend()`` (added to, or replaced) and ``reacquire()``, and a
   hold that outlives it, or an ``extend`` / ``reacquire`` that came after it, is a **lease
   overrun** (counted once per hold, on the client's clock: within a round trip of the server's).
-- **Release failures**: a release the lock refused (``LockNotOwnedError``, ``LockError``) is
-  counted; the exception still reaches the application.
+- **Release failures**: a release that raised (the lock refused it: ``LockNotOwnedError``,
+  ``LockError``; or it failed: a lost connection, a cancelled ``await``, an ``OSError``) is
+  counted, and its hold ends in lockwatch's books, whatever the lock kept; the exception still
+  reaches the application.
 
 Overruns and failures also become span events on the span current at the time
 (``lockwatch.lease_overrun``, ``lockwatch.release_failed``); they are rare, slow-path events.
@@ -461,18 +463,22 @@ def released(lock: Any, hold: DistHold, record: bool = True, own: bool = True) -
         OUTBOX.failed(exc)
 
 
-def release_failed(lock: Any, hold: DistHold | None, ended: bool, failure: str | None) -> None:
-    """After a release that raised: ``failure``, how the lock refused it (``not_owned``,
-    ``lock_error``; None for another error, a lost connection); ``ended``, the lock forgot its
-    token all the same (the hold is over)."""
+def release_failed(lock: Any, hold: DistHold | None, failure: str) -> None:
+    """After a release that raised, whatever it raised: ``failure``, how (``not_owned``,
+    ``lock_error``: see :data:`~..record._data.FAILURE_KINDS`). It is counted, and the hold ends
+    in lockwatch's books whatever the lock kept (redis.asyncio keeps its token after a lost
+    connection, filelock its descriptor after a failed unlock, both so that the release can be
+    retried): a hold kept open would order every later acquisition of the worker, and make the
+    next lock of its class "recursive locking". A retried release finds no hold, and records
+    nothing."""
     try:
         cls = lock.__dict__.get("_lockwatch_class")
-        if failure is not None and cls is not None:
+        if cls is not None:
             DISTRIBUTED.release_failed(cls, failure)
             _event("lockwatch.release_failed", cls, {"lockwatch.failure": failure})
     except Exception as exc:
         OUTBOX.failed(exc)
-    if hold is not None and ended:
+    if hold is not None:
         released(lock, hold)
 
 
