@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import copy
 import json
-import re
 from typing import Any
 
 import pytest
@@ -16,7 +15,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from otel_lockwatch import LockwatchInstrumentor, Verdict, load_manifest, merge_manifests
-from otel_lockwatch.capture import _distributed, _patches
+from otel_lockwatch.capture import _patches
 from otel_lockwatch.exceptions import ManifestError
 from otel_lockwatch.manifest._evaluate import evaluate
 from otel_lockwatch.manifest._model import compute_digest
@@ -24,56 +23,6 @@ from otel_lockwatch.record._data import merge_data
 from otel_lockwatch.record._histogram import LogHistogram
 from otel_lockwatch.record._outbox import OUTBOX
 from otel_lockwatch.record._witness import EdgeWitness
-
-key_template = _distributed.key_template
-
-
-@pytest.mark.parametrize(
-    ("key", "template"),
-    [
-        ("lock:order:8121", "lock:order:*"),
-        ("lock:stock:sku-42:warehouse-7", "lock:stock:sku-*:warehouse-*"),
-        ("lock:user:6f1e2d3c-4b5a-4978-8a69-5b4c3d2e1f00", "lock:user:*"),
-        ("lock:user:6f1e2d3c4b5a49788a695b4c3d2e1f00", "lock:user:*"),
-        ("cache-3f9a0c1e.lock", "cache-*.lock"),
-        ("job:deadbeef:run", "job:deadbeef:run"),  # a word made of hex letters stays
-        ("job:5f3a9c:run", "job:*:run"),
-        ("v2:12:34", "v*:*:*"),
-        (b"lock:order:99", "lock:order:*"),
-        (memoryview(b"lock:\xff:1"), "lock:\ufffd:*"),
-        ("plain", "plain"),
-    ],
-)
-def test_key_template_collapses_ids(key, template):
-    assert key_template(key) == template
-
-
-@given(st.text(max_size=60))
-def test_a_template_has_no_digit_and_is_its_own_template(key):
-    """No run of digits survives (so no numeric id, whatever surrounds it), and a template is
-    a fixed point: templating never depends on having been done before."""
-    template = key_template(key)
-    assert not re.search(r"[0-9]", template)
-    assert key_template(template) == template
-    assert "**" not in template
-
-
-def test_templates_per_kind_are_bounded():
-    """Past the cap, new templates of a kind share one class, ``(other)``."""
-
-    class Handle:
-        pass
-
-    kind = "test.Bounded"
-    names = set()
-    for i in range(_distributed.MAX_TEMPLATES_PER_KIND + 10):
-        h = Handle()
-        _distributed.classify(
-            h, kind, f"lock:{'x' * (i % 26 + 1)}{chr(97 + i % 26) * (i // 26)}", "s"
-        )
-        names.add(h.__dict__["_lockwatch_class"].name)
-    assert len(names) == _distributed.MAX_TEMPLATES_PER_KIND + 1
-    assert "(other)" in names
 
 
 def _optional_patches() -> list[Any]:

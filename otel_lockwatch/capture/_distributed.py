@@ -14,8 +14,9 @@ other), the hold recorded at the release. What differs:
   at the start of every acquire: one ``perf_counter_ns`` is a few hundredths of a percent of a
   Redis round trip or a ``flock`` call, and it makes the wait exact from the caller's first
   attempt.
-- **Names** have bounded cardinality (:func:`key_template`): the key's runs of digits, hex ids
-  and UUIDs become ``*``, and a distributed lock's class is its key template (``lock:order:*``;
+- **Names** have bounded cardinality (:func:`~._key_template.key_template`): what reads as an id
+  in the key (numbers, hex ids, UUIDs, emails, random tokens) becomes ``*``, and a distributed
+  lock's class is its key template (``lock:order:*``;
   for a file lock, the template of its file name, never the directory). The creation site (the
   first frame outside redis-py, filelock, the standard library and lockwatch) is the class's
   site. Why not the site, as for a local lock: a local lock is one object, made at one site and
@@ -45,7 +46,6 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
-import re
 import sys
 import sysconfig
 from time import perf_counter_ns as _pc
@@ -67,6 +67,7 @@ from ._bookkeeping import (
     stats_of,
     untrack,
 )
+from ._key_template import key_template
 from ._naming import LockClass, lock_class
 
 __all__ = [
@@ -108,30 +109,6 @@ def _state() -> WorkerState:
         except AttributeError:
             return RECORDER.thread_state()
     return RECORDER.task_state(task)
-
-
-# A UUID, a hex id (six hex digits or more, with a digit, standing alone), a run of digits.
-_IDS = re.compile(
-    r"[0-9A-Fa-f]{8}-?[0-9A-Fa-f]{4}-?[0-9A-Fa-f]{4}-?[0-9A-Fa-f]{4}-?[0-9A-Fa-f]{12}"
-    r"|(?<![0-9A-Za-z])(?=[A-Fa-f]*[0-9])[0-9A-Fa-f]{6,}(?![0-9A-Za-z])"
-    r"|[0-9]+"
-)
-_STARS = re.compile(r"\*{2,}")
-
-
-def key_template(key: Any) -> str:
-    """The template of a Redis key or a file name: runs of digits, hex ids and UUIDs become
-    ``*`` (``lock:order:8121`` -> ``lock:order:*``; ``cache-3f9a0c1e.lock`` -> ``cache-*.lock``).
-
-    A key that is not text (bytes, a ``memoryview``) is decoded as UTF-8, undecodable bytes
-    replaced."""
-    if isinstance(key, memoryview):
-        key = key.tobytes()
-    if isinstance(key, (bytes, bytearray)):
-        key = bytes(key).decode("utf-8", "replace")
-    elif not isinstance(key, str):
-        key = str(key)
-    return _STARS.sub("*", _IDS.sub("*", key))
 
 
 _skipped_files: dict[str, bool] = {}  # a code object's file -> whether its frames are skipped
