@@ -435,3 +435,32 @@ def test_an_asyncio_release_that_lost_its_connection_ends_the_hold(make_watched,
     assert (entry["acquisitions"], entry["hold_ns"]["count"]) == (3, 3)
     edges = {(e["holding"], e["acquiring"]) for e in doc["lock_order"]["edges"]}
     assert ("lock:cart:*", "lock:cart:*") not in edges and doc["lock_order"]["cycles"] == []
+
+
+def test_two_locks_past_the_template_cap_held_at_once_are_no_cycle(
+    make_watched, client, monkeypatch
+):
+    """Past the cap of templates per kind, unrelated keys share the class ``(other)``: two of
+    them held at once, or taken on either side of a local lock, make no edge and no cycle, and
+    under ``on_cycle=raise`` nothing is refused. (Regression: ``(other)`` was one node of the
+    graph, and two ``(other)`` locks held at once were "possible recursive locking".)"""
+    from otel_lockwatch.capture import _distributed
+
+    filler = {f"filler:{i}" for i in range(_distributed.MAX_TEMPLATES_PER_KIND)}
+    monkeypatch.setattr(_distributed, "_templates", {"redis.Lock": filler})
+    make_watched(on_cycle="raise")
+    local = name_lock(threading.Lock(), "cache")
+    first = make_lock(client, "lock:basket:1", timeout=5)
+    second = make_lock(client, "lock:coupon:2", timeout=5)
+    assert first._lockwatch_class.name == second._lockwatch_class.name == "(other)"
+    with first, second:
+        pass
+    with first, local:
+        pass
+    with local, second:
+        pass
+    doc = manifest()
+    edges = {(e["holding"], e["acquiring"]) for e in doc["lock_order"]["edges"]}
+    assert not any("(other)" in edge for edge in edges)
+    assert doc["lock_order"]["cycles"] == [] and doc["verdict"] != "CYCLIC_ORDERING_DETECTED"
+    assert doc["locks"]["(other)"]["acquisitions"] == 4

@@ -25,7 +25,8 @@ other), the hold recorded at the release. What differs:
   Named by site, ``with r.lock(f"lock:order:{id}")`` in ``checkout()`` and in ``restock()``
   would be two unrelated locks, and an ABBA between them (within a process, or across hosts in
   merged manifests) could never close a cycle. ``name_lock`` gives a chosen name. At most
-  :data:`MAX_TEMPLATES_PER_KIND` templates per kind; later ones share ``(other)``. The raw key or
+  :data:`MAX_TEMPLATES_PER_KIND` templates per kind; later ones share ``(other)``, which orders
+  nothing (the lock-order graph has no node for it: its locks are unrelated). The raw key or
   path is never a name, an attribute or a manifest field.
 - **Leases** (Redis only): a lock taken with ``timeout`` holds a lease that Redis ends by
   expiring the key. The lease starts when the successful attempt was sent (never later than
@@ -55,6 +56,7 @@ from opentelemetry import trace
 
 from ..exceptions import PotentialDeadlockError
 from ..record._distributed import DISTRIBUTED
+from ..record._order import OVERFLOW
 from ..record._outbox import OUTBOX
 from ..record._recorder import RECORDER, WorkerState
 from ._bookkeeping import (
@@ -167,7 +169,7 @@ def classify(lock: Any, kind: str, key: Any, site: str) -> None:
     seen = _templates.setdefault(kind, set())
     if template not in seen:
         if len(seen) >= MAX_TEMPLATES_PER_KIND:
-            template = "(other)"
+            template = OVERFLOW  # many unrelated locks: no node of the lock-order graph
         seen.add(template)
     cls = lock_class(template, kind, site)
     d = lock.__dict__
