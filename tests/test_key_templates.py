@@ -14,7 +14,7 @@ import string
 from collections.abc import Callable
 
 import pytest
-from hypothesis import assume, given
+from hypothesis import assume, example, given
 from hypothesis import strategies as st
 
 from otel_lockwatch.capture import _distributed
@@ -106,6 +106,25 @@ def test_a_key_of_id_characters_templates_to_its_own_template(key):
     assert not re.search(r"[0-9]", template)
 
 
+# Pieces of keys where the rules meet: prefixes, separators, ids, words, a star.
+FRAGMENTS = [
+    "tmp", "@", "=", "==", "-", "_", ".", ":", "/", "+", "*", "lock", "user", "ab", "x", "Q",
+    "Zk", "a1", "42", "3f9a0c1e", "6f1e2d3c-4b5a-4978-8a69-5b4c3d2e1f00", "mail.example.com",
+    "abcdefgh", "k3j_x9qa", "zzzzz", "aGVsbG8gd29ybGQgaGVsbG8",
+]  # fmt: skip
+
+
+@given(st.lists(st.sampled_from(FRAGMENTS) | st.characters(), max_size=12).map("".join))
+@example("tmpuserlock42")
+@example("0@0.@A")  # an email's local part starts with a letter or digit: not ".@A"
+def test_a_key_of_fragments_templates_to_its_own_template(key):
+    """The same, on keys made of the pieces where the rules meet (``tmpuserlock42`` templated
+    to ``tmpuserlock*``, whose ``tmp`` and eight letters then read as a tempfile name)."""
+    template = key_template(key)
+    assert key_template(template) == template
+    assert not re.search(r"[0-9]", template)
+
+
 def _compose(words: list[str], style: str) -> str:
     if style == "camel":
         return words[0] + "".join(w.capitalize() for w in words[1:])
@@ -120,6 +139,7 @@ def _compose(words: list[str], style: str) -> str:
     st.lists(st.sampled_from(WORDS), min_size=1, max_size=4),
     st.sampled_from(["snake", "kebab", "camel", "pascal", "upper", "colon", "dot"]),
 )
+@example(["user", "user", "tax"], "snake")  # "user_tax" is no tempfile name: it has no digit
 def test_dictionary_words_stay_readable(words, style):
     """Words, alone or composed (``user_profile``, ``userProfile``, ``ORDER_LOCK``), are their
     own template; with a number, the number alone collapses."""

@@ -13,7 +13,7 @@ First, whole ids, wherever they are: an **email address** (``someone@example.com
 with its ``=`` padding (16 characters or more of ``A-Z a-z 0-9 + /``), and a **tempfile name**
 (``mkstemp``, ``NamedTemporaryFile``: eight characters of ``a-z 0-9 _`` after the default prefix
 ``tmp``, or, after another prefix ending in ``-``, ``_`` or ``.``, eight such characters with a
-digit or ``_`` among them, ending the name or before its suffix).
+digit among them, ending the name or before its suffix).
 
 Then the rest, in **runs** of letters, digits, ``-``, ``_``, ``+`` and ``=`` (what ids are made
 of: nanoid and base64url use ``-`` and ``_``); ``:``, ``/``, ``.`` and everything else stay as
@@ -49,7 +49,7 @@ Limits
   8-letter tokens, a seventh of 12-letter ones). The classes past
   :data:`~._distributed.MAX_TEMPLATES_PER_KIND` share ``(other)``.
 - Short words (up to 3 letters) are rarely told from ids: ``job:ab:run`` stays; so does a
-  tempfile name with a prefix of its own that drew no digit and no ``_``, when it reads as a word.
+  tempfile name with a prefix of its own that drew no digit, when it reads as words.
 - Letters outside ASCII are kept as they are.
 """
 
@@ -64,15 +64,18 @@ __all__ = ["is_id_word", "key_template"]
 # Whole ids, each looked for only in a key that has what it needs ("@", "=", a prefix), and
 # tried only where its characters start (the lookbehinds): a long key costs one pass. A UUID is
 # looked for in a run of 32 characters or more.
-_EMAIL = re.compile(r"(?<![A-Za-z0-9._%+\-])[A-Za-z0-9._%+\-]+@[A-Za-z0-9\-]+(?:\.[A-Za-z0-9\-]+)*")
+_EMAIL = re.compile(
+    r"(?<![A-Za-z0-9._%+\-])[A-Za-z0-9][A-Za-z0-9._%+\-]*@[A-Za-z0-9][A-Za-z0-9\-]*"
+    r"(?:\.[A-Za-z0-9\-]+)*"
+)
 _UUID = re.compile(
     r"(?<![0-9A-Za-z])[0-9A-Fa-f]{8}-?[0-9A-Fa-f]{4}-?[0-9A-Fa-f]{4}-?[0-9A-Fa-f]{4}-?"
     r"[0-9A-Fa-f]{12}(?![0-9A-Za-z])"
 )
 _BASE64 = re.compile(r"(?<![A-Za-z0-9+/])[A-Za-z0-9+/]{16,}={1,2}")
 _TEMPFILE = re.compile(
-    r"(?<=(?<![A-Za-z0-9])tmp)[a-z0-9_]{8}(?![A-Za-z0-9_])"
-    r"|(?<=[-_.])(?=[a-z]*[0-9_])[a-z0-9_]{8}(?=\.|$)"
+    r"(?<=(?<![A-Za-z0-9])tmp)[a-z0-9_]{8}(?![A-Za-z0-9_*])"
+    r"|(?<=[-_.])(?=[a-z_]*[0-9])[a-z0-9_]{8}(?=\.|$)"
 )
 # A run (the capturing group: split, runs are at the odd indexes) and its words; a run that is a
 # number, collapsed before (one pass in C, and no number in the runs' cache).
