@@ -464,3 +464,53 @@ def test_two_locks_past_the_template_cap_held_at_once_are_no_cycle(
     assert not any("(other)" in edge for edge in edges)
     assert doc["lock_order"]["cycles"] == [] and doc["verdict"] != "CYCLIC_ORDERING_DETECTED"
     assert doc["locks"]["(other)"]["acquisitions"] == 4
+
+
+def test_keys_with_ids_make_one_class_and_a_few_attribute_sets_per_shape(watched, client):
+    """200 keys of each shape of id (emails, nanoids, base62 and base64 ids, tempfile names,
+    UUIDs: seeded), each taken and released on the real server: one lock class per shape, and
+    the metrics' attribute sets are per class, never per key; no key reaches an attribute.
+    (Regression: emails, nanoids and tempfile names made a class each.)"""
+    import base64
+    import random
+    import string
+
+    from otel_lockwatch.telemetry._emitter import TELEMETRY
+
+    rng = random.Random(28)
+    alnum = string.ascii_letters + string.digits
+
+    def chars(alphabet, n):
+        return "".join(rng.choice(alphabet) for _ in range(n))
+
+    shapes = {
+        "lock:user:*": lambda: f"lock:user:{chars(string.ascii_lowercase, 8)}@example.com",
+        "lock:job:*": lambda: f"lock:job:{chars(alnum + '_-', 21)}",
+        "lock:invoice:*": lambda: f"lock:invoice:{chars(alnum, 22)}",
+        "session:*": lambda: f"session:{base64.b64encode(rng.randbytes(16)).decode()}",
+        "tmp*.lock": lambda: f"tmp{chars(string.ascii_lowercase + string.digits + '_', 8)}.lock",
+        "lock:order:*": lambda: f"lock:order:{rng.randbytes(16).hex()}",
+    }
+    keys = [make() for make in shapes.values() for _ in range(200)]
+    for key in keys:
+        with make_lock(client, key, timeout=5):
+            pass
+    redis_locks = {n for n, e in manifest()["locks"].items() if e["kind"] == "redis.Lock"}
+    assert redis_locks == set(shapes)
+    TELEMETRY.flush()
+    attribute_sets = set()
+    for rm in watched.metrics.get_metrics_data().resource_metrics:
+        for sm in rm.scope_metrics:
+            for metric in sm.metrics:
+                for point in metric.data.data_points:
+                    attrs = dict(point.attributes)
+                    if attrs.get("lockwatch.lock.kind") == "redis.Lock":
+                        attribute_sets.add((metric.name, frozenset(attrs.items())))
+    names = {dict(attrs)["lockwatch.lock.name"] for _, attrs in attribute_sets}
+    assert names == set(shapes)
+    per_metric: dict[str, int] = {}
+    for metric, _ in attribute_sets:
+        per_metric[metric] = per_metric.get(metric, 0) + 1
+    assert max(per_metric.values()) <= len(shapes)
+    values = " ".join(str(v) for _, attrs in attribute_sets for _, v in attrs)
+    assert not any(key in values for key in keys)
