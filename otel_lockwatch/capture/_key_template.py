@@ -62,8 +62,8 @@ from typing import Any
 __all__ = ["is_id_word", "key_template"]
 
 # Whole ids, each looked for only in a key that has what it needs ("@", "=", a prefix), and
-# tried only where its characters start (the lookbehinds): a long key costs one pass. A UUID is
-# looked for in a run of 32 characters or more.
+# tried only where its characters start (a lookbehind, or its first letters): a long key costs
+# one pass. A UUID is looked for in a run of 32 characters or more.
 _EMAIL = re.compile(
     r"(?<![A-Za-z0-9._%+\-])[A-Za-z0-9][A-Za-z0-9._%+\-]*@[A-Za-z0-9][A-Za-z0-9\-]*"
     r"(?:\.[A-Za-z0-9\-]+)*"
@@ -73,10 +73,8 @@ _UUID = re.compile(
     r"[0-9A-Fa-f]{12}(?![0-9A-Za-z])"
 )
 _BASE64 = re.compile(r"(?<![A-Za-z0-9+/])[A-Za-z0-9+/]{16,}={1,2}")
-_TEMPFILE = re.compile(
-    r"(?<=(?<![A-Za-z0-9])tmp)[a-z0-9_]{8}(?![A-Za-z0-9_*])"
-    r"|(?<=[-_.])(?=[a-z_]*[0-9])[a-z0-9_]{8}(?=\.|$)"
-)
+_TEMP_NAME = re.compile(r"(?<![A-Za-z0-9])tmp[a-z0-9_]{8}(?![A-Za-z0-9_*])")
+_PREFIXED_TEMP_NAME = re.compile(r"(?<=[-_.])(?=[a-z_]*[0-9])[a-z0-9_]{8}(?=\.|$)")
 # A run (the capturing group: split, runs are at the odd indexes) and its words; a run that is a
 # number, collapsed before (one pass in C, and no number in the runs' cache).
 _RUN = re.compile(r"([A-Za-z0-9_\-+=]+)")
@@ -176,8 +174,10 @@ def key_template(key: Any) -> str:
         key = _EMAIL.sub("*", key)
     if "=" in key:
         key = _BASE64.sub("*", key)
-    if "tmp" in key or "." in key or "-" in key or "_" in key:
-        key = _TEMPFILE.sub("*", key)
+    if "tmp" in key:
+        key = _TEMP_NAME.sub("tmp*", key)
+    if "." in key or "-" in key or "_" in key:
+        key = _PREFIXED_TEMP_NAME.sub("*", key)
     parts = _RUN.split(_NUMBER_RUN.sub("*", key))
     parts[1::2] = map(_run_template, parts[1::2])
     template = "".join(parts)
