@@ -1,7 +1,8 @@
-"""Distributed locks without a server: key templates, patching, and the manifest's new fields.
+"""Distributed locks without a server: patching, and the manifest's new fields.
 
 The behaviour against the real parts (a ``redis-server``, files shared by processes) is in
-``test_redis_locks.py`` and ``test_filelock_locks.py``; here, what can be pinned down exactly.
+``test_redis_locks.py`` and ``test_filelock_locks.py``, key templates in
+``test_key_templates.py``; here, what can be pinned down exactly.
 """
 
 from __future__ import annotations

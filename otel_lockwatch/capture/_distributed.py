@@ -16,18 +16,17 @@ other), the hold recorded at the release. What differs:
   attempt.
 - **Names** have bounded cardinality (:func:`~._key_template.key_template`): what reads as an id
   in the key (numbers, hex ids, UUIDs, emails, random tokens) becomes ``*``, and a distributed
-  lock's class is its key template (``lock:order:*``;
-  for a file lock, the template of its file name, never the directory). The creation site (the
-  first frame outside redis-py, filelock, the standard library and lockwatch) is the class's
-  site. Why not the site, as for a local lock: a local lock is one object, made at one site and
-  shared by every path that takes it, so its site names it. A Redis lock object is a throwaway
-  handle made where it is taken; what two paths, two processes or two hosts share is the *key*.
-  Named by site, ``with r.lock(f"lock:order:{id}")`` in ``checkout()`` and in ``restock()``
-  would be two unrelated locks, and an ABBA between them (within a process, or across hosts in
-  merged manifests) could never close a cycle. ``name_lock`` gives a chosen name. At most
-  :data:`MAX_TEMPLATES_PER_KIND` templates per kind; later ones share ``(other)``, which orders
-  nothing (the lock-order graph has no node for it: its locks are unrelated). The raw key or
-  path is never a name, an attribute or a manifest field.
+  lock's class is its key template (``lock:order:*``; for a file lock, the template of its file
+  name, never the directory). The creation site (the first frame outside redis-py, filelock, the
+  standard library and lockwatch) is the class's site. Why not the site, as for a local lock: a
+  local lock is one object, made at one site and shared by every path that takes it, so its site
+  names it. A Redis lock object is a throwaway handle made where it is taken; what two paths, two
+  processes or two hosts share is the *key*. Named by site, ``with r.lock(f"lock:order:{id}")`` in
+  ``checkout()`` and in ``restock()`` would be two unrelated locks, and an ABBA between them
+  (within a process, or across hosts in merged manifests) could never close a cycle. ``name_lock``
+  gives a chosen name. At most :data:`MAX_TEMPLATES_PER_KIND` templates per kind; later ones share
+  ``(other)``, which orders nothing (the lock-order graph has no node for it: its locks are
+  unrelated). The raw key or path is never a name, an attribute or a manifest field.
 - **Leases** (Redis only): a lock taken with ``timeout`` holds a lease that Redis ends by
   expiring the key. The lease starts when the successful attempt was sent (never later than
   Redis set the key), is moved by ``extend()`` (added to, or replaced) and ``reacquire()``, and a
