@@ -245,3 +245,20 @@ def test_the_report_shows_overruns_and_release_failures(tmp_path, capsys, monkey
     assert "two workers may have held it at once" in out
     assert "  w1 held lock:order:* past its lease 1 time, 500 ms in all\n" in out
     assert "  lock:order:*: 1 not owned, 0 lock errors\n" in out
+
+
+def test_the_template_overflow_is_no_node_of_the_lock_order_graph():
+    """``(other)`` stands for many unrelated locks: the graph records no edge to or from it,
+    and answers no cycle through it (a self-edge included), under either policy."""
+    from otel_lockwatch.record._order import OVERFLOW, LockOrderGraph
+
+    def witness(a: str, b: str) -> EdgeWitness:
+        return EdgeWitness(a, b, "w", ("m:f:1", "m:f:2"), "2026-01-01T00:00:00.000Z", None, None)
+
+    graph = LockOrderGraph()
+    for a, b in ((OVERFLOW, OVERFLOW), (OVERFLOW, "cache"), ("cache", OVERFLOW)):
+        assert graph.would_close_cycle(a, b, witness(a, b)) is None
+        assert graph.add_edge(a, b, witness(a, b)) is None
+    assert graph.edges() == [] and graph.cycles() == [] and len(graph) == 0
+    assert graph.add_edge("a", "b", witness("a", "b")) is None
+    assert graph.add_edge("b", "a", witness("b", "a")) is not None  # others as before
