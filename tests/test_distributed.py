@@ -1,14 +1,14 @@
-"""Distributed locks without a server: key templates, patching, and the manifest's new fields.
+"""Distributed locks without a server: patching, and the manifest's new fields.
 
 The behaviour against the real parts (a ``redis-server``, files shared by processes) is in
-``test_redis_locks.py`` and ``test_filelock_locks.py``; here, what can be pinned down exactly.
+``test_redis_locks.py`` and ``test_filelock_locks.py``, key templates in
+``test_key_templates.py``; here, what can be pinned down exactly.
 """
 
 from __future__ import annotations
 
 import copy
 import json
-import re
 from typing import Any
 
 import pytest
@@ -16,7 +16,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from otel_lockwatch import LockwatchInstrumentor, Verdict, load_manifest, merge_manifests
-from otel_lockwatch.capture import _distributed, _patches
+from otel_lockwatch.capture import _patches
 from otel_lockwatch.exceptions import ManifestError
 from otel_lockwatch.manifest._evaluate import evaluate
 from otel_lockwatch.manifest._model import compute_digest
@@ -24,56 +24,6 @@ from otel_lockwatch.record._data import merge_data
 from otel_lockwatch.record._histogram import LogHistogram
 from otel_lockwatch.record._outbox import OUTBOX
 from otel_lockwatch.record._witness import EdgeWitness
-
-key_template = _distributed.key_template
-
-
-@pytest.mark.parametrize(
-    ("key", "template"),
-    [
-        ("lock:order:8121", "lock:order:*"),
-        ("lock:stock:sku-42:warehouse-7", "lock:stock:sku-*:warehouse-*"),
-        ("lock:user:6f1e2d3c-4b5a-4978-8a69-5b4c3d2e1f00", "lock:user:*"),
-        ("lock:user:6f1e2d3c4b5a49788a695b4c3d2e1f00", "lock:user:*"),
-        ("cache-3f9a0c1e.lock", "cache-*.lock"),
-        ("job:deadbeef:run", "job:deadbeef:run"),  # a word made of hex letters stays
-        ("job:5f3a9c:run", "job:*:run"),
-        ("v2:12:34", "v*:*:*"),
-        (b"lock:order:99", "lock:order:*"),
-        (memoryview(b"lock:\xff:1"), "lock:\ufffd:*"),
-        ("plain", "plain"),
-    ],
-)
-def test_key_template_collapses_ids(key, template):
-    assert key_template(key) == template
-
-
-@given(st.text(max_size=60))
-def test_a_template_has_no_digit_and_is_its_own_template(key):
-    """No run of digits survives (so no numeric id, whatever surrounds it), and a template is
-    a fixed point: templating never depends on having been done before."""
-    template = key_template(key)
-    assert not re.search(r"[0-9]", template)
-    assert key_template(template) == template
-    assert "**" not in template
-
-
-def test_templates_per_kind_are_bounded():
-    """Past the cap, new templates of a kind share one class, ``(other)``."""
-
-    class Handle:
-        pass
-
-    kind = "test.Bounded"
-    names = set()
-    for i in range(_distributed.MAX_TEMPLATES_PER_KIND + 10):
-        h = Handle()
-        _distributed.classify(
-            h, kind, f"lock:{'x' * (i % 26 + 1)}{chr(97 + i % 26) * (i // 26)}", "s"
-        )
-        names.add(h.__dict__["_lockwatch_class"].name)
-    assert len(names) == _distributed.MAX_TEMPLATES_PER_KIND + 1
-    assert "(other)" in names
 
 
 def _optional_patches() -> list[Any]:
@@ -296,3 +246,20 @@ def test_the_report_shows_overruns_and_release_failures(tmp_path, capsys, monkey
     assert "two workers may have held it at once" in out
     assert "  w1 held lock:order:* past its lease 1 time, 500 ms in all\n" in out
     assert "  lock:order:*: 1 not owned, 0 lock errors\n" in out
+
+
+def test_the_template_overflow_is_no_node_of_the_lock_order_graph():
+    """``(other)`` stands for many unrelated locks: the graph records no edge to or from it,
+    and answers no cycle through it (a self-edge included), under either policy."""
+    from otel_lockwatch.record._order import OVERFLOW, LockOrderGraph
+
+    def witness(a: str, b: str) -> EdgeWitness:
+        return EdgeWitness(a, b, "w", ("m:f:1", "m:f:2"), "2026-01-01T00:00:00.000Z", None, None)
+
+    graph = LockOrderGraph()
+    for a, b in ((OVERFLOW, OVERFLOW), (OVERFLOW, "cache"), ("cache", OVERFLOW)):
+        assert graph.would_close_cycle(a, b, witness(a, b)) is None
+        assert graph.add_edge(a, b, witness(a, b)) is None
+    assert graph.edges() == [] and graph.cycles() == [] and len(graph) == 0
+    assert graph.add_edge("a", "b", witness("a", "b")) is None
+    assert graph.add_edge("b", "a", witness("b", "a")) is not None  # others as before

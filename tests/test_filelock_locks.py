@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from otel_lockwatch import merge_manifests
+from otel_lockwatch import merge_manifests, name_lock
 from otel_lockwatch.manifest._evaluate import evaluate
 from otel_lockwatch.record._recorder import RECORDER
 
@@ -248,3 +248,39 @@ def test_a_default_set_after_the_lock_was_made_makes_with_a_try(
         pass
     entry = manifest()["locks"]["tried.lock"]
     assert (entry["skipped"], entry["timeouts"], entry["contentions"]) == (1, 0, 0)
+
+
+def _close_descriptor_of(path):
+    """Close this process's descriptor of ``path`` behind the lock's back: its release fails."""
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            if os.readlink(f"/proc/self/fd/{fd}") == path:
+                os.close(int(fd))
+                return
+        except OSError:
+            continue
+    raise AssertionError(f"no descriptor of {path}")
+
+
+def test_a_release_that_failed_ends_the_hold_as_a_release_failure(make_watched, tmp_path):
+    """A ``FileLock`` whose descriptor was closed mid-hold: its release raises ``OSError``
+    (filelock still says it is locked); the hold ends in lockwatch's books, counted as a release
+    failure, and orders nothing after it: under ``on_cycle=raise`` another lock of its class is
+    taken as without lockwatch. (Regression: the hold stayed on the held stack, and the next
+    lock of the class raised ``PotentialDeadlockError``.)"""
+    make_watched(on_cycle="raise")
+    path = str(tmp_path / "broken-1.lock")
+    lock = filelock.FileLock(path)
+    lock.acquire()
+    _close_descriptor_of(path)
+    with pytest.raises(OSError):
+        lock.release()
+    assert RECORDER.thread_state().held == []
+    with filelock.FileLock(str(tmp_path / "broken-2.lock")), name_lock(threading.Lock(), "cache"):
+        pass
+    doc = manifest()
+    assert doc["release_failures"] == [{"lock": "broken-*.lock", "not_owned": 0, "lock_error": 1}]
+    entry = doc["locks"]["broken-*.lock"]
+    assert (entry["acquisitions"], entry["hold_ns"]["count"]) == (2, 2)
+    edges = {(e["holding"], e["acquiring"]) for e in doc["lock_order"]["edges"]}
+    assert edges == {("broken-*.lock", "cache")}

@@ -23,6 +23,7 @@ from otel_lockwatch.manifest._evaluate import evaluate
 from otel_lockwatch.record._recorder import RECORDER
 
 redis = pytest.importorskip("redis")
+from redis.backoff import NoBackoff  # noqa: E402
 from redis.exceptions import LockError, LockNotOwnedError  # noqa: E402
 from servers import redis_server  # noqa: E402
 
@@ -365,3 +366,151 @@ def test_a_worker_polling_for_a_redis_lock_is_in_the_waiting_gauge(watched, clie
     holder.release()
     t.join(10)
     assert got.is_set() and gauge("lockwatch.lock.waiting") == 0
+
+
+def _kill_other_connections(client):
+    """CLIENT KILL every client's connection but ``client``'s: a lost connection."""
+    assert client.client_kill_filter(_type="normal", skipme=True) >= 1
+
+
+def test_a_release_that_lost_its_connection_is_a_release_failure_and_ends_the_hold(
+    make_watched, port, client
+):
+    """The lock's connection killed mid-hold (no retry): its release raises the application's
+    ``ConnectionError``; the hold ends in lockwatch's books, counted as a release failure, and
+    orders nothing after it: under ``on_cycle=raise`` the next lock of the class is taken as
+    without lockwatch. (Regression: the failure was not counted.)"""
+    from redis.retry import Retry
+
+    make_watched(on_cycle="raise")
+    lossy = redis.Redis(port=port, retry=Retry(NoBackoff(), 0), single_connection_client=True)
+    lock = make_lock(lossy, "lock:order:31", timeout=5)
+    assert lock.acquire()
+    _kill_other_connections(client)
+    with pytest.raises(redis.ConnectionError):
+        lock.release()
+    assert RECORDER.thread_state().held == []
+    with make_lock(lossy, "lock:order:32", timeout=5), name_lock(threading.Lock(), "cache"):
+        pass
+    lossy.close()
+    doc = manifest()
+    assert doc["release_failures"] == [{"lock": "lock:order:*", "not_owned": 0, "lock_error": 1}]
+    entry = doc["locks"]["lock:order:*"]
+    assert (entry["acquisitions"], entry["hold_ns"]["count"]) == (2, 2)
+    edges = {(e["holding"], e["acquiring"]) for e in doc["lock_order"]["edges"]}
+    assert ("lock:order:*", "cache") in edges and ("lock:order:*", "lock:order:*") not in edges
+    assert doc["lock_order"]["cycles"] == []
+
+
+def test_an_asyncio_release_that_lost_its_connection_ends_the_hold(make_watched, port, client):
+    """``redis.asyncio`` keeps the token when a release fails on a lost connection (so that it
+    can be retried); lockwatch ends the hold all the same, as a release failure: no stale entry
+    on the task's held stack, and the next ``async with`` of the class is not "recursive
+    locking". (Regression: under ``on_cycle=raise`` every later ``async with`` of the class
+    raised ``PotentialDeadlockError``.)"""
+    import redis.asyncio as aioredis
+    from redis.asyncio.retry import Retry
+
+    make_watched(on_cycle="raise")
+
+    async def main():
+        lossy = aioredis.Redis(port=port, retry=Retry(NoBackoff(), 0))
+        lock = lossy.lock("lock:cart:41", timeout=5)
+        assert await lock.acquire()
+        _kill_other_connections(client)
+        with pytest.raises(redis.ConnectionError):
+            await lock.release()
+        assert lock.local.token is not None  # redis-py's own books: still held, retryable
+        held = list(RECORDER.task_state(asyncio.current_task()).held)
+        for key in ("lock:cart:42", "lock:cart:43"):
+            async with lossy.lock(key, timeout=5):
+                pass
+        await lossy.aclose()
+        return held
+
+    assert asyncio.run(main()) == []
+    doc = manifest()
+    assert doc["release_failures"] == [{"lock": "lock:cart:*", "not_owned": 0, "lock_error": 1}]
+    entry = doc["locks"]["lock:cart:*"]
+    assert (entry["acquisitions"], entry["hold_ns"]["count"]) == (3, 3)
+    edges = {(e["holding"], e["acquiring"]) for e in doc["lock_order"]["edges"]}
+    assert ("lock:cart:*", "lock:cart:*") not in edges and doc["lock_order"]["cycles"] == []
+
+
+def test_two_locks_past_the_template_cap_held_at_once_are_no_cycle(
+    make_watched, client, monkeypatch
+):
+    """Past the cap of templates per kind, unrelated keys share the class ``(other)``: two of
+    them held at once, or taken on either side of a local lock, make no edge and no cycle, and
+    under ``on_cycle=raise`` nothing is refused. (Regression: ``(other)`` was one node of the
+    graph, and two ``(other)`` locks held at once were "possible recursive locking".)"""
+    from otel_lockwatch.capture import _distributed
+
+    filler = {f"filler:{i}" for i in range(_distributed.MAX_TEMPLATES_PER_KIND)}
+    monkeypatch.setattr(_distributed, "_templates", {"redis.Lock": filler})
+    make_watched(on_cycle="raise")
+    local = name_lock(threading.Lock(), "cache")
+    first = make_lock(client, "lock:basket:1", timeout=5)
+    second = make_lock(client, "lock:coupon:2", timeout=5)
+    assert first._lockwatch_class.name == second._lockwatch_class.name == "(other)"
+    with first, second:
+        pass
+    with first, local:
+        pass
+    with local, second:
+        pass
+    doc = manifest()
+    edges = {(e["holding"], e["acquiring"]) for e in doc["lock_order"]["edges"]}
+    assert not any("(other)" in edge for edge in edges)
+    assert doc["lock_order"]["cycles"] == [] and doc["verdict"] != "CYCLIC_ORDERING_DETECTED"
+    assert doc["locks"]["(other)"]["acquisitions"] == 4
+
+
+def test_keys_with_ids_make_one_class_and_a_few_attribute_sets_per_shape(watched, client):
+    """200 keys of each shape of id (emails, nanoids, base62 and base64 ids, tempfile names,
+    UUIDs: seeded), each taken and released on the real server: one lock class per shape, and
+    the metrics' attribute sets are per class, never per key; no key reaches an attribute.
+    (Regression: emails, nanoids and tempfile names made a class each.)"""
+    import base64
+    import random
+    import string
+
+    from otel_lockwatch.telemetry._emitter import TELEMETRY
+
+    rng = random.Random(28)
+    alnum = string.ascii_letters + string.digits
+
+    def chars(alphabet, n):
+        return "".join(rng.choice(alphabet) for _ in range(n))
+
+    shapes = {
+        "lock:user:*": lambda: f"lock:user:{chars(string.ascii_lowercase, 8)}@example.com",
+        "lock:job:*": lambda: f"lock:job:{chars(alnum + '_-', 21)}",
+        "lock:invoice:*": lambda: f"lock:invoice:{chars(alnum, 22)}",
+        "session:*": lambda: f"session:{base64.b64encode(rng.randbytes(16)).decode()}",
+        "tmp*.lock": lambda: f"tmp{chars(string.ascii_lowercase + string.digits + '_', 8)}.lock",
+        "lock:order:*": lambda: f"lock:order:{rng.randbytes(16).hex()}",
+    }
+    keys = [make() for make in shapes.values() for _ in range(200)]
+    for key in keys:
+        with make_lock(client, key, timeout=5):
+            pass
+    redis_locks = {n for n, e in manifest()["locks"].items() if e["kind"] == "redis.Lock"}
+    assert redis_locks == set(shapes)
+    TELEMETRY.flush()
+    attribute_sets = set()
+    for rm in watched.metrics.get_metrics_data().resource_metrics:
+        for sm in rm.scope_metrics:
+            for metric in sm.metrics:
+                for point in metric.data.data_points:
+                    attrs = dict(point.attributes)
+                    if attrs.get("lockwatch.lock.kind") == "redis.Lock":
+                        attribute_sets.add((metric.name, frozenset(attrs.items())))
+    names = {dict(attrs)["lockwatch.lock.name"] for _, attrs in attribute_sets}
+    assert names == set(shapes)
+    per_metric: dict[str, int] = {}
+    for metric, _ in attribute_sets:
+        per_metric[metric] = per_metric.get(metric, 0) + 1
+    assert max(per_metric.values()) <= len(shapes)
+    values = " ".join(str(v) for _, attrs in attribute_sets for _, v in attrs)
+    assert not any(key in values for key in keys)

@@ -14,25 +14,28 @@ other), the hold recorded at the release. What differs:
   at the start of every acquire: one ``perf_counter_ns`` is a few hundredths of a percent of a
   Redis round trip or a ``flock`` call, and it makes the wait exact from the caller's first
   attempt.
-- **Names** have bounded cardinality (:func:`key_template`): the key's runs of digits, hex ids
-  and UUIDs become ``*``, and a distributed lock's class is its key template (``lock:order:*``;
-  for a file lock, the template of its file name, never the directory). The creation site (the
-  first frame outside redis-py, filelock, the standard library and lockwatch) is the class's
-  site. Why not the site, as for a local lock: a local lock is one object, made at one site and
-  shared by every path that takes it, so its site names it. A Redis lock object is a throwaway
-  handle made where it is taken; what two paths, two processes or two hosts share is the *key*.
-  Named by site, ``with r.lock(f"lock:order:{id}")`` in ``checkout()`` and in ``restock()``
-  would be two unrelated locks, and an ABBA between them (within a process, or across hosts in
-  merged manifests) could never close a cycle. ``name_lock`` gives a chosen name. At most
-  :data:`MAX_TEMPLATES_PER_KIND` templates per kind; later ones share ``(other)``. The raw key or
-  path is never a name, an attribute or a manifest field.
+- **Names** have bounded cardinality (:func:`~._key_template.key_template`): what reads as an id
+  in the key (numbers, hex ids, UUIDs, emails, random tokens) becomes ``*``, and a distributed
+  lock's class is its key template (``lock:order:*``; for a file lock, the template of its file
+  name, never the directory). The creation site (the first frame outside redis-py, filelock, the
+  standard library and lockwatch) is the class's site. Why not the site, as for a local lock: a
+  local lock is one object, made at one site and shared by every path that takes it, so its site
+  names it. A Redis lock object is a throwaway handle made where it is taken; what two paths, two
+  processes or two hosts share is the *key*. Named by site, ``with r.lock(f"lock:order:{id}")`` in
+  ``checkout()`` and in ``restock()`` would be two unrelated locks, and an ABBA between them
+  (within a process, or across hosts in merged manifests) could never close a cycle. ``name_lock``
+  gives a chosen name. At most :data:`MAX_TEMPLATES_PER_KIND` templates per kind; later ones share
+  ``(other)``, which orders nothing (the lock-order graph has no node for it: its locks are
+  unrelated). The raw key or path is never a name, an attribute or a manifest field.
 - **Leases** (Redis only): a lock taken with ``timeout`` holds a lease that Redis ends by
   expiring the key. The lease starts when the successful attempt was sent (never later than
   Redis set the key), is moved by ``extend()`` (added to, or replaced) and ``reacquire()``, and a
   hold that outlives it, or an ``extend`` / ``reacquire`` that came after it, is a **lease
   overrun** (counted once per hold, on the client's clock: within a round trip of the server's).
-- **Release failures**: a release the lock refused (``LockNotOwnedError``, ``LockError``) is
-  counted; the exception still reaches the application.
+- **Release failures**: a release that raised (the lock refused it: ``LockNotOwnedError``,
+  ``LockError``; or it failed: a lost connection, a cancelled ``await``, an ``OSError``) is
+  counted, and its hold ends in lockwatch's books, whatever the lock kept; the exception still
+  reaches the application.
 
 Overruns and failures also become span events on the span current at the time
 (``lockwatch.lease_overrun``, ``lockwatch.release_failed``); they are rare, slow-path events.
@@ -43,7 +46,6 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
-import re
 import sys
 import sysconfig
 from time import perf_counter_ns as _pc
@@ -53,6 +55,7 @@ from opentelemetry import trace
 
 from ..exceptions import PotentialDeadlockError
 from ..record._distributed import DISTRIBUTED
+from ..record._order import OVERFLOW
 from ..record._outbox import OUTBOX
 from ..record._recorder import RECORDER, WorkerState
 from ._bookkeeping import (
@@ -65,6 +68,7 @@ from ._bookkeeping import (
     stats_of,
     untrack,
 )
+from ._key_template import key_template
 from ._naming import LockClass, lock_class
 
 __all__ = [
@@ -106,30 +110,6 @@ def _state() -> WorkerState:
         except AttributeError:
             return RECORDER.thread_state()
     return RECORDER.task_state(task)
-
-
-# A UUID, a hex id (six hex digits or more, with a digit, standing alone), a run of digits.
-_IDS = re.compile(
-    r"[0-9A-Fa-f]{8}-?[0-9A-Fa-f]{4}-?[0-9A-Fa-f]{4}-?[0-9A-Fa-f]{4}-?[0-9A-Fa-f]{12}"
-    r"|(?<![0-9A-Za-z])(?=[A-Fa-f]*[0-9])[0-9A-Fa-f]{6,}(?![0-9A-Za-z])"
-    r"|[0-9]+"
-)
-_STARS = re.compile(r"\*{2,}")
-
-
-def key_template(key: Any) -> str:
-    """The template of a Redis key or a file name: runs of digits, hex ids and UUIDs become
-    ``*`` (``lock:order:8121`` -> ``lock:order:*``; ``cache-3f9a0c1e.lock`` -> ``cache-*.lock``).
-
-    A key that is not text (bytes, a ``memoryview``) is decoded as UTF-8, undecodable bytes
-    replaced."""
-    if isinstance(key, memoryview):
-        key = key.tobytes()
-    if isinstance(key, (bytes, bytearray)):
-        key = bytes(key).decode("utf-8", "replace")
-    elif not isinstance(key, str):
-        key = str(key)
-    return _STARS.sub("*", _IDS.sub("*", key))
 
 
 _skipped_files: dict[str, bool] = {}  # a code object's file -> whether its frames are skipped
@@ -188,7 +168,7 @@ def classify(lock: Any, kind: str, key: Any, site: str) -> None:
     seen = _templates.setdefault(kind, set())
     if template not in seen:
         if len(seen) >= MAX_TEMPLATES_PER_KIND:
-            template = "(other)"
+            template = OVERFLOW  # many unrelated locks: no node of the lock-order graph
         seen.add(template)
     cls = lock_class(template, kind, site)
     d = lock.__dict__
@@ -461,18 +441,22 @@ def released(lock: Any, hold: DistHold, record: bool = True, own: bool = True) -
         OUTBOX.failed(exc)
 
 
-def release_failed(lock: Any, hold: DistHold | None, ended: bool, failure: str | None) -> None:
-    """After a release that raised: ``failure``, how the lock refused it (``not_owned``,
-    ``lock_error``; None for another error, a lost connection); ``ended``, the lock forgot its
-    token all the same (the hold is over)."""
+def release_failed(lock: Any, hold: DistHold | None, failure: str) -> None:
+    """After a release that raised, whatever it raised: ``failure``, how (``not_owned``,
+    ``lock_error``: see :data:`~..record._data.FAILURE_KINDS`). It is counted, and the hold ends
+    in lockwatch's books whatever the lock kept (redis.asyncio keeps its token after a lost
+    connection, filelock its descriptor after a failed unlock, both so that the release can be
+    retried): a hold kept open would order every later acquisition of the worker, and make the
+    next lock of its class "recursive locking". A retried release finds no hold, and records
+    nothing."""
     try:
         cls = lock.__dict__.get("_lockwatch_class")
-        if failure is not None and cls is not None:
+        if cls is not None:
             DISTRIBUTED.release_failed(cls, failure)
             _event("lockwatch.release_failed", cls, {"lockwatch.failure": failure})
     except Exception as exc:
         OUTBOX.failed(exc)
-    if hold is not None and ended:
+    if hold is not None:
         released(lock, hold)
 
 

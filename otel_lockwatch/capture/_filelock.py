@@ -16,7 +16,9 @@ targets only when ``filelock`` is importable. A file lock is recorded like a Red
   ``blocking=False`` or ``timeout=0`` is a try; ``Timeout`` after a wait is a timeout
   (re-raised unchanged);
 - ``BaseFileLock.release``: a release that raised is counted as a release failure
-  (``lock_error``) and re-raised unchanged;
+  (``lock_error``) and re-raised unchanged; its hold ends in lockwatch's books even when filelock
+  still says it is locked (its descriptor could not be unlocked: the release can be retried,
+  and a hold kept open would order every later acquisition of the thread);
 - the ``timeout`` and ``blocking`` properties' setters: a default set after the lock was made
   drops the note of its defaults (see :func:`default_setter_factory`).
 
@@ -175,8 +177,8 @@ def release_factory(original: Any) -> Any:
         hold = (holds.get(_ident()) or _shared_hold(self, holds)) if holds else None
         try:
             original(self, *args, **kwargs)
-        except BaseException:
-            release_failed(self, hold, not self.is_locked, "lock_error")
+        except BaseException:  # the hold ends in lockwatch's books, even if the file stays locked
+            release_failed(self, hold, "lock_error")
             raise
         if hold is not None:
             if hold.depth > 1 and not (args[0] if args else kwargs.get("force")):

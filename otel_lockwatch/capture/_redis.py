@@ -11,8 +11,9 @@ redis-py's own methods are reached:
   the time it was sent is when a lease starts;
 - ``acquire``: the acquisition, recorded by ``_distributed`` (``blocking=False``: a try;
   ``blocking_timeout`` running out: a timeout);
-- ``release``: the hold ends; ``LockNotOwnedError`` (the key expired or was taken over) and
-  ``LockError`` (nothing to release) are counted, and re-raised unchanged;
+- ``release``: the hold ends, also when the release raised (the failure is counted, by
+  ``_failure``, and re-raised unchanged: ``LockNotOwnedError``, the key expired or was taken
+  over; anything else, ``LockError``, a lost connection, a cancelled ``await``);
 - ``extend`` / ``reacquire``: the lease moves.
 
 A worker is the calling thread, or the asyncio task for ``redis.asyncio``.
@@ -52,6 +53,8 @@ def _blocking_index(original: Callable[..., Any]) -> int:
 
 
 def _failure(exc: BaseException, not_owned: type[BaseException]) -> str:
+    """How a release failed: ``not_owned`` (the key expired or was taken over), else
+    ``lock_error`` (nothing to release, a lost connection, a cancelled ``await``)."""
     return "not_owned" if isinstance(exc, not_owned) else "lock_error"
 
 
@@ -108,20 +111,15 @@ def acquire_factory(original: Any) -> Any:
     return acquire
 
 
-def release_factory(
-    original: Any, lock_error: type[BaseException], not_owned: type[BaseException]
-) -> Any:
+def release_factory(original: Any, not_owned: type[BaseException]) -> Any:
     def release(self: Any) -> None:
         if "_lockwatch_class" not in self.__dict__:
             return original(self)
         hold = release_begin(self) if self.local.token is not None else None
         try:
             original(self)
-        except lock_error as exc:
-            release_failed(self, hold, self.local.token is None, _failure(exc, not_owned))
-            raise
-        except BaseException:
-            release_failed(self, hold, self.local.token is None, None)
+        except BaseException as exc:  # the hold ends in lockwatch's books, whatever the lock kept
+            release_failed(self, hold, _failure(exc, not_owned))
             raise
         if hold is not None:
             released(self, hold)
@@ -201,20 +199,15 @@ def async_acquire_factory(original: Any) -> Any:
     return acquire
 
 
-def async_release_factory(
-    original: Any, lock_error: type[BaseException], not_owned: type[BaseException]
-) -> Any:
+def async_release_factory(original: Any, not_owned: type[BaseException]) -> Any:
     async def release(self: Any) -> None:
         if "_lockwatch_class" not in self.__dict__:
             return await original(self)
         hold = release_begin(self) if self.local.token is not None else None
         try:
             await original(self)
-        except lock_error as exc:
-            release_failed(self, hold, self.local.token is None, _failure(exc, not_owned))
-            raise
-        except BaseException:  # cancelled mid-release: the token is kept, the hold goes on
-            release_failed(self, hold, self.local.token is None, None)
+        except BaseException as exc:  # the hold ends in lockwatch's books, whatever the lock kept
+            release_failed(self, hold, _failure(exc, not_owned))
             raise
         if hold is not None:
             released(self, hold)
@@ -269,21 +262,20 @@ def targets() -> tuple[tuple[Any, str, Callable[..., Any], tuple], ...]:
     """The patch targets ``(owner, name, build, args)`` of redis-py's locks (imports redis)."""
     import redis.asyncio.lock
     import redis.lock
-    from redis.exceptions import LockError, LockNotOwnedError
+    from redis.exceptions import LockNotOwnedError
 
     sync, asy = redis.lock.Lock, redis.asyncio.lock.Lock
-    errors = (LockError, LockNotOwnedError)
     return (
         (sync, "__init__", init_factory, (KIND,)),
         (sync, "do_acquire", do_acquire_factory, ()),
         (sync, "acquire", acquire_factory, ()),
-        (sync, "release", release_factory, errors),
+        (sync, "release", release_factory, (LockNotOwnedError,)),
         (sync, "extend", extend_factory, (LockNotOwnedError,)),
         (sync, "reacquire", reacquire_factory, (LockNotOwnedError,)),
         (asy, "__init__", init_factory, (ASYNC_KIND,)),
         (asy, "do_acquire", async_do_acquire_factory, ()),
         (asy, "acquire", async_acquire_factory, ()),
-        (asy, "release", async_release_factory, errors),
+        (asy, "release", async_release_factory, (LockNotOwnedError,)),
         (asy, "extend", async_extend_factory, (LockNotOwnedError,)),
         (asy, "reacquire", async_reacquire_factory, (LockNotOwnedError,)),
     )

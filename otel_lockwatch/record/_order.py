@@ -156,7 +156,10 @@ from typing import Any
 from ._cycles import shortest_path
 from ._witness import Cycle, EdgeWitness, read_order_data
 
-__all__ = ["LockOrderGraph"]
+__all__ = ["OVERFLOW", "LockOrderGraph"]
+
+#: Unrelated locks past a cap of names (key templates) share it: no node, no edge to or from it.
+OVERFLOW = "(other)"
 
 _logger = logging.getLogger("otel_lockwatch")
 
@@ -313,6 +316,8 @@ class LockOrderGraph:
             ValueError: ``witness`` is for another pair.
         """
         self._check_witness(holding, acquiring, witness)
+        if holding == OVERFLOW or acquiring == OVERFLOW:
+            return None
         with self._lock:
             return self._closing(holding, acquiring, witness)
 
@@ -329,12 +334,14 @@ class LockOrderGraph:
         Returns:
             The cycle the new edge closes (the shortest one, in canonical rotation), or ``None``:
             for an edge already recorded, an edge that closes no cycle, a cycle already reported,
-            or an edge dropped because ``max_classes`` or ``max_edges`` is reached. A cycle
-            found past ``max_cycles`` is returned but not kept.
+            an edge to or from :data:`OVERFLOW`, or an edge dropped because ``max_classes`` or
+            ``max_edges`` is reached. A cycle found past ``max_cycles`` is returned but not kept.
 
         Raises:
             ValueError: ``witness`` is for another pair.
         """
+        if holding == OVERFLOW or acquiring == OVERFLOW:
+            return None
         result = warning = None
         with self._lock:
             succ = self._succ.get(holding)
