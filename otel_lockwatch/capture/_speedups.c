@@ -100,6 +100,34 @@ now_ns(void)
     return (long long)ts.tv_sec * 1000000000LL + (long long)ts.tv_nsec;
 }
 
+/* -- the cyclic collector held off while lockwatch allocates under a lock ------------------
+ * (_collection.py is the reference.) A collection runs finalizers on the thread whose allocation
+ * set it off; one that lockwatch's own bookkeeping set off while the thread holds a lock runs a
+ * finalizer that may wait for that very lock (a plain program that allocates nothing under its
+ * locks never does). So lockwatch's allocations under a held lock run with the collector off:
+ * the first of nested deferrals (on any thread) notes whether it was on and turns it off, the
+ * last turns it back on if it was; the objects they counted are collected at the program's next
+ * allocation, wherever the program's own would have been. Under the GIL, with no Python code
+ * between the count and the switch, a deferral is atomic. */
+static long g_deferrals = 0;
+static int g_collection_was_enabled = 0;
+
+static inline void
+collection_defer(void)
+{
+    if (g_deferrals++ == 0)
+        g_collection_was_enabled = PyGC_Disable();
+}
+
+static inline void
+collection_resume(void)
+{
+    if (g_deferrals <= 0)
+        return; /* a forked child started again while a deferral was open */
+    if (--g_deferrals == 0 && g_collection_was_enabled)
+        PyGC_Enable();
+}
+
 /* -- slots read like the interpreter reads them -------------------------------------------
  * The Python objects the hot path touches (WorkerState, Stats, Hold, ArrayTrack,
  * StripedSections) are __slots__ classes. A generic PyObject_GetAttr on one costs a type lookup
@@ -1149,20 +1177,26 @@ lock_acquire_fast(LockBase *self, int blocking)
     PyObject *lock = Py_NewRef(self->lock), *cls = Py_NewRef(self->cls);
     PyObject *s = stats_of(st, cls);
     PyObject *f = NULL, *held = NULL, *result = NULL;
+    int deferred = 0; /* whether this call holds the collector off (collection_defer) */
     if (s == NULL)
         goto not_here;
+    held = slot_get(&WORKER[WORKER_HELD], st);
+    if (held == NULL || !PyList_Check(held)) {
+        PyErr_Clear();
+        goto not_here;
+    }
+    /* _bookkeeping.acquire_tracked. Under a held lock, the frame object (made on first use) and
+     * the order check allocate: with the collector off, until the wait or the hold. */
+    if (PyList_GET_SIZE(held) > 0) {
+        collection_defer();
+        deferred = 1;
+    }
     f = site_frame();
     if (f == NULL) {
         if (PyErr_Occurred())
             goto error;
         goto not_here;
     }
-    held = slot_get(&WORKER[WORKER_HELD], st);
-    if (held == NULL || !PyList_Check(held)) {
-        PyErr_Clear();
-        goto not_here;
-    }
-    /* _bookkeeping.acquire_tracked */
     if (blocking) {
         if (PyList_GET_SIZE(held) > 0) {
             PyObject *r = PyObject_CallFunctionObjArgs(g_check_order, st, cls, f,
@@ -1179,6 +1213,10 @@ lock_acquire_fast(LockBase *self, int blocking)
                 swallow();
         }
         else {
+            if (deferred) { /* never while it blocks: the wait records under its own */
+                collection_resume();
+                deferred = 0;
+            }
             /* the wait is charged to the holder this proxy keeps (its HOLD_* members) */
             PyObject *forever = PyLong_FromLong(-1);
             if (forever == NULL)
@@ -1209,6 +1247,10 @@ lock_acquire_fast(LockBase *self, int blocking)
     {
         PyObject *entry = reused_entry(self->entry, cls, f, (PyObject *)self);
         if (entry == NULL) {
+            if (!deferred) { /* a new entry, under the lock just taken */
+                collection_defer();
+                deferred = 1;
+            }
             PyObject *lasti = PyLong_FromLong(PyFrame_GetLasti((PyFrameObject *)f));
             entry = lasti ? PyTuple_Pack(5, cls, f, lasti, (PyObject *)self, Py_False) : NULL;
             Py_XDECREF(lasti);
@@ -1246,6 +1288,8 @@ done:
     Py_XDECREF(s);
     Py_XDECREF(f);
     Py_XDECREF(held);
+    if (deferred)
+        collection_resume();
     return result;
 }
 
@@ -1659,7 +1703,7 @@ section_acquire(SectionFn *fn, PyObject *const *args, size_t nargsf, PyObject *k
     if (st == NULL)
         return PyObject_Vectorcall(fn->python, args, nargsf, kwnames);
     PyObject *track = NULL, *cls = NULL, *s = NULL, *f = NULL, *held = NULL, *result = NULL;
-    int handled = 1;
+    int handled = 1, deferred = 0; /* deferred: as in lock_acquire_fast */
     track = ready_track(arr);
     if (track == NULL)
         goto not_here;
@@ -1675,6 +1719,10 @@ section_acquire(SectionFn *fn, PyObject *const *args, size_t nargsf, PyObject *k
     if (held == NULL || !PyList_Check(held)) {
         PyErr_Clear();
         goto not_here;
+    }
+    if (PyList_GET_SIZE(held) > 0) {
+        collection_defer();
+        deferred = 1;
     }
     {
         /* The site: the first frame outside _sections (lock() / __enter__ live there). */
@@ -1723,6 +1771,10 @@ section_acquire(SectionFn *fn, PyObject *const *args, size_t nargsf, PyObject *k
             Py_XDECREF(ident);
         }
         else {
+            if (deferred) {
+                collection_resume();
+                deferred = 0;
+            }
             PyObject *call[10] = {fn->original, arr, index, key, timeout, canonical,
                                   st, s, cls, f};
             PyObject *r = PyObject_Vectorcall(g_section_wait, call, 10, NULL);
@@ -1749,7 +1801,11 @@ section_acquire(SectionFn *fn, PyObject *const *args, size_t nargsf, PyObject *k
             goto done;
         }
     }
-    /* Taken: track the hold (_sections.hold_section). Nothing reaches the host but True. */
+    /* Taken: track the hold (_sections.hold_section), under the lock: the collector off. */
+    if (!deferred) {
+        collection_defer();
+        deferred = 1;
+    }
     {
         PyObject *slots = NULL, *slot = NULL, *entry = NULL, *lasti = NULL, *ctx = NULL,
                  *counter = NULL;
@@ -1817,6 +1873,8 @@ done:
     Py_XDECREF(s);
     Py_XDECREF(f);
     Py_XDECREF(held);
+    if (deferred)
+        collection_resume();
     return handled ? result : PyObject_Vectorcall(fn->python, args, nargsf, kwnames);
 }
 
@@ -2610,6 +2668,26 @@ static PyObject *
 speedups_forget_states(PyObject *module, PyObject *Py_UNUSED(ignored))
 {
     g_generation++;
+    /* a forked child: the threads whose deferrals were open are gone */
+    if (g_deferrals > 0) {
+        g_deferrals = 0;
+        if (g_collection_was_enabled)
+            PyGC_Enable();
+    }
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+speedups_defer_collection(PyObject *module, PyObject *Py_UNUSED(ignored))
+{
+    collection_defer();
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+speedups_resume_collection(PyObject *module, PyObject *Py_UNUSED(ignored))
+{
+    collection_resume();
     Py_RETURN_NONE;
 }
 
@@ -2643,6 +2721,10 @@ static PyMethodDef speedups_methods[] = {
      "methods (the layouts checked at import)."},
     {"forget_states", speedups_forget_states, METH_NOARGS,
      "Read every thread's WorkerState anew (the recorder replaced one: a forked child's)."},
+    {"defer_collection", speedups_defer_collection, METH_NOARGS,
+     "Hold the cyclic collector off (nested, across threads): _collection.defer_collection."},
+    {"resume_collection", speedups_resume_collection, METH_NOARGS,
+     "End a deferral: the collector is on again after the last, if it was before the first."},
     {"now_ns", speedups_now_ns, METH_NOARGS,
      "The clock the C path reads (time.perf_counter_ns on Linux)."},
     {NULL, NULL, 0, NULL},
