@@ -97,7 +97,7 @@ class _PyLockBase:
         try:
             st = _tls.st
         except AttributeError:
-            st = RECORDER.thread_state()
+            st = RECORDER.new_thread_state()
         if st.in_lockwatch or (timeout != -1 and not _valid(blocking, timeout)):
             return lock.acquire(blocking, timeout)
         # Under a held lock, the frame object made on first use allocates: the collector is
@@ -233,7 +233,7 @@ class _PyRLockBase(_PyLockBase):
         try:
             st = _tls.st
         except AttributeError:
-            st = RECORDER.thread_state()
+            st = RECORDER.new_thread_state()
         if self._lw_holder is st:  # re-entry by the owner: immediate
             ok = self._lw_lock.acquire(blocking, timeout)
             if ok:
