@@ -574,24 +574,24 @@ def report(results: dict[str, dict], dd: dict | None) -> None:
         b, v = r["walls"]["pool"]
         line += f"  {v:9.3f} ({v / b:5.2f}x)"
     print(line)
-    print(f"\n{'thread churn: 2,000 threads x one lock once':<44}{'plain':>14}{'instrumented':>16}")
+    print(f"\n{'thread churn: 2,000 threads x one lock once':<52}{'plain':>14}{'instrumented':>16}")
     for r in paths:
         plain, watched = r["churn"]["churn"]
         for i, what in ((0, "wall"), (1, "CPU")):
             p = sorted(x[i] for x in plain)
             w = sorted(x[i] for x in watched)
             print(
-                f"  {r['path']} path, us per thread ({what}), best / median".ljust(44)
+                f"  {r['path']} path, us per thread ({what}), best / median".ljust(52)
                 + f"{p[0]:6.1f} / {p[len(p) // 2]:5.1f}  {w[0]:6.1f} / {w[len(w) // 2]:5.1f}"
                 + f"  (+{w[0] - p[0]:.1f} / +{w[len(w) // 2] - p[len(p) // 2]:.1f} us)"
             )
-    print(f"\n{'16 workers x 1 ms under the lock, tasks/s':<44}{'plain':>14}{'instrumented':>16}")
+    print(f"\n{'16 workers x 1 ms under the lock, tasks/s':<52}{'plain':>14}{'instrumented':>16}")
     for r in paths:
         for row in ("one lock", "two locks"):
             plain, watched = r["churn"][row]
             ratios = sorted(w / p for p, w in zip(plain, watched, strict=True))
             print(
-                f"  {r['path']} path, {row} (best)".ljust(44)
+                f"  {r['path']} path, {row} (best)".ljust(52)
                 + f"{max(plain):14.0f}{max(watched):16.0f}"
                 + f"  ratio {ratios[len(ratios) // 2]:.3f} (median of {len(ratios)} rounds,"
                 + f" {ratios[0]:.3f}-{ratios[-1]:.3f})"
