@@ -8,7 +8,13 @@ Functional checks only: the cost is measured by benchmarks/bench_locks.py (its t
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+import textwrap
 import threading
+
+import pytest
 
 from otel_lockwatch.record._recorder import RECORDER
 
@@ -92,3 +98,50 @@ def test_threads_alive_together_are_counted_once_each(watched):
     (stats,) = state.stats.values()
     assert stats.acquisitions == 4
     assert RECORDER.snapshot()["pool"]["peak_workers"] == 4
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_a_fork_while_another_thread_has_the_recorder_does_not_hang_the_child():
+    """The child clears the other threads' locals (their end) before its fork handlers give the
+    recorder a new lock: a thread that had the recorder's lock at the fork is gone, and the fold
+    of its state is skipped rather than waited for."""
+    script = textwrap.dedent(
+        """
+        import os, threading
+        from opentelemetry.sdk.metrics import MeterProvider
+        from opentelemetry.sdk.trace import TracerProvider
+        from otel_lockwatch import LockwatchInstrumentor
+        from otel_lockwatch.record._recorder import RECORDER
+        LockwatchInstrumentor().instrument(
+            tracer_provider=TracerProvider(), meter_provider=MeterProvider(), manifest=False
+        )
+        lock = threading.Lock()
+        inside, leave = threading.Event(), threading.Event()
+        def other():
+            with lock:
+                pass
+            with RECORDER._lock:
+                inside.set()
+                leave.wait()
+        t = threading.Thread(target=other)
+        t.start()
+        inside.wait()
+        pid = os.fork()
+        if pid == 0:
+            with lock:
+                pass
+            os._exit(0)
+        _, status = os.waitpid(pid, 0)
+        leave.set()
+        t.join()
+        print(os.waitstatus_to_exitcode(status))
+        """
+    )
+    done = subprocess.run(
+        [sys.executable, "-W", "ignore", "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.stdout.split() == ["0"], done.stderr[-2000:]

@@ -101,7 +101,7 @@ class Stats:
         once is folded at the cost of the few it wrote (the recorder folds one per thread)."""
         for name, how in STATS_TABLE:
             theirs = getattr(other, name)
-            if not theirs or theirs == NO_SAMPLE:
+            if theirs == NO_SAMPLE if how == "min" else not theirs:
                 continue
             mine = getattr(self, name)
             if how == "sites":
@@ -310,17 +310,26 @@ class Recorder:
         """A thread ended (its locals were cleared, before a ``join()`` returns): its state is
         folded into its name's retired state at once, so that a process that starts a thread
         per request keeps no state per ended thread for the collector to walk and a compaction
-        to fold. One that ended holding a lock stays until a compaction."""
-        with self._lock:
+        to fold. One that ended holding a lock stays until a compaction, and so does one that
+        ends while another thread has the recorder (never waited for: in a forked child, the
+        interpreter clears the other threads' locals before the fork handlers run, and the lock
+        may be held by a thread that is gone)."""
+        if not self._lock.acquire(False):
+            return
+        try:
             if state.held or self._by_id.get(id(state)) is not state:
                 return  # (or gone already: a reset, a compaction, a fork)
             del self._by_id[id(state)]
+            if not (state.stats or state.spans or state.signals):
+                return  # it recorded nothing (lockwatch's own threads): not a worker
             target = self._retired.get(state.worker)
             if target is None:
                 target = self._retired[state.worker] = WorkerState(state.worker)
                 target.first = target.last = 0
                 self._by_id[id(target)] = target
             target.fold(state)
+        finally:
+            self._lock.release()
 
     def _compact(self) -> None:
         """Fold the states of ended threads and tasks into one retired state per worker name, so
