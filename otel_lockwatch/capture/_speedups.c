@@ -112,14 +112,14 @@ now_ns(void)
 static long g_deferrals = 0;
 static int g_collection_was_enabled = 0;
 
-static inline void
+static __attribute__((noinline)) void
 collection_defer(void)
 {
     if (g_deferrals++ == 0)
         g_collection_was_enabled = PyGC_Disable();
 }
 
-static inline void
+static __attribute__((noinline)) void
 collection_resume(void)
 {
     if (g_deferrals <= 0)
@@ -144,7 +144,10 @@ typedef struct {
  * (record/_recorder.py WORKER_FIELDS and STATS_FIELDS, _bookkeeping.py HOLD_FIELDS, _sections.py
  * TRACK_FIELDS and ARRAY_FIELDS). Each enum lists the leading fields of its table: the ones this
  * file reads and writes. */
-enum { WORKER_HELD, WORKER_STATS, WORKER_IN_LOCKWATCH, WORKER_LAST, WORKER_SIGNALS, WORKER_USED };
+enum {
+    WORKER_HELD, WORKER_STATS, WORKER_IN_LOCKWATCH, WORKER_LAST, WORKER_SIGNALS, WORKER_FIRST,
+    WORKER_NAME, WORKER_CHAIN, WORKER_USED
+};
 enum {
     STATS_ACQUISITIONS, STATS_TRY_ACQUISITIONS, STATS_SKIPPED, STATS_HOLD_TOTAL,
     STATS_HOLD_HISTOGRAM, STATS_HOLD_MIN, STATS_HOLD_MAX, STATS_USED
@@ -1162,6 +1165,39 @@ reused_entry(PyObject *entry, PyObject *cls, PyObject *f, PyObject *self)
     return entry;
 }
 
+/* Whether the order check (_order_check.check_order) of acquiring `cls` under the worker's held
+ * stack would add nothing: every (held class, cls) pair is in the worker's chain cache. Then it
+ * is not called (a Python call is most of a nested acquisition's cost). An entry of `obj` itself
+ * (the holder waiting for its own hand-over), or anything unusual, is left to the check. */
+static __attribute__((noinline)) int
+order_known(PyObject *st, PyObject *held, PyObject *cls, PyObject *obj)
+{
+    PyObject *chain = slot_get(&WORKER[WORKER_CHAIN], st);
+    if (chain == NULL) {
+        PyErr_Clear();
+        return 0;
+    }
+    int known = PySet_CheckExact(chain);
+    for (Py_ssize_t i = 0; known && i < PyList_GET_SIZE(held); i++) {
+        PyObject *entry = PyList_GET_ITEM(held, i);
+        if (!PyTuple_CheckExact(entry) || PyTuple_GET_SIZE(entry) != 5 ||
+            PyTuple_GET_ITEM(entry, 3) == obj) {
+            known = 0;
+            break;
+        }
+        PyObject *pair = PyTuple_Pack(2, PyTuple_GET_ITEM(entry, 0), cls);
+        int r = pair != NULL ? PySet_Contains(chain, pair) : -1;
+        Py_XDECREF(pair);
+        if (r != 1) {
+            if (r < 0)
+                PyErr_Clear();
+            known = 0;
+        }
+    }
+    Py_DECREF(chain);
+    return known;
+}
+
 /* The tracked acquisition. Returns a new reference to True/False, NULL with an error (the
  * lock's own, or PotentialDeadlockError from the order check), or NULL with no error set:
  * "not handled here, ask the Python path" (nothing has been done then). */
@@ -1198,7 +1234,7 @@ lock_acquire_fast(LockBase *self, int blocking)
         goto not_here;
     }
     if (blocking) {
-        if (PyList_GET_SIZE(held) > 0) {
+        if (PyList_GET_SIZE(held) > 0 && !order_known(st, held, cls, (PyObject *)self)) {
             PyObject *r = PyObject_CallFunctionObjArgs(g_check_order, st, cls, f,
                                                        (PyObject *)self, Py_False, NULL);
             if (r == NULL)
@@ -1747,7 +1783,8 @@ section_acquire(SectionFn *fn, PyObject *const *args, size_t nargsf, PyObject *k
     if (b < 0)
         goto error;
     if (b) {
-        if (PyList_GET_SIZE(held) > 0) {
+        if (PyList_GET_SIZE(held) > 0 &&
+            !(canonical == Py_False && order_known(st, held, cls, arr))) {
             PyObject *r =
                 PyObject_CallFunctionObjArgs(g_check_order, st, cls, f, arr, canonical, NULL);
             if (r == NULL)
