@@ -14,6 +14,11 @@ machine is shared and noisy):
 - the 8-thread convoy: 8 threads x 50,000 ``with L: n += 1`` on one lock (wall time, and the
   contentions and verdict recorded: the program has no contention of its own);
 - the pool: 16 workers, 40,000 tasks taking 3 locks each (wall time);
+- thread churn: 2,000 threads started one after the other, each taking one lock once (a thread
+  per request, as ``ThreadingHTTPServer`` runs), in us per thread (wall, and the process's CPU);
+- contended throughput: 16 workers on one lock held 1 ms per task, and on two locks held
+  together (nested) 1 ms per task, in tasks per second; plain and instrumented alternate round by
+  round, and the ratio is the median of the rounds' ratios;
 - memory held after 10^5 and 10^7 acquisitions (``--memory``).
 
 Nothing here is a test: the figures go into docs/performance.md.
@@ -262,6 +267,63 @@ def pool(tasks: int = 40_000, workers: int = 16) -> float:
     return time.perf_counter() - t0
 
 
+def churn(lock, threads: int = 2000) -> tuple[float, float]:
+    """``threads`` threads, one after the other, each taking ``lock`` once: (wall, process CPU)
+    in us per thread."""
+
+    def work():
+        with lock:
+            pass
+
+    wall, cpu = time.perf_counter(), time.process_time()
+    for _ in range(threads):
+        t = threading.Thread(target=work)
+        t.start()
+        t.join()
+    return (
+        (time.perf_counter() - wall) / threads * 1e6,
+        (time.process_time() - cpu) / threads * 1e6,
+    )
+
+
+def contended(locks: list, tasks: int = 400, workers: int = 16) -> float:
+    """``workers`` workers running ``tasks`` tasks, each holding every lock of ``locks`` (nested)
+    for 1 ms: tasks per second."""
+    outer, inner = locks[0], locks[-1]
+
+    def task(_):
+        with outer:
+            if inner is outer:
+                time.sleep(0.001)
+            else:
+                with inner:
+                    time.sleep(0.001)
+
+    with ThreadPoolExecutor(max_workers=workers) as executor:
+        list(executor.map(task, range(workers)))  # the workers exist before the clock starts
+        t0 = time.perf_counter()
+        list(executor.map(task, range(tasks)))
+        return tasks / (time.perf_counter() - t0)
+
+
+def churn_and_contention(instrument, uninstrument, rounds: int) -> dict:
+    """The thread-churn and contended-throughput rows: plain and instrumented alternating."""
+    runs: dict[str, list] = {"churn": [[], []], "one lock": [[], []], "two locks": [[], []]}
+    for _ in range(rounds):
+        for watched in (False, True):
+            if watched:
+                RECORDER.reset()
+                instrument()
+            try:
+                runs["churn"][watched].append(churn(threading.Lock()))
+                runs["one lock"][watched].append(contended([threading.Lock()]))
+                runs["two locks"][watched].append(contended([threading.Lock(), threading.Lock()]))
+            finally:
+                if watched:
+                    uninstrument()
+    return runs
+
+
 def measure(args: argparse.Namespace) -> dict:
     """Everything measured on the path this process runs: lockwatch's rows against the bare
     ones, and the rows the docs quote (order check, queues, the naive instrumentation)."""
@@ -369,6 +431,7 @@ def measure(args: argparse.Namespace) -> dict:
         finally:
             instrumentor.uninstrument()
 
+    churned = churn_and_contention(instrument, instrumentor.uninstrument, 2 if args.quick else 5)
     instrument()
     try:
         memory = memory_check(10**5, 10**7) if args.memory else None
@@ -382,6 +445,7 @@ def measure(args: argparse.Namespace) -> dict:
         "rows": rows,
         "walls": walls,
         "convoy": recorded,
+        "churn": churned,
         "memory": memory,
         "slow_path_us": [contended_extra[0] / 1000, contended_extra[1] / 1000],
     }
@@ -510,6 +574,28 @@ def report(results: dict[str, dict], dd: dict | None) -> None:
         b, v = r["walls"]["pool"]
         line += f"  {v:9.3f} ({v / b:5.2f}x)"
     print(line)
+    print(f"\n{'thread churn: 2,000 threads x one lock once':<52}{'plain':>14}{'instrumented':>16}")
+    for r in paths:
+        plain, watched = r["churn"]["churn"]
+        for i, what in ((0, "wall"), (1, "CPU")):
+            p = sorted(x[i] for x in plain)
+            w = sorted(x[i] for x in watched)
+            print(
+                f"  {r['path']} path, us per thread ({what}), best / median".ljust(52)
+                + f"{p[0]:6.1f} / {p[len(p) // 2]:5.1f}  {w[0]:6.1f} / {w[len(w) // 2]:5.1f}"
+                + f"  (+{w[0] - p[0]:.1f} / +{w[len(w) // 2] - p[len(p) // 2]:.1f} us)"
+            )
+    print(f"\n{'16 workers x 1 ms under the lock, tasks/s':<52}{'plain':>14}{'instrumented':>16}")
+    for r in paths:
+        for row in ("one lock", "two locks"):
+            plain, watched = r["churn"][row]
+            ratios = sorted(w / p for p, w in zip(plain, watched, strict=True))
+            print(
+                f"  {r['path']} path, {row} (best)".ljust(52)
+                + f"{max(plain):14.0f}{max(watched):16.0f}"
+                + f"  ratio {ratios[len(ratios) // 2]:.3f} (median of {len(ratios)} rounds,"
+                + f" {ratios[0]:.3f}-{ratios[-1]:.3f})"
+            )
     print()
     for r in paths:
         waiting, emitting = r["slow_path_us"]

@@ -4,9 +4,8 @@ Every wrapper (the ``threading`` proxies, the section paths, ``asyncio``, ``mult
 runs the same steps around the real acquire and release and calls the same function for each;
 the C fast path (``_fast_path``) runs the uncontended steps in C and calls these for the rest.
 
-- :func:`check_order`: before a blocking acquire made while other locks are held, the new
-  lock-order edges go to the graph (the per-worker chain cache makes a repeated nesting cost one
-  set lookup).
+- :func:`check_order` (``_order_check``): before a blocking acquire made while other locks are
+  held, the new lock-order edges go to the graph.
 - The non-blocking acquire is tried first; :func:`record_try` counts a try-acquire.
 - :func:`timed_wait` (:func:`lock_wait` for a lock's own ``acquire``): only when the try failed
   is the clock read (lock_stat and Abseil record contention only on the slow path), the lock
@@ -43,18 +42,17 @@ from time import perf_counter_ns as _pc
 from typing import Any
 
 from opentelemetry import context as otel_context
-from opentelemetry import trace
 
 from .._settings import SETTINGS
-from ..exceptions import PotentialDeadlockError
 from ..record._histogram import bucket_of
 from ..record._outbox import OUTBOX
 from ..record._recorder import RECORDER, STATS_FIELDS, WORKER_FIELDS, Stats, WorkerState
-from ..record._sites import UNKNOWN, SiteTable, code_attributes, code_site
-from ..record._witness import EdgeWitness, utc_timestamp
-from ._dropped import collected_gone, dropped
+from ..record._sites import UNKNOWN, SiteTable, code_attributes
+from . import _order_check
+from ._collection import defer_collection, resume_collection
 from ._fast_path import new_stats, speedups
 from ._naming import LockClass, site_of
+from ._order_check import check_order, discard, entry_site
 
 __all__ = [
     "HOLD_FIELDS",
@@ -88,20 +86,20 @@ try:  # the ContextVar behind opentelemetry.context.get_current(): one C call on
 except Exception:  # another runtime context: the public (slower) call
     current_context = otel_context.get_current
 
-# Thresholds in nanoseconds and the cycle policy; set by configure() at instrument().
+# Thresholds in nanoseconds; set by configure() at instrument(), with the cycle policy
+# (_order_check.ON_CYCLE).
 WAIT_SPAN_NS = round(SETTINGS["wait_span_threshold_ms"].default * 1_000_000)
 HOLD_SPAN_NS = round(SETTINGS["hold_span_threshold_ms"].default * 1_000_000)
 HOLD_METRIC_NS = round(SETTINGS["hold_metric_floor_ms"].default * 1_000_000)
-ON_CYCLE = SETTINGS["on_cycle"].default
 
 
 def configure(*, wait_span_ns: int, hold_span_ns: int, hold_metric_ns: int, on_cycle: str) -> None:
     """Set the thresholds the wrappers read (called by the instrumentor)."""
-    global WAIT_SPAN_NS, HOLD_SPAN_NS, HOLD_METRIC_NS, ON_CYCLE
+    global WAIT_SPAN_NS, HOLD_SPAN_NS, HOLD_METRIC_NS
     WAIT_SPAN_NS = wait_span_ns
     HOLD_SPAN_NS = hold_span_ns
     HOLD_METRIC_NS = min(hold_metric_ns, hold_span_ns)
-    ON_CYCLE = on_cycle
+    _order_check.ON_CYCLE = on_cycle
     if speedups is not None:
         speedups.set_hold_metric_ns(HOLD_METRIC_NS)
 
@@ -123,12 +121,6 @@ def stats_of(st: WorkerState, cls: LockClass) -> Stats:
     return s
 
 
-# -- sites -----------------------------------------------------------------------------------
-def entry_site(entry: tuple) -> str:
-    """``module:function:line`` where a held lock was acquired."""
-    return code_site(entry[1].f_code, entry[2])
-
-
 def holder_entry(hold: Any) -> tuple | None:
     """The held-stack entry of the last hold that ``hold`` (the object that keeps a lock's hold)
     tracked: the holder a waiter arrived during, or the one that released (or handed over) in
@@ -137,106 +129,6 @@ def holder_entry(hold: Any) -> tuple | None:
         return hold._lw_entry
     except AttributeError:  # never held yet
         return None
-
-
-# -- the lock order --------------------------------------------------------------------------
-def check_order(st: WorkerState, cls: LockClass, frame: Any, obj: Any, canonical: bool) -> None:
-    """Called before a blocking acquire made while locks are held: add the new edges.
-
-    A held entry whose pair is not in the chain cache adds no edge when its lock is the one being
-    acquired (the holder waits for another thread's release: a hand-over, not an order), or when
-    its lock is gone (``_dropped``: nobody can release it), which then leaves the stack and is
-    reported (:func:`_held_lock_freed`). Both cost a cache miss only.
-    """
-    chain = st.chain
-    gone = None
-    for entry in st.held:
-        hcls = entry[0]
-        if (
-            canonical
-            and entry[4]
-            and hcls is cls
-            and entry[1] is frame
-            and entry[2] == frame.f_lasti
-        ):
-            continue  # one lock_many call (same frame and position) is ascending: canonical
-        pair = (hcls, cls)
-        if pair in chain:
-            continue
-        if entry[3] is obj and cls.kind != "section":  # (an array's sections share the array)
-            continue
-        if dropped(entry, st.held) or not _new_edge(st, entry, cls, frame, pair):
-            gone = [entry] if gone is None else [*gone, entry]
-    if gone is not None:
-        _held_lock_freed(st, gone)
-
-
-def _held_lock_freed(st: WorkerState, entries: list) -> None:
-    """Take the entries of gone locks off the worker's stack; count each by lock class in the
-    recorder, and warn once per class (lockdep's "held lock freed")."""
-    st.in_lockwatch = True
-    try:
-        for entry in entries:
-            discard(st.held, entry)
-            name = entry[0].name
-            counts = RECORDER.held_locks_freed
-            first = name not in counts
-            counts[name] = counts.get(name, 0) + 1
-            if first:
-                logger.warning(
-                    "otel-lockwatch: held lock freed: %s (acquired at %s by worker %r) is gone "
-                    "while held; it orders no later acquisition",
-                    name,
-                    entry_site(entry),
-                    st.worker,
-                )
-    except Exception as exc:  # never into the host
-        OUTBOX.failed(exc)
-    finally:
-        st.in_lockwatch = False
-
-
-def _new_edge(st: WorkerState, entry: tuple, cls: LockClass, frame: Any, pair: tuple) -> bool:
-    """Add the edge from a held entry; False when, the edge closing a cycle, the collector found
-    the held lock gone (kept only by a reference cycle: see ``collected_gone``)."""
-    st.in_lockwatch = True
-    try:
-        span_ctx = trace.get_current_span().get_span_context()
-        trace_id = f"{span_ctx.trace_id:032x}" if span_ctx.is_valid else None
-        span_id = f"{span_ctx.span_id:016x}" if span_ctx.is_valid else None
-        hcls = entry[0]
-        witness = EdgeWitness(
-            hcls.name,
-            cls.name,
-            st.worker,
-            (entry_site(entry), site_of(frame)),
-            utc_timestamp(),
-            trace_id,
-            span_id,
-        )
-        graph = RECORDER.graph
-        cycle = graph.would_close_cycle(hcls.name, cls.name, witness)
-        if cycle is not None:
-            if graph.witness(hcls.name, cls.name) is None and collected_gone(entry, st.held):
-                return False
-            if ON_CYCLE == "raise":
-                # Recorded for the manifest, refused now and on every later attempt (the pair
-                # never enters the chain cache, and would_close_cycle answers every time).
-                graph.add_edge(hcls.name, cls.name, witness)
-                raise PotentialDeadlockError(cycle.format(), cycle.locks)
-        cycle = graph.add_edge(hcls.name, cls.name, witness)
-        st.chain.add(pair)
-        if cycle is not None and ON_CYCLE == "warn":
-            text = cycle.format()
-            logger.warning("otel-lockwatch: %s", text)
-            OUTBOX.cycle_event(text, cycle.locks)
-    except PotentialDeadlockError:
-        raise
-    except Exception as exc:  # never into the host
-        OUTBOX.failed(exc)
-    finally:
-        st.in_lockwatch = False
-    return True
 
 
 # -- the acquire -----------------------------------------------------------------------------
@@ -280,6 +172,7 @@ def record_wait(
     else:
         s.timeouts += 1
     st.in_lockwatch = True
+    defer_collection()  # it allocates under the lock it took (or others held): _collection
     try:
         sites = s.sites
         if sites is None:
@@ -301,6 +194,7 @@ def record_wait(
     except Exception as exc:
         OUTBOX.failed(exc)
     finally:
+        resume_collection()
         st.in_lockwatch = False
 
 
@@ -389,25 +283,35 @@ def acquire_tracked(
     blocking: Any,
     timeout: Any,
     wait: Callable[..., bool] = lock_wait,
+    deferred: bool = False,
 ) -> bool:
     """Acquire ``lock`` (whose ``acquire(blocking, timeout)`` is the stdlib's) from the frame
     ``f``, counted, ordered, timed when it waits (``wait``: :func:`lock_wait` or one with its
-    signature), and tracked on ``hold`` (which is also the entry's lock object).
+    signature), and tracked on ``hold`` (which is also the entry's lock object). Under a held
+    lock, what comes before the acquire allocates with the collector off (``_collection``; the
+    caller's deferral, ``deferred``, also covers its frame object), closed before the acquire.
 
     The held window (from the raw acquire to the raw release) holds only one clock read and
     attribute stores: the stack entry, the context and the order check come before the acquire,
     the histogram after the release (:func:`untrack`). A call in the window is a place where the
     interpreter may switch threads while the lock is held (docs/performance.md).
     """
-    s = st.stats.get(cls)
-    if s is None:
-        s = st.stats[cls] = new_stats()
     held = st.held
-    entry = (cls, f, f.f_lasti, hold, False)
-    ctx = current_context()
-    if blocking:
-        if held:
+    if held and not deferred:
+        defer_collection()
+        deferred = True
+    try:
+        s = st.stats.get(cls)
+        if s is None:
+            s = st.stats[cls] = new_stats()
+        entry = (cls, f, f.f_lasti, hold, False)
+        ctx = current_context()
+        if blocking and held:
             check_order(st, cls, f, hold, False)
+    finally:
+        if deferred:
+            resume_collection()
+    if blocking:
         # Pushed before the acquire, so that nothing but the clock read runs in the held window
         # (the live gauges may see the entry a few instructions early; a failed try removes it).
         held.append(entry)
@@ -467,6 +371,7 @@ def record_hold(
 ) -> None:
     """The slow path of a release: a hold at or above the metric floor goes to the outbox."""
     st.in_lockwatch = True
+    defer_collection()  # other locks may be held: _collection
     try:
         extra = None if index is None else {"lockwatch.section.index": index}
         site = entry_site(entry) if t1 - t0 >= HOLD_SPAN_NS else None
@@ -474,15 +379,8 @@ def record_hold(
     except Exception as exc:
         OUTBOX.failed(exc)
     finally:
+        resume_collection()
         st.in_lockwatch = False
-
-
-def discard(held: list, entry: tuple) -> None:
-    """Remove ``entry`` from a held stack where it is not on top (an out-of-order release)."""
-    for i in range(len(held) - 1, -1, -1):
-        if held[i] is entry:
-            del held[i]
-            return
 
 
 if speedups is not None:

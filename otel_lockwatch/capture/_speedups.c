@@ -100,6 +100,34 @@ now_ns(void)
     return (long long)ts.tv_sec * 1000000000LL + (long long)ts.tv_nsec;
 }
 
+/* -- the cyclic collector held off while lockwatch allocates under a lock ------------------
+ * (_collection.py is the reference.) A collection runs finalizers on the thread whose allocation
+ * set it off; one that lockwatch's own bookkeeping set off while the thread holds a lock runs a
+ * finalizer that may wait for that very lock (a plain program that allocates nothing under its
+ * locks never does). So lockwatch's allocations under a held lock run with the collector off:
+ * the first of nested deferrals (on any thread) notes whether it was on and turns it off, the
+ * last turns it back on if it was; the objects they counted are collected at the program's next
+ * allocation, wherever the program's own would have been. Under the GIL, with no Python code
+ * between the count and the switch, a deferral is atomic. */
+static long g_deferrals = 0;
+static int g_collection_was_enabled = 0;
+
+static __attribute__((noinline)) void
+collection_defer(void)
+{
+    if (g_deferrals++ == 0)
+        g_collection_was_enabled = PyGC_Disable();
+}
+
+static __attribute__((noinline)) void
+collection_resume(void)
+{
+    if (g_deferrals <= 0)
+        return; /* a forked child started again while a deferral was open */
+    if (--g_deferrals == 0 && g_collection_was_enabled)
+        PyGC_Enable();
+}
+
 /* -- slots read like the interpreter reads them -------------------------------------------
  * The Python objects the hot path touches (WorkerState, Stats, Hold, ArrayTrack,
  * StripedSections) are __slots__ classes. A generic PyObject_GetAttr on one costs a type lookup
@@ -116,7 +144,10 @@ typedef struct {
  * (record/_recorder.py WORKER_FIELDS and STATS_FIELDS, _bookkeeping.py HOLD_FIELDS, _sections.py
  * TRACK_FIELDS and ARRAY_FIELDS). Each enum lists the leading fields of its table: the ones this
  * file reads and writes. */
-enum { WORKER_HELD, WORKER_STATS, WORKER_IN_LOCKWATCH, WORKER_LAST, WORKER_SIGNALS, WORKER_USED };
+enum {
+    WORKER_HELD, WORKER_STATS, WORKER_IN_LOCKWATCH, WORKER_LAST, WORKER_SIGNALS, WORKER_FIRST,
+    WORKER_NAME, WORKER_CHAIN, WORKER_USED
+};
 enum {
     STATS_ACQUISITIONS, STATS_TRY_ACQUISITIONS, STATS_SKIPPED, STATS_HOLD_TOTAL,
     STATS_HOLD_HISTOGRAM, STATS_HOLD_MIN, STATS_HOLD_MAX, STATS_USED
@@ -1134,6 +1165,39 @@ reused_entry(PyObject *entry, PyObject *cls, PyObject *f, PyObject *self)
     return entry;
 }
 
+/* Whether the order check (_order_check.check_order) of acquiring `cls` under the worker's held
+ * stack would add nothing: every (held class, cls) pair is in the worker's chain cache. Then it
+ * is not called (a Python call is most of a nested acquisition's cost). An entry of `obj` itself
+ * (the holder waiting for its own hand-over), or anything unusual, is left to the check. */
+static __attribute__((noinline)) int
+order_known(PyObject *st, PyObject *held, PyObject *cls, PyObject *obj)
+{
+    PyObject *chain = slot_get(&WORKER[WORKER_CHAIN], st);
+    if (chain == NULL) {
+        PyErr_Clear();
+        return 0;
+    }
+    int known = PySet_CheckExact(chain);
+    for (Py_ssize_t i = 0; known && i < PyList_GET_SIZE(held); i++) {
+        PyObject *entry = PyList_GET_ITEM(held, i);
+        if (!PyTuple_CheckExact(entry) || PyTuple_GET_SIZE(entry) != 5 ||
+            PyTuple_GET_ITEM(entry, 3) == obj) {
+            known = 0;
+            break;
+        }
+        PyObject *pair = PyTuple_Pack(2, PyTuple_GET_ITEM(entry, 0), cls);
+        int r = pair != NULL ? PySet_Contains(chain, pair) : -1;
+        Py_XDECREF(pair);
+        if (r != 1) {
+            if (r < 0)
+                PyErr_Clear();
+            known = 0;
+        }
+    }
+    Py_DECREF(chain);
+    return known;
+}
+
 /* The tracked acquisition. Returns a new reference to True/False, NULL with an error (the
  * lock's own, or PotentialDeadlockError from the order check), or NULL with no error set:
  * "not handled here, ask the Python path" (nothing has been done then). */
@@ -1149,22 +1213,28 @@ lock_acquire_fast(LockBase *self, int blocking)
     PyObject *lock = Py_NewRef(self->lock), *cls = Py_NewRef(self->cls);
     PyObject *s = stats_of(st, cls);
     PyObject *f = NULL, *held = NULL, *result = NULL;
+    int deferred = 0; /* whether this call holds the collector off (collection_defer) */
     if (s == NULL)
         goto not_here;
+    held = slot_get(&WORKER[WORKER_HELD], st);
+    if (held == NULL || !PyList_Check(held)) {
+        PyErr_Clear();
+        goto not_here;
+    }
+    /* _bookkeeping.acquire_tracked. Under a held lock, the frame object (made on first use) and
+     * the order check allocate: with the collector off, until the wait or the hold. */
+    if (PyList_GET_SIZE(held) > 0) {
+        collection_defer();
+        deferred = 1;
+    }
     f = site_frame();
     if (f == NULL) {
         if (PyErr_Occurred())
             goto error;
         goto not_here;
     }
-    held = slot_get(&WORKER[WORKER_HELD], st);
-    if (held == NULL || !PyList_Check(held)) {
-        PyErr_Clear();
-        goto not_here;
-    }
-    /* _bookkeeping.acquire_tracked */
     if (blocking) {
-        if (PyList_GET_SIZE(held) > 0) {
+        if (PyList_GET_SIZE(held) > 0 && !order_known(st, held, cls, (PyObject *)self)) {
             PyObject *r = PyObject_CallFunctionObjArgs(g_check_order, st, cls, f,
                                                        (PyObject *)self, Py_False, NULL);
             if (r == NULL)
@@ -1179,6 +1249,10 @@ lock_acquire_fast(LockBase *self, int blocking)
                 swallow();
         }
         else {
+            if (deferred) { /* never while it blocks: the wait records under its own */
+                collection_resume();
+                deferred = 0;
+            }
             /* the wait is charged to the holder this proxy keeps (its HOLD_* members) */
             PyObject *forever = PyLong_FromLong(-1);
             if (forever == NULL)
@@ -1209,6 +1283,10 @@ lock_acquire_fast(LockBase *self, int blocking)
     {
         PyObject *entry = reused_entry(self->entry, cls, f, (PyObject *)self);
         if (entry == NULL) {
+            if (!deferred) { /* a new entry, under the lock just taken */
+                collection_defer();
+                deferred = 1;
+            }
             PyObject *lasti = PyLong_FromLong(PyFrame_GetLasti((PyFrameObject *)f));
             entry = lasti ? PyTuple_Pack(5, cls, f, lasti, (PyObject *)self, Py_False) : NULL;
             Py_XDECREF(lasti);
@@ -1246,6 +1324,8 @@ done:
     Py_XDECREF(s);
     Py_XDECREF(f);
     Py_XDECREF(held);
+    if (deferred)
+        collection_resume();
     return result;
 }
 
@@ -1659,7 +1739,7 @@ section_acquire(SectionFn *fn, PyObject *const *args, size_t nargsf, PyObject *k
     if (st == NULL)
         return PyObject_Vectorcall(fn->python, args, nargsf, kwnames);
     PyObject *track = NULL, *cls = NULL, *s = NULL, *f = NULL, *held = NULL, *result = NULL;
-    int handled = 1;
+    int handled = 1, deferred = 0; /* deferred: as in lock_acquire_fast */
     track = ready_track(arr);
     if (track == NULL)
         goto not_here;
@@ -1675,6 +1755,10 @@ section_acquire(SectionFn *fn, PyObject *const *args, size_t nargsf, PyObject *k
     if (held == NULL || !PyList_Check(held)) {
         PyErr_Clear();
         goto not_here;
+    }
+    if (PyList_GET_SIZE(held) > 0) {
+        collection_defer();
+        deferred = 1;
     }
     {
         /* The site: the first frame outside _sections (lock() / __enter__ live there). */
@@ -1699,7 +1783,8 @@ section_acquire(SectionFn *fn, PyObject *const *args, size_t nargsf, PyObject *k
     if (b < 0)
         goto error;
     if (b) {
-        if (PyList_GET_SIZE(held) > 0) {
+        if (PyList_GET_SIZE(held) > 0 &&
+            !(canonical == Py_False && order_known(st, held, cls, arr))) {
             PyObject *r =
                 PyObject_CallFunctionObjArgs(g_check_order, st, cls, f, arr, canonical, NULL);
             if (r == NULL)
@@ -1723,6 +1808,10 @@ section_acquire(SectionFn *fn, PyObject *const *args, size_t nargsf, PyObject *k
             Py_XDECREF(ident);
         }
         else {
+            if (deferred) {
+                collection_resume();
+                deferred = 0;
+            }
             PyObject *call[10] = {fn->original, arr, index, key, timeout, canonical,
                                   st, s, cls, f};
             PyObject *r = PyObject_Vectorcall(g_section_wait, call, 10, NULL);
@@ -1749,7 +1838,11 @@ section_acquire(SectionFn *fn, PyObject *const *args, size_t nargsf, PyObject *k
             goto done;
         }
     }
-    /* Taken: track the hold (_sections.hold_section). Nothing reaches the host but True. */
+    /* Taken: track the hold (_sections.hold_section), under the lock: the collector off. */
+    if (!deferred) {
+        collection_defer();
+        deferred = 1;
+    }
     {
         PyObject *slots = NULL, *slot = NULL, *entry = NULL, *lasti = NULL, *ctx = NULL,
                  *counter = NULL;
@@ -1817,6 +1910,8 @@ done:
     Py_XDECREF(s);
     Py_XDECREF(f);
     Py_XDECREF(held);
+    if (deferred)
+        collection_resume();
     return handled ? result : PyObject_Vectorcall(fn->python, args, nargsf, kwnames);
 }
 
@@ -2610,6 +2705,26 @@ static PyObject *
 speedups_forget_states(PyObject *module, PyObject *Py_UNUSED(ignored))
 {
     g_generation++;
+    /* a forked child: the threads whose deferrals were open are gone */
+    if (g_deferrals > 0) {
+        g_deferrals = 0;
+        if (g_collection_was_enabled)
+            PyGC_Enable();
+    }
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+speedups_defer_collection(PyObject *module, PyObject *Py_UNUSED(ignored))
+{
+    collection_defer();
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+speedups_resume_collection(PyObject *module, PyObject *Py_UNUSED(ignored))
+{
+    collection_resume();
     Py_RETURN_NONE;
 }
 
@@ -2643,6 +2758,10 @@ static PyMethodDef speedups_methods[] = {
      "methods (the layouts checked at import)."},
     {"forget_states", speedups_forget_states, METH_NOARGS,
      "Read every thread's WorkerState anew (the recorder replaced one: a forked child's)."},
+    {"defer_collection", speedups_defer_collection, METH_NOARGS,
+     "Hold the cyclic collector off (nested, across threads): _collection.defer_collection."},
+    {"resume_collection", speedups_resume_collection, METH_NOARGS,
+     "End a deferral: the collector is on again after the last, if it was before the first."},
     {"now_ns", speedups_now_ns, METH_NOARGS,
      "The clock the C path reads (time.perf_counter_ns on Linux)."},
     {NULL, NULL, 0, NULL},

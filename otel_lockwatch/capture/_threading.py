@@ -29,6 +29,7 @@ from ._bookkeeping import (
     lock_wait,
     untrack,
 )
+from ._collection import defer_collection, resume_collection
 from ._fast_path import speedups
 from ._naming import MACHINERY, LockClass, lock_class, watched_site
 from ._switched_out import window_code, window_wait
@@ -96,17 +97,27 @@ class _PyLockBase:
         try:
             st = _tls.st
         except AttributeError:
-            st = RECORDER.thread_state()
+            st = RECORDER.new_thread_state()
         if st.in_lockwatch or (timeout != -1 and not _valid(blocking, timeout)):
             return lock.acquire(blocking, timeout)
+        # Under a held lock, the frame object made on first use allocates: the collector is
+        # off from here until acquire_tracked closes the deferral (_collection).
+        deferred = bool(st.held)
+        if deferred:
+            defer_collection()
         try:
             f = _getframe(1)
         except ValueError:  # called straight from C (an atexit or C callback): no Python caller
             f = _getframe(0)
+        except BaseException:
+            if deferred:
+                resume_collection()
+            raise
         g = f.f_globals
         if g is _OWN_GLOBALS or g is _THREADING_GLOBALS or g is _ORDERED_GLOBALS:
             f = _caller(f)  # an RLock, a Condition or ordered(): the site is their caller's
-        return acquire_tracked(lock, self, st, self._lockwatch_class, f, blocking, timeout, _wait)
+        cls = self._lockwatch_class
+        return acquire_tracked(lock, self, st, cls, f, blocking, timeout, _wait, deferred)
 
     __enter__ = acquire
     acquire_lock = acquire
@@ -222,7 +233,7 @@ class _PyRLockBase(_PyLockBase):
         try:
             st = _tls.st
         except AttributeError:
-            st = RECORDER.thread_state()
+            st = RECORDER.new_thread_state()
         if self._lw_holder is st:  # re-entry by the owner: immediate
             ok = self._lw_lock.acquire(blocking, timeout)
             if ok:

@@ -20,7 +20,6 @@ thread.
 from __future__ import annotations
 
 import _thread
-import contextlib
 from functools import partial
 from typing import Any
 
@@ -38,20 +37,26 @@ class _Alive:
         self.generation = generation
 
     def __del__(self) -> None:
-        with contextlib.suppress(Exception):  # at interpreter shutdown: nothing left to count
+        try:
             self.peak.ended(self.state, self.generation)
+            self.peak.thread_ended(self.state)
+        except Exception:  # at interpreter shutdown: nothing left to count
+            pass
 
 
 class PeakWorkers:
     """Counts the workers alive, and keeps the most seen at once.
 
     Only a state that recorded something is a worker (lockwatch's own threads register states
-    too, to mark themselves busy): the count is taken over the live states, whenever one starts
-    or ends (the ending one still counted), so the moment the most workers are alive is seen by
-    the first end after it at the latest.
+    too, to mark themselves busy): the count is taken over the live states whenever one ends (the
+    ending one still counted) and when the peak is read, so the moment the most workers are alive
+    is seen by the first end after it at the latest. (Not when one starts: a state registers
+    before it records anything, so it adds nothing to the count then.)
     """
 
-    def __init__(self) -> None:
+    def __init__(self, thread_ended: Any = None) -> None:
+        #: Called with a thread's state when the thread ends (the recorder folds it away).
+        self.thread_ended = thread_ended or (lambda state: None)
         self._lock = _thread.RLock()
         self._generation = 0
         self._live: dict[int, Any] = {}  # id(state) -> state, registered since the last reset
@@ -65,7 +70,6 @@ class PeakWorkers:
             return
         with self._lock:
             self._live[id(state)] = state
-            self._bump()
             generation = self._generation
         if hasattr(owner, "add_done_callback"):  # an asyncio task
             owner.add_done_callback(partial(self._task_done, state, generation))

@@ -19,18 +19,17 @@ import os
 import threading
 import time
 import weakref
-from collections.abc import Iterator
 from itertools import chain
 from typing import Any
 
-from ._data import WorkerTotals, expand_lock_workers, merge_data
+from ._data import expand_lock_workers, merge_data
 from ._distributed import DISTRIBUTED
-from ._histogram import from_buckets
 from ._live import live_counts
 from ._lock_class import ROLES, LockClass
 from ._peak import PeakWorkers
 from ._signals import SignalStats, merge_signals, signal_parts
-from ._sites import SiteTable, merge_tables, site_points
+from ._sites import SiteTable, merge_tables
+from ._state_parts import state_parts, track_section
 from ._timeline import Timeline
 from ._witness import utc_timestamp
 
@@ -97,13 +96,21 @@ class Stats:
         self.sites: SiteTable | None = None
 
     def merge(self, other: Stats) -> None:
-        """Add another worker's statistics of the same lock class to these."""
+        """Add another worker's statistics of the same lock class to these. A field ``other``
+        never wrote (zero, empty, no sample) is left alone: an ended thread that took one lock
+        once is folded at the cost of the few it wrote (the recorder folds one per thread)."""
         for name, how in STATS_TABLE:
-            mine, theirs = getattr(self, name), getattr(other, name)
+            theirs = getattr(other, name)
+            if theirs == NO_SAMPLE if how == "min" else not theirs:
+                continue
+            mine = getattr(self, name)
             if how == "sites":
                 self.sites = merge_tables(mine, theirs)
             elif how == "buckets":  # a new dict, assigned (the C path's Stats reads a copy)
-                setattr(self, name, {b: mine.get(b, 0) + theirs.get(b, 0) for b in mine | theirs})
+                merged = dict(mine)
+                for b, n in theirs.items():
+                    merged[b] = merged.get(b, 0) + n
+                setattr(self, name, merged)
             elif how == "min":
                 setattr(self, name, min(mine, theirs))
             elif how == "max":
@@ -222,7 +229,8 @@ class Recorder:
         # Re-entrant, as the order graph's lock: a signal handler or a finalizer may re-enter
         # the recorder (a new thread's registration, a snapshot) from inside it on this thread.
         self._lock = _thread.RLock()
-        self._states: list[WorkerState] = []
+        self._by_id: dict[int, WorkerState] = {}  # every state, in registration order
+        self._retired: dict[str, WorkerState] = {}  # worker name -> its retired state
         self._names: set[str] = set()  # names given out: MAX_WORKERS at most, then "(other)"
         self._compact_at = 256  # fold ended workers away when this many states exist
         # tasks of a type without a __dict__ (a custom task factory's): their states, weakly
@@ -236,13 +244,22 @@ class Recorder:
         # entries dropped by the order check): lockdep's "held lock freed".
         self.held_locks_freed: dict[str, int] = {}
         self.window_yields = 0  # acquisitions made by yielding: capture._switched_out
-        self.peak = PeakWorkers()  # the most workers alive at once
+        self.peak = PeakWorkers(self._thread_ended)  # the most workers alive at once
         self.timeline = Timeline()  # wait and hold per class per slice of time, sampled
         self.reset()
         if hasattr(os, "register_at_fork"):
             os.register_at_fork(after_in_child=self._after_fork_in_child)
 
     # -- states ------------------------------------------------------------------------------
+    @property
+    def _states(self) -> list[WorkerState]:
+        """Every worker state (a copy, made in one step)."""
+        return list(self._by_id.values())
+
+    def _keep(self, states: list[WorkerState]) -> None:
+        self._by_id = {id(state): state for state in states}
+        self._retired = {s.worker: s for s in states if s.thread is None and s.retired}
+
     def reset(self) -> None:
         """Forget everything recorded (tests; a fresh start).
 
@@ -257,7 +274,7 @@ class Recorder:
                 if state.thread is not None and state.alive():
                     state.clear()
                     keep.append(state)
-            self._states = keep
+            self._keep(keep)
             self._names = {state.worker for state in keep}
             self._compact_at = 256
             self._arrays = []
@@ -273,7 +290,7 @@ class Recorder:
 
     def _register(self, worker: str, owner: Any = None) -> WorkerState:
         with self._lock:
-            if len(self._states) >= self._compact_at:
+            if len(self._by_id) >= self._compact_at:
                 self._compact()
             if worker not in self._names and len(self._names) >= MAX_WORKERS:
                 if "(other)" not in self._names:
@@ -285,21 +302,44 @@ class Recorder:
                 worker = "(other)"
             self._names.add(worker)
             state = WorkerState(worker, thread=owner)
-            self._states.append(state)
+            self._by_id[id(state)] = state
             self.peak.started(state, owner, self.tls)
             return state
+
+    def _thread_ended(self, state: WorkerState) -> None:
+        """A thread ended (its locals were cleared, before a ``join()`` returns): its state is
+        folded into its name's retired state at once, so that a process that starts a thread
+        per request keeps no state per ended thread for the collector to walk and a compaction
+        to fold. One that ended holding a lock stays until a compaction, and so does one that
+        ends while another thread has the recorder (never waited for: in a forked child, the
+        interpreter clears the other threads' locals before the fork handlers run, and the lock
+        may be held by a thread that is gone)."""
+        if not self._lock.acquire(False):
+            return
+        try:
+            if state.held or self._by_id.get(id(state)) is not state:
+                return  # (or gone already: a reset, a compaction, a fork)
+            del self._by_id[id(state)]
+            if not (state.stats or state.spans or state.signals):
+                return  # it recorded nothing (lockwatch's own threads): not a worker
+            target = self._retired.get(state.worker)
+            if target is None:
+                target = self._retired[state.worker] = WorkerState(state.worker)
+                target.first = target.last = 0
+                self._by_id[id(target)] = target
+            target.fold(state)
+        finally:
+            self._lock.release()
 
     def _compact(self) -> None:
         """Fold the states of ended threads and tasks into one retired state per worker name, so
         that memory follows the live workers, not every thread a process ever started. Called
         under ``self._lock``; an ended worker's state is written by nobody."""
         keep: list[WorkerState] = []
-        retired: dict[str, WorkerState] = {}
+        retired = dict(self._retired)
+        kept = {id(state) for state in retired.values()}  # (not `in values()`: one compare each)
         for state in self._states:
-            if state.thread is None and state.retired:
-                retired[state.worker] = state
-        for state in self._states:
-            if state.alive() or state.held or state in retired.values():
+            if id(state) in kept or state.alive() or state.held:
                 keep.append(state)
                 continue
             target = retired.get(state.worker)
@@ -308,7 +348,7 @@ class Recorder:
                 target.first = target.last = 0
                 keep.append(target)
             target.fold(state)
-        self._states = keep
+        self._keep(keep)
         self._compact_at = max(256, 2 * len(keep))
 
     def thread_state(self) -> WorkerState:
@@ -316,12 +356,17 @@ class Recorder:
         try:
             return self.tls.st
         except AttributeError:
-            thread: Any = current_thread_or_none()
-            if thread is None:  # a foreign thread: see _ForeignThread
-                thread = self.tls.token = _ForeignThread(_thread.get_ident())
-            state = self._register(thread.name, thread)
-            self.tls.st = state
-            return state
+            return self.new_thread_state()
+
+    def new_thread_state(self) -> WorkerState:
+        """The calling thread's state, made now: it has none (the lock paths ask this once they
+        found none, rather than :meth:`thread_state`, which would look again)."""
+        thread: Any = current_thread_or_none()
+        if thread is None:  # a foreign thread: see _ForeignThread
+            thread = self.tls.token = _ForeignThread(_thread.get_ident())
+        state = self._register(thread.name, thread)
+        self.tls.st = state
+        return state
 
     def task_state(self, task: Any) -> WorkerState:
         """The state of an asyncio task (a task is a worker)."""
@@ -345,7 +390,7 @@ class Recorder:
         # thread's state is gone, and the child's manifest must hold only the child's work.
         self._lock = _thread.RLock()
         current = getattr(self.tls, "st", None)
-        self._states = []
+        self._keep([])
         self._names = set()
         self._compact_at = 256
         self.start_ns = time.time_ns()
@@ -355,7 +400,7 @@ class Recorder:
             fresh = WorkerState(current.worker, thread=threading.current_thread())
             fresh.held = current.held
             fresh.chain = current.chain
-            self._states.append(fresh)
+            self._by_id[id(fresh)] = fresh
             self._names.add(fresh.worker)
             self.tls.st = fresh
         self.peak.after_fork_in_child(self.tls.st if current is not None else None)
@@ -375,7 +420,7 @@ class Recorder:
     def totals(self) -> dict[tuple[str, str, str], int]:
         """Counter totals by (lock name, kind, outcome); contentions as outcome "contended"."""
         out: dict[tuple[str, str, str], int] = {}
-        for state in list(self._states):
+        for state in self._states:
             for cls, s in list(state.stats.items()):
                 for outcome, n in (
                     ("acquired", s.acquisitions),
@@ -390,11 +435,11 @@ class Recorder:
 
     def sample_timeline(self, periodic: bool = False) -> dict[str, Any]:
         """Sample every worker's totals into the timeline (the emitter's tick, each snapshot)."""
-        return self.timeline.sample_states(list(self._states), periodic)
+        return self.timeline.sample_states(self._states, periodic)
 
     def live(self) -> dict[tuple[str, str], tuple[int, int]]:
         """Workers waiting on and holding each lock class right now (see ``_live``)."""
-        return live_counts(list(self._states))
+        return live_counts(self._states)
 
     def snapshot(self) -> dict[str, Any]:
         """The mergeable data of a manifest (see docs/ARCHITECTURE.md, "Recorder snapshot").
@@ -405,12 +450,12 @@ class Recorder:
         """
         now = time.perf_counter_ns()
         timeline = self.sample_timeline()  # before the totals are read: never ahead of them
-        states = [state for state in list(self._states) if state.stats]  # else: not a worker
+        states = [state for state in self._states if state.stats]  # else: not a worker
         tracks = list(self._arrays)
         data = merge_data(
             chain(
-                chain.from_iterable(_state_parts(state, now) for state in states),
-                ({"sections": {t.name: _track_section(t)}} for t in tracks),
+                chain.from_iterable(state_parts(state, now) for state in states),
+                ({"sections": {t.name: track_section(t)}} for t in tracks),
                 signal_parts(states),
             )
         )
@@ -435,65 +480,6 @@ class Recorder:
             "end": utc_timestamp(),
         }
         return data
-
-
-def _state_parts(state: WorkerState, now: int) -> Iterator[dict[str, Any]]:
-    """One worker state's data parts: one per lock class it touched, then the worker's own."""
-    wait = 0
-    for cls, s in list(state.stats.items()):
-        wait += s.wait_total_ns
-        yield {"locks": {cls.name: _stats_data(cls.kind, state.worker, s)}}
-    end = now if state.held else state.last
-    spans: dict[str, dict[str, int]] = {}
-    for (lock_name, span_name), n in list(state.spans.items()):
-        spans.setdefault(lock_name, {})[span_name] = n
-    yield {
-        "workers": {
-            state.worker: {
-                "observed_ns": max(0, end - state.first) + state.retired,
-                "wait_ns": wait,
-            }
-        },
-        "blocking_under_lock": spans,
-    }
-
-
-def _stats_data(kind: str, worker: str, s: Stats) -> dict[str, Any]:
-    """One worker's statistics for one lock class, as a lock's entry of the data part.
-
-    Every blocking attempt is a wait sample; the uncontended ones (``acq - tryok + tmo``
-    attempts minus ``cont`` contended ones) are samples of 0, which the hot path never wrote.
-    """
-    blocking = s.acquisitions - s.try_acquisitions + s.timeouts
-    return {
-        "kind": kind,
-        "acquisitions": s.acquisitions,
-        "contentions": s.contentions,
-        "skipped": s.skipped,
-        "timeouts": s.timeouts,
-        "wait_ns": from_buckets(
-            s.wait_histogram,
-            s.wait_total_ns,
-            s.wait_min_ns if s.wait_histogram else 0,
-            s.wait_max_ns,
-            zeros=blocking - s.contentions,
-        ),
-        "hold_ns": from_buckets(
-            s.hold_histogram,
-            s.hold_total_ns,
-            s.hold_min_ns if s.hold_histogram else 0,
-            s.hold_max_ns,
-        ),
-        "workers": WorkerTotals(
-            {worker: (s.acquisitions, s.contentions, s.wait_total_ns, s.hold_total_ns)}
-        ),
-        **site_points(s.sites),
-    }
-
-
-def _track_section(track: Any) -> dict[str, int]:
-    """A section array's count and the most sections held at once (its ``ArrayTrack``)."""
-    return {"count": track.count, "max_held": track.max_held, "collision_waits": 0}
 
 
 RECORDER = Recorder()

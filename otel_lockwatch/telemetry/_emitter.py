@@ -40,6 +40,7 @@ import os
 import threading
 import time
 from collections.abc import Callable
+from time import sleep as _sleep
 from typing import Any
 
 from opentelemetry import trace
@@ -124,7 +125,7 @@ class Telemetry:
         RECORDER.thread_state().in_lockwatch = True  # nothing lockwatch does here is recorded
         stop = self._stop
         while not stop.wait(self.INTERVAL_S):
-            self._drain()
+            self._drain(yielding=True)
             try:
                 RECORDER.sample_timeline(periodic=True)  # the timeline, off the lock path
             except Exception as exc:  # never into the host
@@ -185,7 +186,11 @@ class Telemetry:
         finally:
             st.in_lockwatch = was_in_lockwatch
 
-    def _drain(self) -> None:
+    def _drain(self, yielding: bool = False) -> None:
+        """Emit what is queued. ``yielding`` (the emitter thread): the interpreter lock is let go
+        between records, so that a lock holder waking up (from a sleep, an I/O) takes it within
+        one record's work, not after the emitter's switch interval (5 ms) of records: under
+        contention the holder is everyone's critical path (docs/performance.md)."""
         queue = OUTBOX.queue
         while not self._abandoned:
             try:
@@ -196,6 +201,8 @@ class Telemetry:
                 self._emit(*record)
             except Exception as exc:
                 OUTBOX.failed(exc)
+            if yielding:
+                _sleep(0)
 
     def configure(self, tracer_provider: Any, meter_provider: Any, recorder: Any) -> None:
         """Create the tracer and instruments (None providers: the global ones)."""

@@ -1,0 +1,76 @@
+"""The cyclic collector held off while lockwatch allocates under a held lock.
+
+A collection runs the finalizers (``__del__``, weakref callbacks) of what it frees on the thread
+whose allocation set it off, wherever that thread is. A program that allocates nothing while it
+holds its locks never runs one under a lock; lockwatch's bookkeeping allocates there (the frame
+object of an acquisition site, a held-stack entry, a new lock-order edge and its witness, a wait
+or a long hold queued for OpenTelemetry), and a finalizer that takes a lock its thread holds
+would wait for itself forever.
+
+So those allocations run with the collector off: :func:`defer_collection` before,
+:func:`resume_collection` after, nested on one thread or across threads. The first deferral
+notes whether the collector was on and turns it off; the last turns it back on if it was. What
+the deferred allocations counted is collected at the program's next allocation, where its own
+would have set a collection off; nothing is collected here (``gc.collect()`` would run the
+finalizers at once). A deferral never spans a blocking wait: the collector is off for
+microseconds, for every thread.
+
+The C path (``_speedups``) has the same two functions over one count (atomic under the GIL);
+this is the reference, and serves the pure-Python path. A deferral open in another thread when
+the process forks is closed in the child. A ``gc.disable()`` made by another thread while a
+deferral is open is undone when it closes (the collector's switch is the process's).
+"""
+
+from __future__ import annotations
+
+import _thread
+import gc
+import os
+
+from ._fast_path import speedups
+
+__all__ = ["defer_collection", "resume_collection"]
+
+# Re-entrant: a signal handler may take a lock (and defer) inside a deferral of its thread.
+_lock = _thread.RLock()
+_deferrals = 0
+_was_enabled = False
+
+
+def _defer_collection() -> None:
+    """Hold the cyclic collector off until the matching :func:`resume_collection`."""
+    global _deferrals, _was_enabled
+    with _lock:
+        if _deferrals == 0:
+            _was_enabled = gc.isenabled()
+            gc.disable()
+        _deferrals += 1
+
+
+def _resume_collection() -> None:
+    """End a deferral: the collector is on again after the last, if it was before the first."""
+    global _deferrals
+    with _lock:
+        if _deferrals <= 0:  # a forked child closed the deferrals of its parent's threads
+            return
+        _deferrals -= 1
+        if _deferrals == 0 and _was_enabled:
+            gc.enable()
+
+
+def _after_fork_in_child() -> None:
+    global _lock, _deferrals
+    _lock = _thread.RLock()
+    if _deferrals > 0:
+        _deferrals = 0
+        if _was_enabled:
+            gc.enable()
+
+
+if speedups is not None:
+    defer_collection = speedups.defer_collection
+    resume_collection = speedups.resume_collection
+else:
+    defer_collection = _defer_collection
+    resume_collection = _resume_collection
+    os.register_at_fork(after_in_child=_after_fork_in_child)

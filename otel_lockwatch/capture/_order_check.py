@@ -1,0 +1,159 @@
+"""The lock-order check: the edges a blocking acquire adds while other locks are held (lockdep).
+
+Called by every lock path (``_bookkeeping``, the sections, ``asyncio``, distributed locks, and the
+C path on a chain-cache miss) before a blocking acquire made while the worker holds locks. Each
+(held class, acquired class) pair the worker has already added is in its chain cache
+(``WorkerState.chain``): a repeated nesting costs one set lookup. A new pair goes to the
+process's graph (``record._order``) with its first witness; an edge that closes a cycle is logged
+(``warn``) or refused before the acquire blocks (``raise``: :class:`~..exceptions.
+PotentialDeadlockError`, the one exception lockwatch raises into the host).
+
+A held-stack entry is a tuple ``(lock class, frame, lasti, lock object, canonical)``; its site is
+read from the frame's code and the instruction offset only here, when an edge needs it.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from opentelemetry import trace
+
+from .._settings import SETTINGS
+from ..exceptions import PotentialDeadlockError
+from ..record._outbox import OUTBOX
+from ..record._recorder import RECORDER, WorkerState
+from ..record._sites import code_site
+from ..record._witness import EdgeWitness, utc_timestamp
+from ._collection import defer_collection, resume_collection
+from ._dropped import collected_gone, dropped
+from ._naming import LockClass, site_of
+
+__all__ = ["check_order", "discard", "entry_site"]
+
+logger = logging.getLogger("otel_lockwatch")
+
+#: The cycle policy: ``warn``, ``raise`` or ``ignore`` (set by ``_bookkeeping.configure()``).
+ON_CYCLE = SETTINGS["on_cycle"].default
+
+
+def entry_site(entry: tuple) -> str:
+    """``module:function:line`` where a held lock was acquired."""
+    return code_site(entry[1].f_code, entry[2])
+
+
+# -- the lock order --------------------------------------------------------------------------
+def check_order(st: WorkerState, cls: LockClass, frame: Any, obj: Any, canonical: bool) -> None:
+    """Called before a blocking acquire made while locks are held: add the new edges.
+
+    A held entry whose pair is not in the chain cache adds no edge when its lock is the one being
+    acquired (the holder waits for another thread's release: a hand-over, not an order), or when
+    its lock is gone (``_dropped``: nobody can release it), which then leaves the stack and is
+    reported (:func:`_held_lock_freed`). Both cost a cache miss only. A miss allocates under the
+    held locks: from the first one on, the collector is off (``_collection``).
+    """
+    chain = st.chain
+    gone = None
+    deferred = False
+    try:
+        for entry in st.held:
+            hcls = entry[0]
+            if (
+                canonical
+                and entry[4]
+                and hcls is cls
+                and entry[1] is frame
+                and entry[2] == frame.f_lasti
+            ):
+                continue  # one lock_many call (same frame and position) is ascending: canonical
+            pair = (hcls, cls)
+            if pair in chain:
+                continue
+            if entry[3] is obj and cls.kind != "section":  # (an array's sections share it)
+                continue
+            if not deferred:
+                defer_collection()
+                deferred = True
+            if dropped(entry, st.held) or not _new_edge(st, entry, cls, frame, pair):
+                gone = [entry] if gone is None else [*gone, entry]
+        if gone is not None:
+            _held_lock_freed(st, gone)
+    finally:
+        if deferred:
+            resume_collection()
+
+
+def _held_lock_freed(st: WorkerState, entries: list) -> None:
+    """Take the entries of gone locks off the worker's stack; count each by lock class in the
+    recorder, and warn once per class (lockdep's "held lock freed")."""
+    st.in_lockwatch = True
+    try:
+        for entry in entries:
+            discard(st.held, entry)
+            name = entry[0].name
+            counts = RECORDER.held_locks_freed
+            first = name not in counts
+            counts[name] = counts.get(name, 0) + 1
+            if first:
+                logger.warning(
+                    "otel-lockwatch: held lock freed: %s (acquired at %s by worker %r) is gone "
+                    "while held; it orders no later acquisition",
+                    name,
+                    entry_site(entry),
+                    st.worker,
+                )
+    except Exception as exc:  # never into the host
+        OUTBOX.failed(exc)
+    finally:
+        st.in_lockwatch = False
+
+
+def _new_edge(st: WorkerState, entry: tuple, cls: LockClass, frame: Any, pair: tuple) -> bool:
+    """Add the edge from a held entry; False when, the edge closing a cycle, the collector found
+    the held lock gone (kept only by a reference cycle: see ``collected_gone``)."""
+    st.in_lockwatch = True
+    try:
+        span_ctx = trace.get_current_span().get_span_context()
+        trace_id = f"{span_ctx.trace_id:032x}" if span_ctx.is_valid else None
+        span_id = f"{span_ctx.span_id:016x}" if span_ctx.is_valid else None
+        hcls = entry[0]
+        witness = EdgeWitness(
+            hcls.name,
+            cls.name,
+            st.worker,
+            (entry_site(entry), site_of(frame)),
+            utc_timestamp(),
+            trace_id,
+            span_id,
+        )
+        graph = RECORDER.graph
+        cycle = graph.would_close_cycle(hcls.name, cls.name, witness)
+        if cycle is not None:
+            if graph.witness(hcls.name, cls.name) is None and collected_gone(entry, st.held):
+                return False
+            if ON_CYCLE == "raise":
+                # Recorded for the manifest, refused now and on every later attempt (the pair
+                # never enters the chain cache, and would_close_cycle answers every time).
+                graph.add_edge(hcls.name, cls.name, witness)
+                raise PotentialDeadlockError(cycle.format(), cycle.locks)
+        cycle = graph.add_edge(hcls.name, cls.name, witness)
+        st.chain.add(pair)
+        if cycle is not None and ON_CYCLE == "warn":
+            text = cycle.format()
+            logger.warning("otel-lockwatch: %s", text)
+            OUTBOX.cycle_event(text, cycle.locks)
+    except PotentialDeadlockError:
+        raise
+    except Exception as exc:  # never into the host
+        OUTBOX.failed(exc)
+    finally:
+        st.in_lockwatch = False
+    return True
+
+
+def discard(held: list, entry: tuple) -> None:
+    """Remove ``entry`` from a held stack where it is not on top (an out-of-order release)."""
+    for i in range(len(held) - 1, -1, -1):
+        if held[i] is entry:
+            del held[i]
+            return

@@ -1,0 +1,193 @@
+"""Finalizers that take locks: instrumenting a program never makes one run under a held lock.
+
+A collection runs finalizers on the thread whose allocation set it off. A program that allocates
+nothing while it holds its locks never runs one there; lockwatch's bookkeeping allocates under a
+held lock (a new lock-order edge, its witness, a wait queued for OpenTelemetry), and holds the
+collector off while it does (``capture._collection``). The stress runs in a real subprocess with
+a watchdog (``faulthandler``), so a hang fails the test instead of hanging the suite.
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+import subprocess
+import sys
+import textwrap
+import threading
+from pathlib import Path
+
+import pytest
+
+from otel_lockwatch.capture import _collection, _fast_path
+
+ROOT = Path(__file__).resolve().parent.parent
+TRIALS = 100
+
+# 20 locks of 20 lock classes (one creation line each); objects in reference cycles whose
+# __del__ takes two of them, nested; the main loop makes garbage with no lock held, then nests
+# two locks (a new lock-order edge until every pair has been seen), allocating nothing under them.
+STRESS = textwrap.dedent(
+    """
+    import faulthandler, random, sys, threading
+    mode, trials = sys.argv[1], int(sys.argv[2])
+    if mode != "plain":
+        from opentelemetry.sdk.metrics import MeterProvider
+        from opentelemetry.sdk.trace import TracerProvider
+        from otel_lockwatch import LockwatchInstrumentor
+        from otel_lockwatch.capture import _fast_path
+        from otel_lockwatch.record._recorder import RECORDER
+        assert _fast_path.SPEEDUPS == (mode == "C"), _fast_path.SPEEDUPS
+        LockwatchInstrumentor().instrument(
+            tracer_provider=TracerProvider(), meter_provider=MeterProvider(), manifest=False
+        )
+
+    def make():
+        return [
+    LOCK_LINES
+        ]
+
+    class Garbage:
+        def __init__(self, locks, i, j):
+            self.me = self  # a cycle: only the collector frees it
+            self.locks, self.i, self.j = locks, i, j
+
+        def __del__(self):
+            with self.locks[self.i]:
+                with self.locks[self.j]:
+                    pass
+
+    for trial in range(trials):
+        if mode != "plain":
+            RECORDER.reset()  # the graph and the chain caches: every edge is new again
+        locks = make()
+        rnd = random.Random(trial)
+        faulthandler.dump_traceback_later(60, exit=True)  # a hang ends the process
+        for _ in range(1500):
+            for _ in range(5):
+                i, j = sorted(rnd.sample(range(20), 2))
+                Garbage(locks, i, j)
+            a, b = sorted(rnd.sample(range(20), 2))
+            with locks[a]:
+                with locks[b]:
+                    pass
+        faulthandler.cancel_dump_traceback_later()
+    print("trials", trials, flush=True)
+    """
+).replace("LOCK_LINES", "\n".join(["        threading.Lock(),"] * 20))
+
+
+def _paths() -> list[str]:
+    return ["plain", *(["C"] if _fast_path.SPEEDUPS else []), "Python"]
+
+
+@pytest.mark.parametrize("mode", _paths())
+def test_finalizers_taking_locks_never_hang_in_100_trials(mode, tmp_path):
+    script = tmp_path / "stress.py"
+    script.write_text(STRESS)
+    env = dict(os.environ)
+    env.pop("LOCKWATCH_DISABLE_EXTENSIONS", None)
+    if mode == "Python":
+        env["LOCKWATCH_DISABLE_EXTENSIONS"] = "1"
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+    done = subprocess.run(
+        [sys.executable, str(script), mode, str(TRIALS)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.split() == ["trials", str(TRIALS)]
+
+
+def _implementations() -> list[tuple]:
+    python = (_collection._defer_collection, _collection._resume_collection)
+    if _fast_path.speedups is None:
+        return [python]
+    return [python, (_fast_path.speedups.defer_collection, _fast_path.speedups.resume_collection)]
+
+
+@pytest.fixture
+def collector_on():
+    was = gc.isenabled()
+    gc.enable()
+    yield
+    if not was:
+        gc.disable()
+
+
+@pytest.mark.parametrize("defer, resume", _implementations())
+def test_deferrals_nest_across_threads(defer, resume, collector_on):
+    """The collector is off from the first deferral to the last, whichever thread closes it."""
+    opened, close = threading.Event(), threading.Event()
+    seen = []
+
+    def other():
+        defer()
+        opened.set()
+        close.wait()
+        seen.append(gc.isenabled())
+        resume()
+
+    t = threading.Thread(target=other)
+    t.start()
+    opened.wait()
+    assert not gc.isenabled()
+    defer()
+    defer()
+    resume()
+    assert not gc.isenabled()
+    resume()  # this thread's last: the other's is still open
+    assert not gc.isenabled()
+    close.set()
+    t.join()
+    assert seen == [False]
+    assert gc.isenabled()
+    resume()  # one too many: nothing changes
+    assert gc.isenabled()
+
+
+@pytest.mark.parametrize("defer, resume", _implementations())
+def test_a_collector_off_before_stays_off(defer, resume, collector_on):
+    gc.disable()
+    defer()
+    resume()
+    assert not gc.isenabled()
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+@pytest.mark.parametrize("mode", ["C", "Python"] if _fast_path.SPEEDUPS else ["Python"])
+def test_a_forked_child_closes_its_parents_deferrals(mode, tmp_path):
+    """A deferral open in another thread when the process forks: the child's collector is on."""
+    script = textwrap.dedent(
+        """
+        import gc, os, sys, threading
+        from otel_lockwatch.capture import _collection
+        opened, done = threading.Event(), threading.Event()
+        def other():
+            _collection.defer_collection()
+            opened.set()
+            done.wait()
+            _collection.resume_collection()
+        t = threading.Thread(target=other)
+        t.start()
+        opened.wait()
+        pid = os.fork()
+        if pid == 0:
+            os._exit(0 if gc.isenabled() else 1)
+        _, status = os.waitpid(pid, 0)
+        done.set()
+        t.join()
+        print(os.waitstatus_to_exitcode(status), gc.isenabled())
+        """
+    )
+    env = dict(os.environ)
+    env.pop("LOCKWATCH_DISABLE_EXTENSIONS", None)
+    if mode == "Python":
+        env["LOCKWATCH_DISABLE_EXTENSIONS"] = "1"
+    done = subprocess.run(
+        [sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert done.stdout.split() == ["0", "True"], done.stderr

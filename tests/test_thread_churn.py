@@ -1,0 +1,147 @@
+"""A thread per request: what a short-lived thread leaves behind once it has ended.
+
+A thread's state is folded into its name's retired state when the thread ends (its locals are
+cleared, before ``join()`` returns), not at a later compaction: the recorder keeps one state per
+worker name, whatever the number of threads that ran, and counts each of their acquisitions.
+Functional checks only: the cost is measured by benchmarks/bench_locks.py (its thread-churn row).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+import threading
+
+import pytest
+
+from otel_lockwatch.record._recorder import RECORDER
+
+
+def _run(target, name: str) -> None:
+    t = threading.Thread(target=target, name=name)
+    t.start()
+    t.join()
+
+
+def _states_named(name: str) -> list:
+    return [state for state in RECORDER._states if state.worker == name]
+
+
+def test_an_ended_threads_state_is_folded_at_its_end(watched):
+    lock = threading.Lock()
+    seen = []
+
+    def work():
+        with lock:
+            pass
+        seen.append(RECORDER.thread_state())
+
+    _run(work, "request")
+    (retired,) = _states_named("request")
+    assert retired is not seen[0] and not seen[0].alive()  # folded into its name's retired one
+    assert retired.thread is None and retired.retired > 0
+    _run(work, "request")
+    assert _states_named("request") == [retired]
+    assert all(state is not seen[1] for state in RECORDER._states)  # the second is gone too
+    (stats,) = retired.stats.values()
+    assert stats.acquisitions == 2
+
+
+def test_a_thread_per_request_keeps_one_state_per_name(watched):
+    lock = threading.Lock()
+
+    def work():
+        with lock:
+            pass
+
+    for _ in range(300):  # more than a compaction's threshold (256 states)
+        _run(work, "request")
+    assert len(_states_named("request")) == 1
+    data = RECORDER.snapshot()
+    name = lock._lockwatch_class.name
+    assert data["locks"][name]["acquisitions"] == 300
+    assert data["workers"]["request"]["observed_ns"] > 0
+    assert data["pool"]["peak_workers"] == 1  # one at a time
+
+
+def test_a_thread_that_ends_holding_a_lock_keeps_its_state(watched):
+    lock = threading.Lock()
+    seen = []
+
+    def work():
+        lock.acquire()
+        seen.append(RECORDER.thread_state())
+
+    _run(work, "holder")
+    (state,) = _states_named("holder")
+    assert state is seen[0] and state.held  # its hold is still there to report
+    lock.release()
+
+
+def test_threads_alive_together_are_counted_once_each(watched):
+    lock = threading.Lock()
+    inside = threading.Barrier(4)
+
+    def work():
+        with lock:
+            pass
+        inside.wait()
+
+    threads = [threading.Thread(target=work, name="pooled") for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    (state,) = _states_named("pooled")
+    (stats,) = state.stats.values()
+    assert stats.acquisitions == 4
+    assert RECORDER.snapshot()["pool"]["peak_workers"] == 4
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_a_fork_while_another_thread_has_the_recorder_does_not_hang_the_child():
+    """The child clears the other threads' locals (their end) before its fork handlers give the
+    recorder a new lock: a thread that had the recorder's lock at the fork is gone, and the fold
+    of its state is skipped rather than waited for."""
+    script = textwrap.dedent(
+        """
+        import os, threading
+        from opentelemetry.sdk.metrics import MeterProvider
+        from opentelemetry.sdk.trace import TracerProvider
+        from otel_lockwatch import LockwatchInstrumentor
+        from otel_lockwatch.record._recorder import RECORDER
+        LockwatchInstrumentor().instrument(
+            tracer_provider=TracerProvider(), meter_provider=MeterProvider(), manifest=False
+        )
+        lock = threading.Lock()
+        inside, leave = threading.Event(), threading.Event()
+        def other():
+            with lock:
+                pass
+            with RECORDER._lock:
+                inside.set()
+                leave.wait()
+        t = threading.Thread(target=other)
+        t.start()
+        inside.wait()
+        pid = os.fork()
+        if pid == 0:
+            with lock:
+                pass
+            os._exit(0)
+        _, status = os.waitpid(pid, 0)
+        leave.set()
+        t.join()
+        print(os.waitstatus_to_exitcode(status))
+        """
+    )
+    done = subprocess.run(
+        [sys.executable, "-W", "ignore", "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.stdout.split() == ["0"], done.stderr[-2000:]
