@@ -2,7 +2,7 @@
 
     nox                     every leg: the README's (this machine's python3) and the matrix's
     nox -l                  the sessions
-    nox -s 3.14 3.14-pure   those legs
+    nox -s 3.14 3.15-pure   those legs
     nox -t matrix           the matrix's legs (what .ci/run runs after the README's command)
     nox -s readme           the README's test command (scripts/test.sh: set-up, checks, its legs)
 

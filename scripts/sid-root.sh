@@ -38,6 +38,10 @@ esac
 
 pip_cache="${PIP_CACHE_DIR:-$HOME/.cache/pip}"
 mkdir -p "$pip_cache"
+# A host's local wheel directory is not in the root: pip there would warn at every install.
+if [[ -n ${PIP_FIND_LINKS:-} && ! -d $root/${PIP_FIND_LINKS#/} ]]; then
+    unset PIP_FIND_LINKS
+fi
 
 # In the new mount namespace: bind the host's filesystems in, then chroot.
 # shellcheck disable=SC2016
