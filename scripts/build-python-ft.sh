@@ -64,5 +64,5 @@ say "building CPython $version with --disable-gil into $prefix (about 15 min on 
 "$python" -c 'import sys, ssl, zlib, ctypes, sqlite3; assert not sys._is_gil_enabled()' ||
     fail "$python is not a working free-threaded interpreter"
 say "built in $((SECONDS - start)) s: $("$python" -VV)"
-rm -rf "$work"/src.tar.xz
+rm -rf "$work"
 printf '%s\n' "$python"
