@@ -1,37 +1,75 @@
 #!/usr/bin/env bash
-# The suite's legs on every CPython the package claims, C path and pure-Python path: scripts/test.sh
-# sources this file and calls run_legs after its own set-up (and `bash scripts/test-pythons.sh
-# [pytest args]` runs the legs alone, without that set-up).
+# The suite's legs: a leg is a CPython and a path, and the tests it runs. scripts/test.sh sources
+# this file and calls run_legs after its own set-up; `bash scripts/test-pythons.sh [pytest args]`
+# runs legs alone, without that set-up; noxfile.py's sessions run one leg each.
 #
-# A leg is a Python and a path: "3.12" is 3.12 with the C fast path, "3.12-pure" the same Python
-# with LOCKWATCH_DISABLE_EXTENSIONS=1. The claimed Pythons are the package's "Programming Language
-# :: Python :: 3.N" classifiers; the C fast path builds on 3.11+ only, so 3.10 has one leg, its
-# pure path. The leg of the Python that runs this script (`python3`, which scripts/test.sh has
-# installed the package into) runs the whole suite first; each other leg runs in a venv of its
-# own under ${LOCKWATCH_VENVS:-$cache/venvs}/3.N (created once, the package installed editable
-# with its test extra at each run) and, to keep CI within its time limit, without the end-to-end
-# tests (`-m "not e2e"`): those drive external binaries (Jaeger, a collector) and test what those
-# programs receive, which does not depend on the Python that sent it. Measured on CI's 2-core
-# machine: 6 to 8 minutes a leg, the whole CI run 49 minutes of its 90; with the end-to-end tests
-# on every leg it would come close to an hour. Legs run one after the other: timing-sensitive
-# tests flake when two suites share the cores.
+# A leg's name is a version and a path: "3.14" is CPython 3.14 with the C fast path, "3.14-pure"
+# the same Python with LOCKWATCH_DISABLE_EXTENSIONS=1. What it runs is "all" (the whole suite)
+# or "core" (the capture, lock-order, pool and exit tests: CORE_TESTS below); a leg other than
+# the machine's python3 leaves out the end-to-end tests (-m "not e2e"): they drive external
+# programs (Jaeger, a collector, Chromium) and check what those received, which does not depend
+# on the Python that sent it.
 #
-#   LOCKWATCH_LEGS="3.11"              only the main leg (the quick run for a developer)
-#   LOCKWATCH_LEGS="3.10-pure 3.13"    those legs (the main leg only if listed)
+#   README_LEGS  the README's test command (scripts/test.sh): this machine's python3, the whole
+#                suite on the C path (e2e included), the core tests on the pure-Python path.
+#   MATRIX_LEGS  the rest of CI's matrix (.ci/run; `nox`): the whole suite on the newest GIL
+#                Python, the core tests on the others. docs/development.md says why.
 #
-# The default is every leg of every claimed Python. A claimed Python this machine lacks (neither
-# pyenv's 3.N.* nor python3.N on the PATH) is a failure under CI=true, a printed skip otherwise.
-# Each leg prints its wall time and the summary repeats them.
+#   LOCKWATCH_LEGS="3.14 3.15-pure"   those legs, with their usual tests
+#   LOCKWATCH_LEGS="3.12:all"         a leg with other tests than usual (all or core)
+#   LOCKWATCH_LEGS=readme | matrix    either list (the default is readme)
+#
+# Where a Python comes from: pyenv's 3.N.* or python3.N on the PATH; failing both, 3.14 and 3.15
+# from the Debian sid root of scripts/provision-pythons.sh (made when missing, as root), where
+# the leg runs in a chroot (scripts/sid-root.sh). Each leg other than python3's has a venv of its
+# own, made once (${LOCKWATCH_VENVS:-$cache/venvs}/3.N, or /venvs/3.N in the sid root), with the
+# checkout installed editable at each run. A Python that cannot be had fails the leg under
+# CI=true and is a printed skip otherwise. Legs run one after the other (two suites at once on a
+# small machine make timing tests flake); each prints its wall time, and the summary repeats them.
 set -euo pipefail
+
+README_LEGS="main:all main-pure:core"
+# (Each C leg's tests/test_speedups.py also runs the lock path's suites on the pure-Python path,
+# in a subprocess: a pure leg of its own is kept for python3 and the newest Python only.)
+MATRIX_LEGS="3.15:all 3.15-pure:core 3.14:core 3.13:core 3.12:core"
+# The core: what the capture (both paths' lock bookkeeping), the lock-order check, the pools'
+# evaluation and the exit path do, which is where the interpreter's version shows (reference
+# counts, frames, the GIL's switch points, signals at exit).
+CORE_TESTS=(
+    tests/test_instrumentation.py tests/test_lock_conformance.py tests/test_reentrancy.py
+    tests/test_held_window.py tests/test_speedups.py tests/test_sections.py
+    tests/test_async_sections.py tests/test_starvation_noise.py tests/test_signal_capture.py
+    tests/test_histogram.py tests/test_free_threaded.py
+    tests/test_lock_order.py tests/test_order_graph.py tests/test_order_reentrant.py
+    tests/test_ordered.py
+    tests/test_pools_evaluate.py tests/test_pools_merge.py tests/test_pools_real.py
+    tests/test_pools_report.py
+    tests/test_exit.py tests/test_exit_deadline.py
+)
+# The Pythons the Debian sid root serves (scripts/provision-pythons.sh).
+SID_PYTHONS="3.14 3.15"
 
 legs_say() { printf 'test.sh: %s\n' "$*" >&2; }
 
-# The Pythons the package claims, from pyproject.toml's classifiers: "3.10 3.11 ...".
+# The Pythons the package claims, from pyproject.toml's classifiers: "3.11 3.12 ...". A leg of a
+# Python not claimed yet runs and reports, but its failure does not fail the run: a Python is
+# claimed (a classifier added) once its legs pass.
 claimed_pythons() {
     sed -n 's/^ *"Programming Language :: Python :: \(3\.[0-9]*\)",$/\1/p' pyproject.toml
 }
 
-# The interpreter for version $1 on this machine, or nothing.
+is_claimed() { [[ " $(claimed_pythons | tr '\n' ' ') " == *" $1 "* ]]; }
+
+# "FAILED" and why ($2, may be empty), and whether it counts (it does for a claimed Python).
+leg_failed() {
+    local why="$2"
+    is_claimed "$1" || why="${why:+$why; }Python $1 is not claimed yet: not counted"
+    printf 'FAILED%s' "${why:+ ($why)}"
+}
+
+legs_cache() { printf '%s' "${LOCKWATCH_CACHE:-$HOME/.cache/otel-lockwatch}"; }
+
+# The interpreter for version $1 on this machine (not the sid root's), or nothing.
 find_python() {
     local p
     p="$(ls -d "${PYENV_ROOT:-$HOME/.pyenv}/versions/$1".*/bin/python 2>/dev/null | sort -V | tail -1 || true)"
@@ -39,91 +77,115 @@ find_python() {
     printf '%s' "$p"
 }
 
-# Every leg's name, in the order they run: the main one, then each claimed Python's C and pure legs.
-all_legs() {
-    local main="$1" v
-    printf '%s\n' "$main" "$main-pure"
-    for v in $(claimed_pythons); do
-        [[ $v == "$main" ]] && continue
-        if [[ $(printf '%s\n' "$v" 3.11 | sort -V | head -1) == 3.11 ]]; then
-            printf '%s\n' "$v"
-        fi
-        printf '%s\n' "$v-pure"
-    done
-}
-
-# The venv of version $1 (made by interpreter $2) with this checkout installed editable in it:
-# prints its python.
+# The venv of version $1 made by interpreter $2, run through the command prefix $3 (empty, or
+# the sid root's runner), at $4, with this checkout installed editable: prints its python.
 leg_venv() {
-    local version="$1" base="$2" dir
-    dir="${LOCKWATCH_VENVS:-${LOCKWATCH_CACHE:-$HOME/.cache/otel-lockwatch}/venvs}/$version"
-    if [[ ! -x $dir/bin/python ]]; then
-        legs_say "creating the $version venv in $dir"
-        "$base" -m venv "$dir" >&2 || return 1
+    local version="$1" base="$2" prefix="$3" dir="$4" host_dir="$5"
+    if [[ ! -x $host_dir/bin/python ]]; then
+        legs_say "creating the $version venv in $host_dir"
+        # shellcheck disable=SC2086 # the prefix is words
+        $prefix "$base" -m venv "$dir" >&2 || return 1
     fi
-    "$dir/bin/python" -m pip install --quiet --disable-pip-version-check -e '.[test]' >&2 || return 1
+    # shellcheck disable=SC2086
+    $prefix "$dir/bin/python" -m pip install --quiet --disable-pip-version-check -e '.[test]' >&2 || return 1
     printf '%s' "$dir/bin/python"
 }
 
-# Run one leg: its name ("3.12", "3.12-pure"), its python, then pytest's arguments.
-# Checks that the path the leg names is the one its interpreter runs, then runs pytest.
+# Run one leg: its name ("3.12", "3.12-pure"), the command prefix, its python, then pytest's
+# arguments. Checks that the path the leg names is the one its interpreter runs, then runs pytest.
 run_leg() {
-    local name="$1" python="$2" want=C pure=() got
-    shift 2
+    local name="$1" prefix="$2" python="$3" want=C pure=() got
+    shift 3
     if [[ $name == *-pure ]]; then
         want="pure Python"
         pure=(LOCKWATCH_DISABLE_EXTENSIONS=1)
     fi
-    got="$(env "${pure[@]}" "$python" -c \
+    # shellcheck disable=SC2086
+    got="$(env "${pure[@]}" $prefix "$python" -c \
         'from otel_lockwatch.capture import _fast_path as f; print("C" if f.SPEEDUPS else "pure Python")')" || return 1
     if [[ $got != "$want" ]]; then
         legs_say "leg $name: wants the $want path, its Python runs the $got path"
         return 1
     fi
-    legs_say "leg $name: Python $("$python" -c 'import sys; print(sys.version.split()[0])'), $want path: pytest $*"
-    env "${pure[@]}" "$python" -m pytest "$@"
+    # shellcheck disable=SC2086
+    legs_say "leg $name: Python $($prefix "$python" -c 'import sys; print(sys.version.split()[0])'), $want path${prefix:+, in the sid root}: pytest $*"
+    # shellcheck disable=SC2086
+    env "${pure[@]}" $prefix "$python" -m pytest "$@"
 }
 
-# Run the legs (all, or those of LOCKWATCH_LEGS) with pytest's arguments "$@"; returns 1 when any
-# leg failed or, under CI, a claimed Python is missing.
+# The legs to run, one "name:tests" a word, main standing for this machine's python3's version.
+expand_legs() {
+    local main="$1" word
+    for word in ${LOCKWATCH_LEGS:-readme}; do
+        case $word in
+        readme) printf '%s\n' $README_LEGS ;;
+        matrix) printf '%s\n' $MATRIX_LEGS ;;
+        *:*) printf '%s\n' "$word" ;;
+        *) # its usual tests: as in the lists, else core
+            printf '%s\n' $README_LEGS $MATRIX_LEGS | grep -m1 -x "${word}:[a-z]*" ||
+                printf '%s:core\n' "$word" ;;
+        esac
+    done | sed "s/^main/$main/"
+}
+
+# Run the legs (LOCKWATCH_LEGS, the README's by default) with pytest's arguments "$@"; returns 1
+# when any leg failed or, under CI, a Python could not be had.
 run_legs() {
-    local main legs leg version base python start status=0 result summary=() args
+    local main leg name tests version base python prefix dir host_dir start status=0 result
+    local summary=() args legs
     main="$(python3 -c 'import sys; print("%d.%d" % sys.version_info[:2])')"
-    read -r -a legs <<<"${LOCKWATCH_LEGS:-$(all_legs "$main" | tr '\n' ' ')}"
+    mapfile -t legs < <(expand_legs "$main")
     for leg in "${legs[@]}"; do
-        version="${leg%-pure}"
+        name="${leg%%:*}" tests="${leg#*:}" version="${name%-pure}" prefix="" python=""
         start=$SECONDS
-        args=(-m "not e2e" "$@")
-        if [[ $leg == "$main" ]]; then
-            args=("$@")
-        fi
+        case $tests in
+        all) args=() ;;
+        core) args=("${CORE_TESTS[@]}") ;;
+        *)
+            legs_say "leg $leg: unknown tests '$tests' (all or core)"
+            return 2
+            ;;
+        esac
+        [[ $version == "$main" ]] || args+=(-m "not e2e")
+        args+=("$@")
         base="$(find_python "$version")"
+        dir="${LOCKWATCH_VENVS:-$(legs_cache)/venvs}/$version" host_dir="$dir"
         if [[ $version == "$main" ]]; then
             python=python3
+        elif [[ -z $base && " $SID_PYTHONS " == *" $version "* && $(id -u) -eq 0 ]]; then
+            if ! bash scripts/provision-pythons.sh >/dev/null; then
+                summary+=("$name: $(leg_failed "$version" "the sid root could not be provisioned")")
+                is_claimed "$version" && status=1
+                continue
+            fi
+            prefix="bash scripts/sid-root.sh" base="python$version"
+            dir="/venvs/$version" host_dir="$(legs_cache)/sid-root/venvs/$version"
         elif [[ -z $base ]]; then
             if [[ ${CI:-} == true ]]; then
-                legs_say "leg $leg: Python $version is claimed but not on this machine"
-                summary+=("$leg: FAILED (no Python $version)")
+                legs_say "leg $name: no Python $version on this machine"
+                summary+=("$name: FAILED (no Python $version)")
                 status=1
             else
-                legs_say "leg $leg: skipped, no Python $version here (under CI this fails)"
-                summary+=("$leg: skipped (no Python $version)")
+                legs_say "leg $name: skipped, no Python $version here (under CI this fails)"
+                summary+=("$name: skipped (no Python $version)")
             fi
             continue
-        elif ! python="$(leg_venv "$version" "$base")"; then
-            legs_say "leg $leg: could not install the package in the $version venv"
-            summary+=("$leg: FAILED (install)")
+        fi
+        if [[ -z $python ]] && ! python="$(leg_venv "$version" "$base" "$prefix" "$dir" "$host_dir")"; then
+            legs_say "leg $name: could not install the package in the $version venv"
+            summary+=("$name: FAILED (install)")
             status=1
             continue
         fi
-        if run_leg "$leg" "$python" "${args[@]}"; then
+        if run_leg "$name" "$prefix" "$python" "${args[@]}"; then
             result=passed
         else
-            result=FAILED
-            status=1
+            result="$(leg_failed "$version" "")"
+            is_claimed "$version" && status=1
         fi
-        legs_say "leg $leg: $result in $(((SECONDS - start) / 60))m $(((SECONDS - start) % 60))s"
-        summary+=("$leg: $result in $(((SECONDS - start) / 60))m $(((SECONDS - start) % 60))s")
+        result="$result in $(((SECONDS - start) / 60))m $(((SECONDS - start) % 60))s ($tests)"
+        legs_say "leg $name: $result"
+        summary+=("$name: $result")
     done
     legs_say "legs:"
     printf 'test.sh:   %s\n' "${summary[@]}" >&2

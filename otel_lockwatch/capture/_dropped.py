@@ -44,23 +44,18 @@ __all__ = ["collected_gone", "dropped"]
 _getframe = sys._getframe
 
 
-def _refs_of_an_entry_only() -> int:
-    entry = (object(),)
-    obj = entry[0]
-    return getrefcount(obj)
+def _count(container: Any, index: int) -> int:
+    """The reference count of ``container[index]``, taken the one way every count here is taken:
+    the item is never held in a variable. How many references a call's argument and a local add
+    changed across versions (3.14 lends a local to a call without a reference of its own, a
+    variable a closure captures still owns one), so a count is compared only with one taken by
+    the same code."""
+    return getrefcount(container[index])
 
 
-def _refs_of_a_member_only() -> int:
-    members = [object()]
-    m = members[0]
-    return getrefcount(m)
-
-
-#: What ``getrefcount(obj)`` answers in :func:`dropped` when its held-stack entry is the only
-#: reference to the lock object, and ``getrefcount(m)`` in :func:`_reached_only_from` when the
-#: list of members is the only reference to ``m`` (measured the same ways, on every version).
-_ENTRY_ONLY = _refs_of_an_entry_only()
-_MEMBER_ONLY = _refs_of_a_member_only()
+#: What :func:`_count` answers when the container is the only reference to the item: a held-stack
+#: entry for :func:`dropped`, the list of members for :func:`_reached_only_from`.
+_ONLY_IN_CONTAINER = _count((object(),), 0)
 _SUSPENDABLE = inspect.CO_GENERATOR | inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR
 _SHARED = (type, types.ModuleType, types.CodeType, types.FrameType)
 # A free-threaded build defers the reference counts of functions and others: they undercount,
@@ -77,10 +72,10 @@ def dropped(entry: tuple, held: list) -> bool:
     Conservative: a lock that might still be reached (a weak reference, a global, an object
     anything else refers to, a frame still running or suspended) is not gone.
     """
-    obj = entry[3]
-    if getweakrefcount(obj):
+    if getweakrefcount(entry[3]):
         return False
-    extra = getrefcount(obj) - _ENTRY_ONLY
+    extra = _count(entry, 3) - _ONLY_IN_CONTAINER  # before a variable here refers to the lock
+    obj = entry[3]
     extra -= sum(1 for other in held if other[3] is obj and other is not entry)
     if extra <= 0:
         return True
@@ -155,8 +150,7 @@ def _reached_only_from(frame: Any, obj: Any, extra: int) -> bool:
         return False
     outside = []
     for k in range(1, len(members)):
-        m = members[k]
-        if getrefcount(m) - _MEMBER_ONLY > internal[k]:
+        if _count(members, k) - _ONLY_IN_CONTAINER > internal[k]:
             outside.append(k)
     reached = set(outside)
     while outside:
