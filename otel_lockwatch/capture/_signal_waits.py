@@ -1,15 +1,16 @@
 """The bookkeeping every signal path shares: one routine per step (a wait, a take, a give).
 
 A signal wait (``Condition.wait``, a blocking queue ``get`` / ``put``, a semaphore's blocking
-``acquire``) ends only when another worker signals, so it is recorded apart from mutex waits, in
-the worker's ``signals`` (``record._signals``). The condition, queue and semaphore paths
-(``_conditions``, ``_queues``, ``_semaphores``) call these after the operation ran, never around
-it, so the host's object behaves as it always did. Like ``_bookkeeping``'s, they write only to the
-calling worker's state (no process-wide lock), and a wait that blocked also goes to the outbox,
-for its ``lock.wait`` span (above the wait threshold, with ``lockwatch.wait.kind = "signal"``)
-and its value of the wait histogram, exactly as a mutex wait does. The clock is read for a take
-or a give (their hold time needs it) and around a wait that blocked; never for a call that only
-passes through.
+``acquire``, an ``Event.wait`` or a future's result that blocked) ends only when another worker
+signals, so it is recorded apart from mutex waits, in the worker's ``signals``
+(``record._signals``). The condition, queue and semaphore paths (``_conditions``, ``_queues``,
+``_semaphores``, ``_events``, ``_futures``) call these after the operation ran, never around it, so
+the host's object behaves as it always did. Like ``_bookkeeping``'s, they write only to the calling
+worker's state (no process-wide lock), and a wait that blocked also goes to the outbox, for its
+``lock.wait`` span (above the wait threshold, with ``lockwatch.wait.kind = "signal"``) and its
+value of the wait histogram, exactly as a mutex wait does. The clock is read for a take or a give
+(their hold time needs it) and around a wait that blocked; never for a call that only passes
+through.
 
 A worker that touches a class here is a worker of that class in the recorder too (an empty
 ``Stats`` entry, written once): it then has an observed time, and the class a lock entry, even
@@ -39,6 +40,7 @@ __all__ = [
     "SIGNAL_EXTRA",
     "gave",
     "signal_stats",
+    "signalled",
     "skip_frames_of",
     "task_state",
     "thread_state",
@@ -169,6 +171,22 @@ def gave(st: WorkerState, cls: LockClass, held: int) -> None:
         if held > s.most:
             s.most = held
         st.last = now
+    except Exception as exc:
+        OUTBOX.failed(exc)
+
+
+def signalled(state: Any, cls: LockClass) -> None:
+    """A signal that ended another worker's wait and pairs with no checkout (an event's ``set``,
+    a future's result): one give of the worker ``state()`` returns."""
+    try:
+        st = state()
+        if st.in_lockwatch:
+            return
+        s = st.signals.get(cls)
+        if s is None:
+            s = signal_stats(st, cls)
+        s.gives += 1
+        st.last = _pc()
     except Exception as exc:
         OUTBOX.failed(exc)
 

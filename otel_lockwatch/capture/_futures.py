@@ -1,0 +1,205 @@
+"""Watched futures: a blocked wait for a future's result is a signal wait, setting it the signal.
+
+A pool may park each waiter on a future of its own and resolve it when a peer gives a connection
+back: aiohttp's ``TCPConnector`` (``limit=2``) awaits ``loop.create_future()`` in
+``_wait_for_available_connection`` and its release sets the first waiter's result. The waiter
+waits for a peer, as in a condition's ``wait``. So
+
+- a ``concurrent.futures.Future`` created by watched code while instrumented (not an executor's:
+  ``submit`` is the standard library's machinery, whose futures stay plain) gets a lock class
+  (kind ``concurrent.futures.Future``), named by its creation site; a ``result()`` or
+  ``exception()`` on it that finds it not finished is a signal wait, to its return (given up when
+  it timed out), and so is ``concurrent.futures.wait()`` over futures of which a watched one is
+  pending (on the class of the first such);
+- a future that watched code makes with ``loop.create_future()`` (not asyncio's own: a sleep's,
+  an ``asyncio.Event``'s, a queue's) is a :class:`Future`, the C future's subclass with one
+  ``__await__`` of its own (kind ``asyncio.Future``): a task's ``await`` on it that finds it not
+  done is a signal wait of the task, ended when the future is resolved (the time is stamped by
+  ``set_result`` / ``set_exception``; a cancelled wait is given up). A future made directly
+  (``asyncio.Future()``, ``asyncio.get_running_loop()`` of an event loop that is not
+  ``asyncio``'s, uvloop's) is not watched;
+- ``set_result`` / ``set_exception`` of a watched future that ends a blocked wait is a signal of
+  the calling worker (the task; the thread when a loop callback resolves it). A future resolved
+  with nobody waiting costs one attribute read.
+
+The evaluation's rule then reads who resolved the futures: the waiters of a pool also resolve
+their peers' (they give connections back): contention; a consumer waiting for a producer that
+never waits is idle (``manifest._pools``).
+
+**Where it hooks.** ``concurrent.futures.Future``'s ``__init__``, ``result``, ``exception``,
+``set_result`` and ``set_exception`` on the class (with ``_lockwatch_class = None`` there: an
+executor's future is told apart by one attribute read), the module's ``wait``, and
+``asyncio.BaseEventLoop.create_future`` (on the C path a machinery caller goes straight to the
+original, ``CreationGate``). A watched asyncio future differs from the plain one only in its
+type (a subclass named ``Future``, with the same ``repr``): ``asyncio.isfuture`` and the task's
+wake-up treat it as any future.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import asyncio.base_events
+import asyncio.futures
+import concurrent.futures._base as _base
+from time import perf_counter_ns as _pc
+from typing import Any
+
+from ..record._outbox import OUTBOX
+from ._bookkeeping import current_context
+from ._events import blocked_wait
+from ._fast_path import speedups
+from ._naming import MACHINERY, lock_class, watched_site
+from ._signal_waits import signal_stats, signalled, skip_frames_of, task_state, thread_state, waited
+
+__all__ = [
+    "Future",
+    "create_future_factory",
+    "executor_wait_factory",
+    "future_result_factory",
+    "future_set_factory",
+]
+
+_FINISHED = (_base.FINISHED, _base.CANCELLED, _base.CANCELLED_AND_NOTIFIED)
+
+
+# -- concurrent.futures ---------------------------------------------------------------------
+def future_result_factory(original: Any) -> Any:
+    """The patched ``Future.result`` / ``Future.exception``: a signal wait when it blocks."""
+
+    def result(self: Any, timeout: float | None = None) -> Any:
+        cls = self._lockwatch_class
+        if cls is None or self._state in _FINISHED:
+            return original(self, timeout)
+        return blocked_wait(cls, self.done, original, self, timeout)
+
+    return result
+
+
+def future_set_factory(original: Any) -> Any:
+    """The patched ``Future.set_result`` / ``Future.set_exception``: a signal when it ends a
+    blocked wait (a ``result()`` or a ``wait()`` on it)."""
+
+    def set_result(self: Any, result: Any) -> None:
+        cls = self._lockwatch_class
+        if cls is None:
+            return original(self, result)
+        try:
+            waking = self._state not in _FINISHED and bool(
+                self._condition._waiters or self._waiters
+            )
+        except Exception:  # a subclass without the stdlib's fields
+            waking = False
+        original(self, result)  # raises on a finished future: then it signalled nothing
+        if waking:
+            signalled(thread_state, cls)
+
+    return set_result
+
+
+def executor_wait_factory(original: Any) -> Any:
+    """The patched ``concurrent.futures.wait``: a signal wait on the class of the first watched
+    future that is pending (the call runs unchanged)."""
+
+    def wait(fs: Any, timeout: float | None = None, return_when: str = _base.ALL_COMPLETED) -> Any:
+        fs = list(fs)  # read once: the original reads it again (a generator would be spent)
+        pending = [
+            f
+            for f in fs
+            if getattr(f, "_lockwatch_class", None) is not None and f._state not in _FINISHED
+        ]
+        if not pending:
+            return original(fs, timeout, return_when)
+        test = all if return_when == _base.ALL_COMPLETED else any
+
+        def done() -> bool:
+            return test(f.done() for f in pending)
+
+        return blocked_wait(pending[0]._lockwatch_class, done, original, fs, timeout, return_when)
+
+    return wait
+
+
+# -- asyncio --------------------------------------------------------------------------------
+_set_result = asyncio.Future.set_result
+_set_exception = asyncio.Future.set_exception
+
+
+class Future(asyncio.Future):  # type: ignore[type-arg]
+    """A watched asyncio future: ``loop.create_future()`` made by watched code."""
+
+    _lockwatch_class: Any = None
+    _lw_waiting = 0  # tasks blocked on it now
+    _lw_resolved = 0  # when a blocked wait's future was resolved (0: not yet)
+
+    def __await__(self) -> Any:
+        if self.done():
+            return self.result()
+        cls = self._lockwatch_class
+        st = task_state()
+        if cls is None or st.in_lockwatch:
+            self._asyncio_future_blocking = True
+            yield self  # the task waits for it to be done
+        else:
+            try:
+                signal_stats(st, cls)
+            except Exception as exc:
+                OUTBOX.failed(exc)
+            ctx = current_context()
+            before, st.waiting = st.waiting, cls  # for the live gauges
+            self._lw_waiting += 1
+            t0 = _pc()
+            try:
+                self._asyncio_future_blocking = True
+                yield self
+            finally:
+                st.waiting = before
+                self._lw_waiting -= 1
+                ok = self.done() and not self.cancelled()
+                waited(st, cls, t0, self._lw_resolved or _pc(), ok, ctx, False)
+        if not self.done():
+            raise RuntimeError("await wasn't used with future")
+        return self.result()
+
+    __iter__ = __await__
+
+    def set_result(self, result: Any) -> None:
+        _set_result(self, result)
+        if self._lw_waiting:
+            self._resolved()
+
+    def set_exception(self, exception: Any) -> None:
+        _set_exception(self, exception)
+        if self._lw_waiting:
+            self._resolved()
+
+    def _resolved(self) -> None:
+        """A blocked wait ends here: the time, and the resolving worker's signal."""
+        self._lw_resolved = _pc()
+        signalled(task_state, self._lockwatch_class)
+
+
+Future.__name__ = Future.__qualname__ = "Future"  # its repr is a plain future's: <Future pending>
+
+
+def create_future_factory(original: Any) -> Any:
+    """The patched ``BaseEventLoop.create_future``: a future made by watched code is a
+    :class:`Future` of its class, by creation site."""
+
+    def create_future(self: Any) -> Any:
+        try:
+            site = watched_site(1)
+            if site is None:
+                return original(self)
+            future = Future(loop=self)
+            future._lockwatch_class = lock_class(site, "asyncio.Future", site)
+            return future
+        except Exception as exc:  # never into the host: a plain future
+            OUTBOX.failed(exc)
+            return original(self)
+
+    if speedups is None:
+        return create_future
+    return speedups.CreationGate(original, create_future, MACHINERY)
+
+
+skip_frames_of(globals(), vars(_base), vars(asyncio.futures), vars(asyncio.base_events))
