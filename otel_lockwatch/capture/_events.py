@@ -39,12 +39,23 @@ from ..record._outbox import OUTBOX
 from ._bookkeeping import current_context
 from ._fast_path import speedups
 from ._naming import MACHINERY, lock_class, watched_site
-from ._signal_waits import signal_stats, signalled, skip_frames_of, task_state, thread_state, waited
+from ._signal_waits import (
+    handed,
+    running_task_state,
+    signal_stats,
+    signalled,
+    skip_frames_of,
+    task_state,
+    thread_state,
+    waited,
+)
 
 __all__ = [
     "async_set_factory",
     "async_wait_factory",
     "blocked_wait",
+    "ended",
+    "stamp",
     "no_class",
     "tag_init_factory",
     "threading_set_factory",
@@ -75,10 +86,11 @@ def tag_init_factory(original: Any, kind: str) -> Any:
     return __init__ if speedups is None else speedups.CreationGate(original, __init__, MACHINERY)
 
 
-def blocked_wait(cls: Any, done: Any, wait: Any, *args: Any) -> Any:
-    """``wait(*args)`` on a watched event or future of class ``cls`` that has not happened yet,
-    timed as a signal wait of the calling thread; ``done()`` tells, after it, whether the wait
-    ended by the signal (else it gave up). Its result or exception is the caller's."""
+def blocked_wait(obj: Any, cls: Any, done: Any, wait: Any, *args: Any) -> Any:
+    """``wait(*args)`` on ``obj``, a watched event or future of class ``cls`` that has not
+    happened yet, timed as a signal wait of the calling thread; ``done()`` tells, after it,
+    whether the wait ended by the signal (else it gave up). Its result or exception is the
+    caller's."""
     st = thread_state()
     if st.in_lockwatch:
         return wait(*args)
@@ -92,12 +104,20 @@ def blocked_wait(cls: Any, done: Any, wait: Any, *args: Any) -> Any:
     try:
         result = wait(*args)
     except BaseException:
-        waited(st, cls, t0, _pc(), _done(done), ctx, False)
+        ended(obj, st, cls, t0, _pc(), _done(done), ctx)
         raise
     finally:
         st.waiting = before
-    waited(st, cls, t0, _pc(), _done(done), ctx, False)
+    ended(obj, st, cls, t0, _pc(), _done(done), ctx)
     return result
+
+
+def ended(obj: Any, st: Any, cls: Any, t0: int, t1: int, ok: bool, ctx: Any) -> None:
+    """A blocked wait on ``obj`` from ``t0`` to ``t1`` (``ok``: it was set, not given up), and
+    the hand-off when a peer set it (``obj._lw_peer``, stamped by the set)."""
+    waited(st, cls, t0, t1, ok, ctx, False)
+    if ok and getattr(obj, "_lw_peer", False):
+        handed(st, cls)
 
 
 def _done(done: Any) -> bool:
@@ -105,6 +125,16 @@ def _done(done: Any) -> bool:
         return bool(done())
     except Exception:  # a subclass's odd state: count the wait as given up
         return False
+
+
+def stamp(obj: Any, state: Any, cls: Any) -> None:
+    """A set that ends a blocked wait on ``obj``: the setter's signal, and whether it was a
+    peer's (read by the waiter when it wakes: so stamped before the set wakes it)."""
+    peer = signalled(state, cls)
+    try:
+        obj._lw_peer = peer
+    except Exception as exc:  # a subclass with no room for it: no hand-off is seen
+        OUTBOX.failed(exc)
 
 
 # -- threading.Event ------------------------------------------------------------------------
@@ -115,7 +145,7 @@ def threading_wait_factory(original: Any) -> Any:
         cls = self._lockwatch_class
         if cls is None or self._flag:
             return original(self, timeout)
-        return blocked_wait(cls, self.is_set, original, self, timeout)
+        return blocked_wait(self, cls, self.is_set, original, self, timeout)
 
     return wait
 
@@ -131,9 +161,9 @@ def threading_set_factory(original: Any) -> Any:
             waking = not self._flag and bool(self._cond._waiters)
         except Exception:  # a subclass without the stdlib's fields
             waking = False
-        original(self)
         if waking:
-            signalled(thread_state, cls)
+            stamp(self, thread_state, cls)
+        original(self)
 
     return set
 
@@ -163,7 +193,7 @@ def async_wait_factory(original: Any) -> Any:
             raise
         finally:
             st.waiting = before
-        waited(st, cls, t0, _pc(), True, ctx, False)
+        ended(self, st, cls, t0, _pc(), True, ctx)
         return result
 
     return wait
@@ -180,9 +210,9 @@ def async_set_factory(original: Any) -> Any:
             waking = not self._value and bool(self._waiters)
         except Exception:
             waking = False
-        original(self)
         if waking:
-            signalled(task_state, cls)
+            stamp(self, running_task_state, cls)
+        original(self)
 
     return set
 

@@ -46,10 +46,16 @@ from typing import Any
 
 from ..record._outbox import OUTBOX
 from ._bookkeeping import current_context
-from ._events import blocked_wait
+from ._events import blocked_wait, ended, stamp
 from ._fast_path import speedups
 from ._naming import MACHINERY, lock_class, watched_site
-from ._signal_waits import signal_stats, signalled, skip_frames_of, task_state, thread_state, waited
+from ._signal_waits import (
+    running_task_state,
+    signal_stats,
+    skip_frames_of,
+    task_state,
+    thread_state,
+)
 
 __all__ = [
     "Future",
@@ -70,7 +76,7 @@ def future_result_factory(original: Any) -> Any:
         cls = self._lockwatch_class
         if cls is None or self._state in _FINISHED:
             return original(self, timeout)
-        return blocked_wait(cls, self.done, original, self, timeout)
+        return blocked_wait(self, cls, self.done, original, self, timeout)
 
     return result
 
@@ -89,9 +95,9 @@ def future_set_factory(original: Any) -> Any:
             )
         except Exception:  # a subclass without the stdlib's fields
             waking = False
-        original(self, result)  # raises on a finished future: then it signalled nothing
-        if waking:
-            signalled(thread_state, cls)
+        if waking:  # (a set on a future finished meanwhile raises: counted all the same)
+            stamp(self, thread_state, cls)
+        original(self, result)
 
     return set_result
 
@@ -114,7 +120,8 @@ def executor_wait_factory(original: Any) -> Any:
         def done() -> bool:
             return test(f.done() for f in pending)
 
-        return blocked_wait(pending[0]._lockwatch_class, done, original, fs, timeout, return_when)
+        first = pending[0]
+        return blocked_wait(first, first._lockwatch_class, done, original, fs, timeout, return_when)
 
     return wait
 
@@ -130,6 +137,7 @@ class Future(asyncio.Future):  # type: ignore[type-arg]
     _lockwatch_class: Any = None
     _lw_waiting = 0  # tasks blocked on it now
     _lw_resolved = 0  # when a blocked wait's future was resolved (0: not yet)
+    _lw_peer = False  # resolved by a worker that waits on the class too
 
     def __await__(self) -> Any:
         if self.done():
@@ -155,7 +163,7 @@ class Future(asyncio.Future):  # type: ignore[type-arg]
                 st.waiting = before
                 self._lw_waiting -= 1
                 ok = self.done() and not self.cancelled()
-                waited(st, cls, t0, self._lw_resolved or _pc(), ok, ctx, False)
+                ended(self, st, cls, t0, self._lw_resolved or _pc(), ok, ctx)
         if not self.done():
             raise RuntimeError("await wasn't used with future")
         return self.result()
@@ -175,7 +183,7 @@ class Future(asyncio.Future):  # type: ignore[type-arg]
     def _resolved(self) -> None:
         """A blocked wait ends here: the time, and the resolving worker's signal."""
         self._lw_resolved = _pc()
-        signalled(task_state, self._lockwatch_class)
+        stamp(self, running_task_state, self._lockwatch_class)
 
 
 Future.__name__ = Future.__qualname__ = "Future"  # its repr is a plain future's: <Future pending>

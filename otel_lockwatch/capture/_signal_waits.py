@@ -39,9 +39,11 @@ from ._naming import LockClass, site_of
 __all__ = [
     "SIGNAL_EXTRA",
     "gave",
+    "handed",
     "signal_stats",
     "signalled",
     "skip_frames_of",
+    "running_task_state",
     "task_state",
     "thread_state",
     "took",
@@ -77,6 +79,16 @@ def task_state() -> WorkerState:
     except RuntimeError:  # no running loop: a thread calling in
         task = None
     return thread_state() if task is None else RECORDER.task_state(task)
+
+
+def running_task_state() -> WorkerState | None:
+    """The ``WorkerState`` of the running asyncio task; None in a loop's callback (no task is
+    running: the signal it makes is no worker's) or outside a loop."""
+    try:
+        task = _current_task()
+    except RuntimeError:
+        return None
+    return None if task is None else RECORDER.task_state(task)
 
 
 def signal_stats(st: WorkerState, cls: LockClass) -> SignalStats:
@@ -175,18 +187,34 @@ def gave(st: WorkerState, cls: LockClass, held: int) -> None:
         OUTBOX.failed(exc)
 
 
-def signalled(state: Any, cls: LockClass) -> None:
+def signalled(state: Any, cls: LockClass) -> bool:
     """A signal that ended another worker's wait and pairs with no checkout (an event's ``set``,
-    a future's result): one give of the worker ``state()`` returns."""
+    a future's result): one give of the worker ``state()`` returns (None: no worker). Returns
+    whether that worker waits on the class itself (a hand-off between peers: :func:`handed`)."""
     try:
         st = state()
-        if st.in_lockwatch:
-            return
+        if st is None or st.in_lockwatch:
+            return False
         s = st.signals.get(cls)
         if s is None:
             s = signal_stats(st, cls)
         s.gives += 1
         st.last = _pc()
+        return s.waits > 0
+    except Exception as exc:
+        OUTBOX.failed(exc)
+        return False
+
+
+def handed(st: WorkerState, cls: LockClass) -> None:
+    """A wait on an event or a future that a peer ended, one that waits on the class too: the
+    waiter is in the pool's chain of hand-offs, and that counts as one signal of its own (it
+    will hand on what it was handed, and a hand-on with nobody waiting sets nothing to see)."""
+    try:
+        s = st.signals.get(cls)
+        if s is None:
+            s = signal_stats(st, cls)
+        s.gives += 1
     except Exception as exc:
         OUTBOX.failed(exc)
 
