@@ -31,6 +31,7 @@ Unlike a watched condition, whose hooks are its own, an event stops recording at
 
 from __future__ import annotations
 
+import sys
 import threading
 from time import perf_counter_ns as _pc
 from typing import Any
@@ -38,8 +39,9 @@ from typing import Any
 from ..record._outbox import OUTBOX
 from ._bookkeeping import current_context
 from ._fast_path import speedups
-from ._naming import MACHINERY, lock_class, watched_site
+from ._naming import MACHINERY, class_of_call
 from ._signal_waits import (
+    excluded_wait,
     handed,
     running_task_state,
     signal_stats,
@@ -51,6 +53,7 @@ from ._signal_waits import (
 )
 
 __all__ = [
+    "MISS",
     "async_set_factory",
     "async_wait_factory",
     "blocked_wait",
@@ -63,6 +66,11 @@ __all__ = [
 ]
 
 
+_getframe = sys._getframe
+#: What a creating call not seen yet finds in its kind's cache.
+MISS = object()
+
+
 def no_class(original: Any) -> None:
     """The class attribute ``_lockwatch_class`` of a watched kind: None (not watched) until an
     instance's ``__init__`` gives it its own."""
@@ -71,15 +79,19 @@ def no_class(original: Any) -> None:
 
 def tag_init_factory(original: Any, kind: str) -> Any:
     """The patched ``__init__`` of an event or a future: an instance created by watched code gets
-    its lock class, by creation site (the machinery's go straight to ``original`` on the C
-    path)."""
+    its lock class, by creation site, remembered per creating call (``_naming.class_of_call``;
+    the machinery's go straight to ``original`` on the C path)."""
+    calls: dict = {}
 
     def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
         original(self, *args, **kwargs)
         try:
-            site = watched_site(1)
-            if site is not None:
-                self._lockwatch_class = lock_class(site, kind, site)
+            f = _getframe(1)  # the creating call, looked up here: one call less per creation
+            cls = calls.get((f.f_code, f.f_lasti), MISS)
+            if cls is MISS:
+                cls = class_of_call(1, kind, calls)
+            if cls is not None:
+                self._lockwatch_class = cls
         except Exception as exc:  # never into the host: it works unwatched
             OUTBOX.failed(exc)
 
@@ -92,7 +104,7 @@ def blocked_wait(obj: Any, cls: Any, done: Any, wait: Any, *args: Any) -> Any:
     whether the wait ended by the signal (else it gave up). Its result or exception is the
     caller's."""
     st = thread_state()
-    if st.in_lockwatch:
+    if st.in_lockwatch or excluded_wait():
         return wait(*args)
     try:  # a worker of the class from now: it counts as alive while it waits
         signal_stats(st, cls)
@@ -130,9 +142,8 @@ def _done(done: Any) -> bool:
 def stamp(obj: Any, state: Any, cls: Any) -> None:
     """A set that ends a blocked wait on ``obj``: the setter's signal, and whether it was a
     peer's (read by the waiter when it wakes: so stamped before the set wakes it)."""
-    peer = signalled(state, cls)
     try:
-        obj._lw_peer = peer
+        obj._lw_peer = not excluded_wait() and signalled(state, cls)
     except Exception as exc:  # a subclass with no room for it: no hand-off is seen
         OUTBOX.failed(exc)
 
@@ -177,7 +188,7 @@ def async_wait_factory(original: Any) -> Any:
         if cls is None or self._value:
             return await original(self)
         st = task_state()
-        if st.in_lockwatch:
+        if st.in_lockwatch or excluded_wait():
             return await original(self)
         try:
             signal_stats(st, cls)

@@ -41,15 +41,17 @@ import asyncio
 import asyncio.base_events
 import asyncio.futures
 import concurrent.futures._base as _base
+import sys
 from time import perf_counter_ns as _pc
 from typing import Any
 
 from ..record._outbox import OUTBOX
 from ._bookkeeping import current_context
-from ._events import blocked_wait, ended, stamp
+from ._events import MISS, blocked_wait, ended, stamp
 from ._fast_path import speedups
-from ._naming import MACHINERY, lock_class, watched_site
+from ._naming import MACHINERY, class_of_call
 from ._signal_waits import (
+    excluded_wait,
     running_task_state,
     signal_stats,
     skip_frames_of,
@@ -65,6 +67,7 @@ __all__ = [
     "future_set_factory",
 ]
 
+_getframe = sys._getframe
 _FINISHED = (_base.FINISHED, _base.CANCELLED, _base.CANCELLED_AND_NOTIFIED)
 
 
@@ -132,19 +135,21 @@ _set_exception = asyncio.Future.set_exception
 
 
 class Future(asyncio.Future):  # type: ignore[type-arg]
-    """A watched asyncio future: ``loop.create_future()`` made by watched code."""
+    """A watched asyncio future: ``loop.create_future()`` made by watched code (which sets its
+    fields: this class is never made otherwise)."""
 
-    _lockwatch_class: Any = None
-    _lw_waiting = 0  # tasks blocked on it now
-    _lw_resolved = 0  # when a blocked wait's future was resolved (0: not yet)
-    _lw_peer = False  # resolved by a worker that waits on the class too
+    __slots__ = ("_lockwatch_class", "_lw_waiting", "_lw_resolved", "_lw_peer")
+    _lockwatch_class: Any
+    _lw_waiting: int  # tasks blocked on it now
+    _lw_resolved: int  # when a blocked wait's future was resolved (0: not yet)
+    _lw_peer: bool  # resolved by a worker that waits on the class too
 
     def __await__(self) -> Any:
         if self.done():
             return self.result()
         cls = self._lockwatch_class
         st = task_state()
-        if cls is None or st.in_lockwatch:
+        if st.in_lockwatch or excluded_wait():
             self._asyncio_future_blocking = True
             yield self  # the task waits for it to be done
         else:
@@ -155,6 +160,7 @@ class Future(asyncio.Future):  # type: ignore[type-arg]
             ctx = current_context()
             before, st.waiting = st.waiting, cls  # for the live gauges
             self._lw_waiting += 1
+            self._lw_resolved = 0
             t0 = _pc()
             try:
                 self._asyncio_future_blocking = True
@@ -163,7 +169,7 @@ class Future(asyncio.Future):  # type: ignore[type-arg]
                 st.waiting = before
                 self._lw_waiting -= 1
                 ok = self.done() and not self.cancelled()
-                ended(self, st, cls, t0, self._lw_resolved or _pc(), ok, ctx)
+                ended(self, st, cls, t0, getattr(self, "_lw_resolved", 0) or _pc(), ok, ctx)
         if not self.done():
             raise RuntimeError("await wasn't used with future")
         return self.result()
@@ -191,15 +197,21 @@ Future.__name__ = Future.__qualname__ = "Future"  # its repr is a plain future's
 
 def create_future_factory(original: Any) -> Any:
     """The patched ``BaseEventLoop.create_future``: a future made by watched code is a
-    :class:`Future` of its class, by creation site."""
+    :class:`Future` of its class, by creation site (remembered per creating call:
+    ``_naming.class_of_call``)."""
+    calls: dict = {}
 
     def create_future(self: Any) -> Any:
         try:
-            site = watched_site(1)
-            if site is None:
+            f = _getframe(1)  # the creating call, looked up here: one call less per future
+            cls = calls.get((f.f_code, f.f_lasti), MISS)
+            if cls is MISS:
+                cls = class_of_call(1, "asyncio.Future", calls)
+            if cls is None:
                 return original(self)
             future = Future(loop=self)
-            future._lockwatch_class = lock_class(site, "asyncio.Future", site)
+            future._lockwatch_class = cls
+            future._lw_waiting = 0  # (the other fields are written by a wait that blocks)
             return future
         except Exception as exc:  # never into the host: a plain future
             OUTBOX.failed(exc)

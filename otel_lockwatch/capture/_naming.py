@@ -34,6 +34,8 @@ from ..record._lock_class import LockClass, lock_class, note_role
 __all__ = [
     "MACHINERY",
     "LockClass",
+    "class_of_call",
+    "excluded_caller",
     "lock_class",
     "made_by_machinery",
     "name_lock",
@@ -210,6 +212,54 @@ def watched_site(depth: int = 1) -> str | None:
     if creator is not None:
         note_role(site, _role(creator))
     return site
+
+
+_CALL_CACHE_MAX = 4096  # calls remembered per kind (a code object and an offset each)
+
+
+def class_of_call(depth: int, kind: str, cache: dict) -> LockClass | None:
+    """:func:`watched_site`'s class for an object made per request (an event, a future), by
+    the creating call, remembered in ``cache`` per call (its code object and instruction offset:
+    at most :data:`_CALL_CACHE_MAX`). The callers above the creating code are not probed here
+    (that would make a frame object of each, per request): the wait that blocks probes its own
+    (:func:`excluded_caller`). A creation by the standard library on the caller's behalf walks
+    to the caller, as :func:`watched_site` does, every time.
+
+    Args:
+        depth: 1 when the caller of this function is the ``__init__`` or factory called by the
+            creating code.
+        kind: the class's kind.
+        cache: the kind's calls seen so far.
+    """
+    frame: Any = sys._getframe(depth + 1)
+    key = (frame.f_code, frame.f_lasti)
+    try:
+        return cache[key]
+    except KeyError:
+        pass
+    if _internal(_module_of(frame)):
+        cls = None
+    elif _in_stdlib(frame):  # made on someone's behalf: the whole rule, each time
+        site = watched_site(depth + 1)
+        return None if site is None else lock_class(site, kind, site)
+    else:
+        site = creation_site(frame)
+        cls = lock_class(site, kind, site)
+    if len(cache) < _CALL_CACHE_MAX:
+        cache[key] = cls
+    return cls
+
+
+def excluded_caller(frame: Any) -> bool:
+    """Whether OpenTelemetry, ``logging`` or lockwatch is among the few callers from ``frame``
+    up (an exporter waiting on a pool): such a wait is not recorded."""
+    for _ in range(_EXCLUSION_DEPTH):
+        if frame is None:
+            return False
+        if _excluded(_module_of(frame)):
+            return True
+        frame = frame.f_back
+    return False
 
 
 def name_lock(lock: T, name: str) -> T:

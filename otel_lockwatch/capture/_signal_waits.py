@@ -34,10 +34,11 @@ from ..record._recorder import RECORDER, WorkerState
 from ..record._signals import SIGNAL_FIELDS, SignalStats
 from . import _bookkeeping
 from ._fast_path import new_stats, speedups
-from ._naming import LockClass, site_of
+from ._naming import LockClass, excluded_caller, site_of
 
 __all__ = [
     "SIGNAL_EXTRA",
+    "excluded_wait",
     "gave",
     "handed",
     "signal_stats",
@@ -224,6 +225,17 @@ if speedups is not None:
     speedups.setup_signals(signal_stats=signal_stats, fields=(SignalStats, SIGNAL_FIELDS))
     took = speedups.took  # noqa: F811
     gave = speedups.gave  # noqa: F811
+
+
+def excluded_wait() -> bool:
+    """Whether the waiting (or signalling) code, the first frame outside lockwatch's signal paths
+    and the primitives' modules, is OpenTelemetry's, ``logging``'s or lockwatch's or called by
+    them (checked when a wait on an object made per request blocks: ``_naming.class_of_call``
+    leaves it to the wait)."""
+    f: Any = sys._getframe(1)
+    while f is not None and id(f.f_globals) in _SKIPPED:
+        f = f.f_back
+    return excluded_caller(f)
 
 
 def _site() -> str | None:
