@@ -1,4 +1,4 @@
-"""CPython's own threading, queue and asyncio lock suites pass instrumented exactly as they pass
+"""CPython's own threading, queue, concurrent.futures and asyncio suites pass instrumented exactly as they pass
 plain.
 
 Each suite runs twice in a fresh interpreter, plain and with lockwatch instrumented before the
@@ -27,6 +27,13 @@ SUITES = {
     "thread": ["test.test_thread"],
     "threading_local": ["test.test_threading_local"],
     "asyncio locks and queues": ["test.test_asyncio.test_locks", "test.test_asyncio.test_queues"],
+    # Events and futures are watched too (capture/_events.py, capture/_futures.py).
+    "concurrent.futures": ["test.test_concurrent_futures"],
+    "asyncio futures and tasks": [
+        "test.test_asyncio.test_futures",
+        "test.test_asyncio.test_futures2",
+        "test.test_asyncio.test_tasks",
+    ],
 }
 
 
