@@ -182,7 +182,18 @@ def _run_postgres(
     log = cluster / "server.log"
     pg_ctl = [str(bin_dir / "pg_ctl"), "-D", str(cluster)]
     started = subprocess.run(
-        [*as_user, *pg_ctl, "-l", str(log), "-o", options, "-w", "-t", str(int(timeout_s)), "start"],
+        [
+            *as_user,
+            *pg_ctl,
+            "-l",
+            str(log),
+            "-o",
+            options,
+            "-w",
+            "-t",
+            str(int(timeout_s)),
+            "start",
+        ],
         capture_output=True,
     )
     if started.returncode != 0:

@@ -31,7 +31,8 @@ import pytest
 from servers import http_server, postgres_server
 from test_pools_real import CONTENDED, ENOUGH, EXHAUSTED, HOLD_S, ROUNDS, WORKERS, run_workers
 
-from otel_lockwatch import evaluate
+from otel_lockwatch import LockwatchInstrumentor, evaluate
+from otel_lockwatch.record._recorder import RECORDER
 
 
 # -- the thread pools: each a factory (size, ctx) -> use() ---------------------------------
@@ -237,9 +238,7 @@ def test_an_exhausted_aiohttp_connector_is_flagged_at_the_library(watched, async
     assert_flagged_at(evaluate(), "aiohttp.")
 
 
-def test_an_aiohttp_connector_with_enough_connections_is_low_contention(
-    watched, asyncio_http_port
-):
+def test_an_aiohttp_connector_with_enough_connections_is_low_contention(watched, asyncio_http_port):
     run_aiohttp(asyncio_http_port, ENOUGH)
     assert_low_contention(evaluate())
 
@@ -318,3 +317,191 @@ def test_an_idle_executor_and_its_callers_futures_are_low_contention(watched):
             results.append(future.result(timeout=60))
     assert results == list(range(20))
     _assert_idle(evaluate(), "concurrent.futures.Future", 1)
+
+
+# -- the capture: what is watched, what a wait and a set record ------------------------------
+def _signal_waits(kind: str) -> dict:
+    """The one class of ``kind``: its ``signal_waits``."""
+    (lock,) = [v for v in RECORDER.snapshot()["locks"].values() if v["kind"] == kind]
+    return lock["signal_waits"]
+
+
+def test_instrument_uninstrument_restores_events_and_futures():
+    import asyncio.base_events
+
+    owners = {
+        threading.Event: ("__init__", "wait", "set"),
+        asyncio.Event: ("__init__", "wait", "set"),
+        concurrent.futures.Future: ("__init__", "result", "exception", "set_result"),
+        asyncio.base_events.BaseEventLoop: ("create_future",),
+    }
+    before = {(o, n): vars(o)[n] for o, names in owners.items() for n in names}
+    waiting = concurrent.futures.wait
+    inst = LockwatchInstrumentor()
+    inst.instrument(manifest=False)
+    try:
+        assert all(vars(o)[n] is not f for (o, n), f in before.items())
+        assert threading.Event._lockwatch_class is None and concurrent.futures.wait is not waiting
+    finally:
+        inst.uninstrument()
+    assert {(o, n): vars(o)[n] for (o, n) in before} == before
+    assert concurrent.futures.wait is waiting
+    assert not hasattr(threading.Event, "_lockwatch_class")
+    assert not hasattr(concurrent.futures.Future, "_lockwatch_class")
+
+
+def test_the_machinerys_events_and_futures_are_not_watched(watched):
+    """A thread's start event, an executor's futures, asyncio's own futures (a sleep's) stay
+    plain: no class, no signal wait."""
+    thread = threading.Thread(target=lambda: None)
+    thread.start()
+    thread.join()
+    assert thread._started._lockwatch_class is None
+    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as executor:
+        future = executor.submit(time.sleep, 0.01)
+        future.result()
+    assert future._lockwatch_class is None
+
+    async def main() -> tuple[type, type]:
+        loop = asyncio.get_running_loop()
+        mine = loop.create_future()
+        mine.set_result(None)
+        sleep = asyncio.ensure_future(asyncio.sleep(0.001))
+        await sleep
+        return type(mine), type(loop.create_future())
+
+    mine, again = asyncio.run(main())
+    assert mine is again and mine is not asyncio.Future and issubclass(mine, asyncio.Future)
+    assert [v["kind"] for v in RECORDER.snapshot()["locks"].values()] == []
+
+
+def test_a_set_event_or_a_done_future_passes_through(watched):
+    """Waiting on an event already set, or a future already done, is no wait; a set nobody
+    waited for is no signal: nothing is recorded."""
+    event = threading.Event()
+    event.set()
+    assert event.wait() is True
+    future: concurrent.futures.Future = concurrent.futures.Future()
+    future.set_result(7)
+    assert future.result() == 7 and future.exception() is None
+
+    async def main() -> int:
+        f = asyncio.get_running_loop().create_future()
+        f.set_result(3)
+        e = asyncio.Event()
+        e.set()
+        await e.wait()
+        return await f
+
+    assert asyncio.run(main()) == 3
+    assert RECORDER.snapshot()["locks"] == {}
+
+
+def test_a_timed_out_wait_is_counted_as_given_up(watched):
+    event = threading.Event()
+    assert event.wait(0.01) is False
+    future: concurrent.futures.Future = concurrent.futures.Future()
+    with pytest.raises(concurrent.futures.TimeoutError):
+        future.result(timeout=0.01)
+
+    async def main() -> None:
+        f = asyncio.get_running_loop().create_future()
+        with pytest.raises(asyncio.TimeoutError):
+            await asyncio.wait_for(asyncio.shield(f), 0.01)  # the shield awaits nothing of f
+        with pytest.raises(asyncio.TimeoutError):
+            await asyncio.wait_for(_await(f), 0.01)  # cancelled while it awaits f
+        e = asyncio.Event()
+        with pytest.raises(asyncio.TimeoutError):
+            await asyncio.wait_for(e.wait(), 0.01)
+
+    asyncio.run(main())
+    for kind in ("threading.Event", "concurrent.futures.Future", "asyncio.Future", "asyncio.Event"):
+        waits = _signal_waits(kind)
+        assert (waits["count"], waits["timeouts"]) == (1, 1), kind
+
+
+async def _await(future: asyncio.Future) -> object:
+    return await future
+
+
+def _event() -> threading.Event:
+    return threading.Event()
+
+
+def _until(predicate: Callable[[], object], timeout_s: float = 10.0) -> None:
+    """Poll ``predicate`` until it holds (a deadline, not a sleep-and-hope)."""
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.001)  # ok: polling with a deadline
+
+
+def test_a_hand_off_between_peers_counts_for_both(watched):
+    """A worker that waited on the class sets a peer's event: a signal of its own, and of the
+    peer it handed to (which will hand on in turn, unseen when nobody waits); a producer that
+    never waits signals alone."""
+    first, second, third = (_event() for _ in range(3))  # one site: one class
+    ready = threading.Barrier(2)
+
+    def a() -> None:
+        first.wait()  # handed by the producer (which never waits): no hand-off
+        ready.wait()
+        _until(lambda: second._cond._waiters)  # b waits on the second event now
+        second.set()  # a waited on the class: a hand-off to b
+
+    def b() -> None:
+        ready.wait()
+        second.wait()
+
+    threads = [threading.Thread(target=a, name="a"), threading.Thread(target=b, name="b")]
+    for t in threads:
+        t.start()
+    _until(lambda: first._cond._waiters)  # a waits on the first event now
+    first.set()
+    for t in threads:
+        t.join()
+    third.set()  # nobody waits: no signal
+    workers = _signal_waits("threading.Event")["workers"]
+    assert workers["MainThread"] == {"waits": 0, "wait_ns": 0, "signals": 1}
+    assert (workers["a"]["waits"], workers["a"]["signals"]) == (1, 1)  # it set b's event
+    assert (workers["b"]["waits"], workers["b"]["signals"]) == (1, 1)  # handed by a peer
+
+
+def test_executor_wait_on_a_watched_future_is_a_signal_wait(watched):
+    future: concurrent.futures.Future = concurrent.futures.Future()
+    timer = threading.Timer(0.02, future.set_result, (1,))
+    timer.start()
+    done, not_done = concurrent.futures.wait(iter([future]))  # a generator is read once
+    timer.join()
+    assert done == {future} and not not_done
+    waits = _signal_waits("concurrent.futures.Future")
+    assert waits["count"] == 1 and waits["timeouts"] == 0
+    assert waits["workers"]["MainThread"]["wait_ns"] > 0
+
+
+def test_a_watched_future_behaves_as_a_plain_one(watched):
+    """Its repr, its result, its exception, its cancellation, asyncio.isfuture, gather."""
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        f = loop.create_future()
+        assert repr(f).startswith("<Future pending") and asyncio.isfuture(f)
+        loop.call_soon(f.set_result, 5)
+        assert await f == 5
+        g = loop.create_future()
+        loop.call_soon(g.set_exception, KeyError("k"))
+        with pytest.raises(KeyError):
+            await g
+        h = loop.create_future()
+        waiter = asyncio.ensure_future(_await(h))
+        await asyncio.sleep(0)
+        waiter.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await waiter
+        assert h.cancelled()
+        i, j = loop.create_future(), loop.create_future()
+        loop.call_soon(i.set_result, 1)
+        loop.call_soon(j.set_result, 2)
+        assert await asyncio.gather(i, j) == [1, 2]
+
+    asyncio.run(main())
