@@ -134,7 +134,7 @@ _set_result = asyncio.Future.set_result
 _set_exception = asyncio.Future.set_exception
 
 
-class Future(asyncio.Future):  # type: ignore[type-arg]
+class Future(asyncio.Future):
     """A watched asyncio future: ``loop.create_future()`` made by watched code (which sets its
     fields: this class is never made otherwise)."""
 
