@@ -58,8 +58,8 @@ __all__ = [
     "async_wait_factory",
     "blocked_wait",
     "ended",
-    "stamp",
     "no_class",
+    "stamp",
     "tag_init_factory",
     "threading_set_factory",
     "threading_wait_factory",
@@ -128,7 +128,11 @@ def ended(obj: Any, st: Any, cls: Any, t0: int, t1: int, ok: bool, ctx: Any) -> 
     """A blocked wait on ``obj`` from ``t0`` to ``t1`` (``ok``: it was set, not given up), and
     the hand-off when a peer set it (``obj._lw_peer``, stamped by the set)."""
     waited(st, cls, t0, t1, ok, ctx, False)
-    if ok and getattr(obj, "_lw_peer", False):
+    try:
+        peer = ok and getattr(obj, "_lw_peer", False) is True
+    except Exception:  # a subclass's own __getattr__: no hand-off is seen
+        peer = False
+    if peer:
         handed(st, cls)
 
 

@@ -88,10 +88,10 @@ def future_set_factory(original: Any) -> Any:
     """The patched ``Future.set_result`` / ``Future.set_exception``: a signal when it ends a
     blocked wait (a ``result()`` or a ``wait()`` on it)."""
 
-    def set_result(self: Any, result: Any) -> None:
+    def set_result(self: Any, *args: Any, **kwargs: Any) -> None:
         cls = self._lockwatch_class
         if cls is None:
-            return original(self, result)
+            return original(self, *args, **kwargs)
         try:
             waking = self._state not in _FINISHED and bool(
                 self._condition._waiters or self._waiters
@@ -100,7 +100,7 @@ def future_set_factory(original: Any) -> Any:
             waking = False
         if waking:  # (a set on a future finished meanwhile raises: counted all the same)
             stamp(self, thread_state, cls)
-        original(self, result)
+        original(self, *args, **kwargs)
 
     return set_result
 

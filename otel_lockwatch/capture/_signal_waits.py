@@ -232,10 +232,14 @@ def excluded_wait() -> bool:
     and the primitives' modules, is OpenTelemetry's, ``logging``'s or lockwatch's or called by
     them (checked when a wait on an object made per request blocks: ``_naming.class_of_call``
     leaves it to the wait)."""
-    f: Any = sys._getframe(1)
-    while f is not None and id(f.f_globals) in _SKIPPED:
-        f = f.f_back
-    return excluded_caller(f)
+    try:
+        f: Any = sys._getframe(1)
+        while f is not None and id(f.f_globals) in _SKIPPED:
+            f = f.f_back
+        return excluded_caller(f)
+    except Exception as exc:  # an odd module (a __name__ that is no str): recorded as any wait
+        OUTBOX.failed(exc)
+        return False
 
 
 def _site() -> str | None:
