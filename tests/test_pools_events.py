@@ -506,3 +506,21 @@ def test_a_watched_future_behaves_as_a_plain_one(watched):
         assert await asyncio.gather(i, j) == [1, 2]
 
     asyncio.run(main())
+
+
+def test_an_anyio_event_is_named_where_its_caller_made_it(watched):
+    """anyio makes primitives on its caller's behalf, as the standard library does (httpx's
+    async pool: httpcore's events are anyio's): named at the caller, anyio's frame the role."""
+    anyio = pytest.importorskip("anyio")
+
+    async def main() -> None:
+        event = anyio.Event()
+        waiter = asyncio.ensure_future(event.wait())
+        await asyncio.sleep(0)  # it waits now
+        event.set()
+        await waiter
+
+    asyncio.run(main())
+    (name,) = [n for n, v in RECORDER.snapshot()["locks"].items() if v["kind"] == "asyncio.Event"]
+    assert name.startswith("test_pools_events:main:"), name
+    assert RECORDER.snapshot()["locks"][name]["role"].startswith("anyio."), name

@@ -14,7 +14,8 @@ A lock the standard library creates on the user's behalf (``http.cookiejar.Cooki
 its lock) is named after the first frame outside the standard library, where the user built it;
 the standard library's frame becomes the class's *role* (``record._lock_class.ROLES``), not part
 of its name. A module is in the standard library when its file lies under ``sysconfig``'s
-``stdlib`` path and not under a site-packages directory (frozen modules count too).
+``stdlib`` path and not under a site-packages directory (frozen modules count too); anyio's,
+which makes primitives on its caller's behalf too, counts as one here.
 
 Two locks created on one line (``a, b = Lock(), Lock()``) are two classes: the column of the call
 (Python 3.11+) is added to the name of every lock created at a column other than the first one
@@ -115,8 +116,16 @@ _SITE = tuple({_prefix(_paths[k]) for k in ("purelib", "platlib") if _paths.get(
 _stdlib_files: dict[str, bool] = {}
 
 
+# Libraries of concurrency primitives that make a lock, an event or a future on their caller's
+# behalf, as the standard library does (``anyio.Event()`` makes an ``asyncio.Event``): what they
+# make is named after their caller (httpcore's async pool, not anyio), their frame its role.
+_PRIMITIVE_PACKAGES = ("anyio",)
+_primitive = _membership(_PRIMITIVE_PACKAGES, {})
+
+
 def _in_stdlib(frame: Any) -> bool:
-    """Whether the frame runs code of the standard library (its file, once per file)."""
+    """Whether the frame runs code of the standard library, or of a library of primitives that
+    makes them on its caller's behalf (:data:`_PRIMITIVE_PACKAGES`): its file, once per file."""
     filename = frame.f_code.co_filename
     known = _stdlib_files.get(filename)
     if known is None:
@@ -125,6 +134,7 @@ def _in_stdlib(frame: Any) -> bool:
         else:
             path = os.path.normcase(os.path.abspath(filename))
             known = path.startswith(_STDLIB) and not path.startswith(_SITE)
+            known = known or _primitive(_module_of(frame))
         _stdlib_files[filename] = known
     return known
 
