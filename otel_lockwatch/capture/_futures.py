@@ -19,20 +19,22 @@ waits for a peer, as in a condition's ``wait``. So
   (``asyncio.Future()``, ``asyncio.get_running_loop()`` of an event loop that is not
   ``asyncio``'s, uvloop's) is not watched;
 - ``set_result`` / ``set_exception`` of a watched future that ends a blocked wait is a signal of
-  the calling worker (the task; the thread when a loop callback resolves it). A future resolved
-  with nobody waiting costs one attribute read.
+  the calling worker (the task, or the thread; none when a loop callback resolves it, with no
+  task running). A future resolved with nobody waiting costs one attribute read.
 
 The evaluation's rule then reads who resolved the futures: the waiters of a pool also resolve
 their peers' (they give connections back): contention; a consumer waiting for a producer that
-never waits is idle (``manifest._pools``).
+never waits is idle (``manifest._pools``; the hand-off between peers: ``_events``).
 
-**Where it hooks.** ``concurrent.futures.Future``'s ``__init__``, ``result``, ``exception``,
-``set_result`` and ``set_exception`` on the class (with ``_lockwatch_class = None`` there: an
-executor's future is told apart by one attribute read), the module's ``wait``, and
-``asyncio.BaseEventLoop.create_future`` (on the C path a machinery caller goes straight to the
-original, ``CreationGate``). A watched asyncio future differs from the plain one only in its
-type (a subclass named ``Future``, with the same ``repr``): ``asyncio.isfuture`` and the task's
-wake-up treat it as any future.
+**Where it hooks.** ``concurrent.futures.Future.__init__``: a watched future becomes a
+:class:`ThreadFuture` (its ``__class__`` set: the subclass's ``result``, ``exception``,
+``set_result`` and ``set_exception`` are the hooks), so an executor's futures keep the plain
+class and pay nothing past their creation (none at all on the C path, whose ``CreationGate``
+sends the machinery's creations straight to the original); the module's ``wait``; and
+``asyncio.BaseEventLoop.create_future``, gated alike. A watched future differs from the plain
+one only in its type (a subclass named ``Future``, with the same ``repr``): ``isinstance``,
+``asyncio.isfuture`` and the task's wake-up treat it as any future. Like a condition, a watched
+future keeps recording after ``uninstrument()``.
 """
 
 from __future__ import annotations
@@ -61,10 +63,10 @@ from ._signal_waits import (
 
 __all__ = [
     "Future",
+    "ThreadFuture",
     "create_future_factory",
     "executor_wait_factory",
-    "future_result_factory",
-    "future_set_factory",
+    "future_init_factory",
 ]
 
 _getframe = sys._getframe
@@ -72,37 +74,70 @@ _FINISHED = (_base.FINISHED, _base.CANCELLED, _base.CANCELLED_AND_NOTIFIED)
 
 
 # -- concurrent.futures ---------------------------------------------------------------------
-def future_result_factory(original: Any) -> Any:
-    """The patched ``Future.result`` / ``Future.exception``: a signal wait when it blocks."""
+class ThreadFuture(_base.Future):
+    """A watched ``concurrent.futures.Future``: the class a future made by watched code takes
+    at its creation (``__class__`` set by :func:`future_init_factory`), so an executor's futures,
+    of the plain class, pay nothing on their ``set_result`` and ``result``. Named ``Future``,
+    with the same ``repr``."""
 
-    def result(self: Any, timeout: float | None = None) -> Any:
-        cls = self._lockwatch_class
-        if cls is None or self._state in _FINISHED:
-            return original(self, timeout)
-        return blocked_wait(self, cls, self.done, original, self, timeout)
+    _lockwatch_class: Any = None
 
-    return result
+    def result(self, timeout: float | None = None) -> Any:
+        if self._state in _FINISHED:
+            return super().result(timeout)
+        return blocked_wait(self, self._lockwatch_class, self.done, super().result, timeout)
 
+    def exception(self, timeout: float | None = None) -> Any:
+        if self._state in _FINISHED:
+            return super().exception(timeout)
+        return blocked_wait(self, self._lockwatch_class, self.done, super().exception, timeout)
 
-def future_set_factory(original: Any) -> Any:
-    """The patched ``Future.set_result`` / ``Future.set_exception``: a signal when it ends a
-    blocked wait (a ``result()`` or a ``wait()`` on it)."""
+    def set_result(self, result: Any) -> None:
+        if self._waking():
+            stamp(self, thread_state, self._lockwatch_class)
+        super().set_result(result)
 
-    def set_result(self: Any, *args: Any, **kwargs: Any) -> None:
-        cls = self._lockwatch_class
-        if cls is None:
-            return original(self, *args, **kwargs)
+    def set_exception(self, exception: Any) -> None:
+        if self._waking():
+            stamp(self, thread_state, self._lockwatch_class)
+        super().set_exception(exception)
+
+    def _waking(self) -> bool:
+        """Whether a set now ends a blocked wait (a ``result()`` or a ``wait()`` on it)."""
         try:
-            waking = self._state not in _FINISHED and bool(
-                self._condition._waiters or self._waiters
-            )
+            cond: Any = self._condition
+            return self._state not in _FINISHED and bool(cond._waiters or self._waiters)
         except Exception:  # a subclass without the stdlib's fields
-            waking = False
-        if waking:  # (a set on a future finished meanwhile raises: counted all the same)
-            stamp(self, thread_state, cls)
-        original(self, *args, **kwargs)
+            return False
 
-    return set_result
+
+ThreadFuture.__name__ = ThreadFuture.__qualname__ = "Future"  # <Future at 0x... state=pending>
+
+
+def future_init_factory(original: Any) -> Any:
+    """The patched ``concurrent.futures.Future.__init__``: a future made by watched code (of
+    the class itself, not a subclass's) becomes a :class:`ThreadFuture` of its lock class."""
+    calls: dict = {}
+
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        original(self, *args, **kwargs)
+        if type(self) is not _base.Future:  # a subclass keeps its own methods: not watched
+            return
+        try:
+            f = _getframe(1)  # the creating call, looked up here: one call less per future
+            cls = calls.get((f.f_code, f.f_lasti), MISS)
+            if cls is MISS:
+                cls = class_of_call(1, "concurrent.futures.Future", calls)
+            if cls is not None:
+                future: Any = self
+                future._lockwatch_class = cls
+                future.__class__ = ThreadFuture
+        except Exception as exc:  # never into the host: a plain future
+            OUTBOX.failed(exc)
+
+    if speedups is None:
+        return __init__
+    return speedups.CreationGate(original, __init__, MACHINERY)
 
 
 def executor_wait_factory(original: Any) -> Any:

@@ -28,12 +28,12 @@ What is patched:
 - ``threading.Semaphore`` / ``BoundedSemaphore``, ``asyncio.Lock`` / ``asyncio.Semaphore`` /
   ``BoundedSemaphore``, and ``multiprocessing``'s ``SemLock``: ``__init__`` tags an instance
   created by watched code with its lock class, and the methods record tagged instances only.
-- ``threading.Event`` and ``asyncio.Event`` (``__init__``, ``wait``, ``set``),
-  ``concurrent.futures.Future`` (``__init__``, ``result``, ``exception``, ``set_result``,
-  ``set_exception``) and ``concurrent.futures.wait``, and ``BaseEventLoop.create_future``: an
-  event or a future created by watched code gets its lock class, a wait on it that blocks is a
-  signal wait, the set that ends it a signal; the class attribute ``_lockwatch_class`` (None)
-  is added while instrumented.
+- ``threading.Event`` and ``asyncio.Event`` (``__init__``, ``wait``, ``set``; the class
+  attribute ``_lockwatch_class``, None, is added while instrumented),
+  ``concurrent.futures.Future.__init__`` and ``concurrent.futures.wait``, and
+  ``BaseEventLoop.create_future``: an event or a future created by watched code gets its lock
+  class (a future becomes of a watched subclass), a wait on it that blocks is a signal wait, the
+  set that ends it a signal.
 - ``ThreadPoolExecutor``, ``ProcessPoolExecutor`` and ``multiprocessing.Pool``: their size is the
   pool's nominal size.
 - Distributed locks, where their library is installed (:data:`OPTIONAL`: the library is imported
@@ -133,12 +133,7 @@ PATCHES: tuple[Patch, ...] = (
     Patch(threading.Event, "__init__", _events.tag_init_factory, ("threading.Event",)),
     Patch(threading.Event, "wait", _events.threading_wait_factory),
     Patch(threading.Event, "set", _events.threading_set_factory),
-    Patch(_Future, "_lockwatch_class", _events.no_class),
-    Patch(_Future, "__init__", _events.tag_init_factory, ("concurrent.futures.Future",)),
-    Patch(_Future, "result", _futures.future_result_factory),
-    Patch(_Future, "exception", _futures.future_result_factory),
-    Patch(_Future, "set_result", _futures.future_set_factory),
-    Patch(_Future, "set_exception", _futures.future_set_factory),
+    Patch(_Future, "__init__", _futures.future_init_factory),
     Patch(concurrent.futures._base, "wait", _futures.executor_wait_factory),
     Patch(concurrent.futures, "wait", _futures.executor_wait_factory),
     # queue
