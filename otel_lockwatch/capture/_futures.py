@@ -74,6 +74,11 @@ _FINISHED = (_base.FINISHED, _base.CANCELLED, _base.CANCELLED_AND_NOTIFIED)
 
 
 # -- concurrent.futures ---------------------------------------------------------------------
+# The plain future's methods, called directly (a super() call costs more, per future).
+_cf_result, _cf_exception = _base.Future.result, _base.Future.exception
+_cf_set_result, _cf_set_exception = _base.Future.set_result, _base.Future.set_exception
+
+
 class ThreadFuture(_base.Future):
     """A watched ``concurrent.futures.Future``: the class a future made by watched code takes
     at its creation (``__class__`` set by :func:`future_init_factory`), so an executor's futures,
@@ -84,23 +89,23 @@ class ThreadFuture(_base.Future):
 
     def result(self, timeout: float | None = None) -> Any:
         if self._state in _FINISHED:
-            return super().result(timeout)
-        return blocked_wait(self, self._lockwatch_class, self.done, super().result, timeout)
+            return _cf_result(self, timeout)
+        return blocked_wait(self, self._lockwatch_class, self.done, _cf_result, self, timeout)
 
     def exception(self, timeout: float | None = None) -> Any:
         if self._state in _FINISHED:
-            return super().exception(timeout)
-        return blocked_wait(self, self._lockwatch_class, self.done, super().exception, timeout)
+            return _cf_exception(self, timeout)
+        return blocked_wait(self, self._lockwatch_class, self.done, _cf_exception, self, timeout)
 
     def set_result(self, result: Any) -> None:
         if self._waking():
             stamp(self, thread_state, self._lockwatch_class)
-        super().set_result(result)
+        _cf_set_result(self, result)
 
     def set_exception(self, exception: Any) -> None:
         if self._waking():
             stamp(self, thread_state, self._lockwatch_class)
-        super().set_exception(exception)
+        _cf_set_exception(self, exception)
 
     def _waking(self) -> bool:
         """Whether a set now ends a blocked wait (a ``result()`` or a ``wait()`` on it)."""
