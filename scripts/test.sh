@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The README's test command: set up everything the tests need on a fresh machine, then run them.
 #
-#   1. Debian's Chromium (for the HTML report test), redis-server (for the Redis pool tests) and
-#      Graphviz (for the DOT output test), when missing and we are root;
+#   1. Debian's Chromium (for the HTML report test), redis-server (for the Redis pool tests),
+#      postgresql (for the psycopg_pool tests) and Graphviz (for the DOT output test), when
+#      missing and we are root;
 #   2. Jaeger v2 and an OpenTelemetry Collector, built from the Go module proxy and cached
 #      under ${LOCKWATCH_CACHE:-~/.cache/otel-lockwatch}/bin (minutes cold, instant after);
 #   3. a C compiler and Python's headers, when missing and we are root (the package builds its
@@ -40,6 +41,16 @@ if ! command -v redis-server >/dev/null 2>&1; then
         DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server >&2
     else
         say "redis-server is missing and cannot be installed here: its tests will skip (fail under CI)"
+    fi
+fi
+
+if ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then
+    if [[ $(id -u) -eq 0 ]] && command -v apt-get >/dev/null 2>&1; then
+        say "installing Debian's postgresql (the real server the psycopg_pool tests run against)"
+        apt-get update -qq >&2
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >&2
+    else
+        say "postgresql is missing and cannot be installed here: its tests will skip (fail under CI)"
     fi
 fi
 

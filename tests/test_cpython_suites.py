@@ -1,5 +1,5 @@
-"""CPython's own threading, queue and asyncio lock suites pass instrumented exactly as they pass
-plain.
+"""CPython's own threading, queue, concurrent.futures and asyncio suites pass instrumented
+exactly as they pass plain.
 
 Each suite runs twice in a fresh interpreter, plain and with lockwatch instrumented before the
 suite's modules are imported; the sets of failing tests must be equal (a suite may fail a test
@@ -27,6 +27,10 @@ SUITES = {
     "thread": ["test.test_thread"],
     "threading_local": ["test.test_threading_local"],
     "asyncio locks and queues": ["test.test_asyncio.test_locks", "test.test_asyncio.test_queues"],
+    # Events and futures are watched too (capture/_events.py, capture/_futures.py).
+    "concurrent.futures": ["test.test_concurrent_futures"],
+    "asyncio futures": ["test.test_asyncio.test_futures", "test.test_asyncio.test_futures2"],
+    "asyncio tasks": ["test.test_asyncio.test_tasks"],
 }
 
 
@@ -59,6 +63,7 @@ def _importable(modules: list[str]) -> bool:
         return False
 
 
+@pytest.mark.timeout(600)  # asyncio's tasks suite: 26 s plain and 62 s instrumented here, idle
 @pytest.mark.parametrize("suite", sorted(SUITES))
 def test_cpython_suite_passes_instrumented_as_plain(suite, tmp_path):
     modules = SUITES[suite]

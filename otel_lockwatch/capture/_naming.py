@@ -14,7 +14,8 @@ A lock the standard library creates on the user's behalf (``http.cookiejar.Cooki
 its lock) is named after the first frame outside the standard library, where the user built it;
 the standard library's frame becomes the class's *role* (``record._lock_class.ROLES``), not part
 of its name. A module is in the standard library when its file lies under ``sysconfig``'s
-``stdlib`` path and not under a site-packages directory (frozen modules count too).
+``stdlib`` path and not under a site-packages directory (frozen modules count too); anyio's,
+which makes primitives on its caller's behalf too, counts as one here.
 
 Two locks created on one line (``a, b = Lock(), Lock()``) are two classes: the column of the call
 (Python 3.11+) is added to the name of every lock created at a column other than the first one
@@ -34,6 +35,8 @@ from ..record._lock_class import LockClass, lock_class, note_role
 __all__ = [
     "MACHINERY",
     "LockClass",
+    "class_of_call",
+    "excluded_caller",
     "lock_class",
     "made_by_machinery",
     "name_lock",
@@ -113,8 +116,16 @@ _SITE = tuple({_prefix(_paths[k]) for k in ("purelib", "platlib") if _paths.get(
 _stdlib_files: dict[str, bool] = {}
 
 
+# Libraries of concurrency primitives that make a lock, an event or a future on their caller's
+# behalf, as the standard library does (``anyio.Event()`` makes an ``asyncio.Event``): what they
+# make is named after their caller (httpcore's async pool, not anyio), their frame its role.
+_PRIMITIVE_PACKAGES = ("anyio",)
+_primitive = _membership(_PRIMITIVE_PACKAGES, {})
+
+
 def _in_stdlib(frame: Any) -> bool:
-    """Whether the frame runs code of the standard library (its file, once per file)."""
+    """Whether the frame runs code of the standard library, or of a library of primitives that
+    makes them on its caller's behalf (:data:`_PRIMITIVE_PACKAGES`): its file, once per file."""
     filename = frame.f_code.co_filename
     known = _stdlib_files.get(filename)
     if known is None:
@@ -123,6 +134,7 @@ def _in_stdlib(frame: Any) -> bool:
         else:
             path = os.path.normcase(os.path.abspath(filename))
             known = path.startswith(_STDLIB) and not path.startswith(_SITE)
+            known = known or _primitive(_module_of(frame))
         _stdlib_files[filename] = known
     return known
 
@@ -210,6 +222,54 @@ def watched_site(depth: int = 1) -> str | None:
     if creator is not None:
         note_role(site, _role(creator))
     return site
+
+
+_CALL_CACHE_MAX = 4096  # calls remembered per kind (a code object and an offset each)
+
+
+def class_of_call(depth: int, kind: str, cache: dict) -> LockClass | None:
+    """:func:`watched_site`'s class for an object made per request (an event, a future), by
+    the creating call, remembered in ``cache`` per call (its code object and instruction offset:
+    at most :data:`_CALL_CACHE_MAX`). The callers above the creating code are not probed here
+    (that would make a frame object of each, per request): the wait that blocks probes its own
+    (:func:`excluded_caller`). A creation by the standard library on the caller's behalf walks
+    to the caller, as :func:`watched_site` does, every time.
+
+    Args:
+        depth: 1 when the caller of this function is the ``__init__`` or factory called by the
+            creating code.
+        kind: the class's kind.
+        cache: the kind's calls seen so far.
+    """
+    frame: Any = sys._getframe(depth + 1)
+    key = (frame.f_code, frame.f_lasti)
+    try:
+        return cache[key]
+    except KeyError:
+        pass
+    if _internal(_module_of(frame)):
+        cls = None
+    elif _in_stdlib(frame):  # made on someone's behalf: the whole rule, each time
+        site = watched_site(depth + 1)
+        return None if site is None else lock_class(site, kind, site)
+    else:
+        site = creation_site(frame)
+        cls = lock_class(site, kind, site)
+    if len(cache) < _CALL_CACHE_MAX:
+        cache[key] = cls
+    return cls
+
+
+def excluded_caller(frame: Any) -> bool:
+    """Whether OpenTelemetry, ``logging`` or lockwatch is among the few callers from ``frame``
+    up (an exporter waiting on a pool): such a wait is not recorded."""
+    for _ in range(_EXCLUSION_DEPTH):
+        if frame is None:
+            return False
+        if _excluded(_module_of(frame)):
+            return True
+        frame = frame.f_back
+    return False
 
 
 def name_lock(lock: T, name: str) -> T:

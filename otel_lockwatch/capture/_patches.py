@@ -28,6 +28,12 @@ What is patched:
 - ``threading.Semaphore`` / ``BoundedSemaphore``, ``asyncio.Lock`` / ``asyncio.Semaphore`` /
   ``BoundedSemaphore``, and ``multiprocessing``'s ``SemLock``: ``__init__`` tags an instance
   created by watched code with its lock class, and the methods record tagged instances only.
+- ``threading.Event`` and ``asyncio.Event`` (``__init__``, ``wait``, ``set``; the class
+  attribute ``_lockwatch_class``, None, is added while instrumented),
+  ``concurrent.futures.Future.__init__`` and ``concurrent.futures.wait``, and
+  ``BaseEventLoop.create_future``: an event or a future created by watched code gets its lock
+  class (a future becomes of a watched subclass), a wait on it that blocks is a signal wait, the
+  set that ends it a signal.
 - ``ThreadPoolExecutor``, ``ProcessPoolExecutor`` and ``multiprocessing.Pool``: their size is the
   pool's nominal size.
 - Distributed locks, where their library is installed (:data:`OPTIONAL`: the library is imported
@@ -37,7 +43,10 @@ What is patched:
 
 from __future__ import annotations
 
+import asyncio.base_events
 import asyncio.locks
+import concurrent.futures
+import concurrent.futures._base
 import functools
 import importlib.util
 import multiprocessing.pool
@@ -56,7 +65,9 @@ from ..sections._threaded import StripedSections
 from . import (
     _asyncio,
     _conditions,
+    _events,
     _filelock,
+    _futures,
     _mp_locks,
     _queues,
     _redis,
@@ -97,6 +108,7 @@ class Patch:
 
 
 _sem_init = _semaphores.semaphore_init_factory
+_Future = concurrent.futures.Future
 
 PATCHES: tuple[Patch, ...] = (
     # section arrays
@@ -116,6 +128,14 @@ PATCHES: tuple[Patch, ...] = (
     Patch(threading.Semaphore, "release", _semaphores.threading_release_factory),
     Patch(threading.BoundedSemaphore, "release", _semaphores.threading_release_factory),
     Patch(ThreadPoolExecutor, "__init__", _threading.executor_init_factory),
+    # events and futures: the class knows no class (None) until a watched instance's __init__
+    Patch(threading.Event, "_lockwatch_class", _events.no_class),
+    Patch(threading.Event, "__init__", _events.tag_init_factory, ("threading.Event",)),
+    Patch(threading.Event, "wait", _events.threading_wait_factory),
+    Patch(threading.Event, "set", _events.threading_set_factory),
+    Patch(_Future, "__init__", _futures.future_init_factory),
+    Patch(concurrent.futures._base, "wait", _futures.executor_wait_factory),
+    Patch(concurrent.futures, "wait", _futures.executor_wait_factory),
     # queue
     Patch(queue.Queue, "__init__", _queues.queue_init_factory),
     # asyncio
@@ -127,6 +147,11 @@ PATCHES: tuple[Patch, ...] = (
     Patch(asyncio.locks.Semaphore, "acquire", _semaphores.async_acquire_factory),
     Patch(asyncio.locks.Semaphore, "release", _semaphores.async_release_factory),
     Patch(asyncio.locks.Condition, "__init__", _conditions.async_condition_init_factory),
+    Patch(asyncio.locks.Event, "_lockwatch_class", _events.no_class),
+    Patch(asyncio.locks.Event, "__init__", _events.tag_init_factory, ("asyncio.Event",)),
+    Patch(asyncio.locks.Event, "wait", _events.async_wait_factory),
+    Patch(asyncio.locks.Event, "set", _events.async_set_factory),
+    Patch(asyncio.base_events.BaseEventLoop, "create_future", _futures.create_future_factory),
     # multiprocessing
     Patch(_sync.SemLock, "__init__", _mp_locks.semlock_init_factory),
     Patch(_sync.SemLock, "__getstate__", _mp_locks.semlock_getstate_factory),

@@ -1,15 +1,16 @@
 """The bookkeeping every signal path shares: one routine per step (a wait, a take, a give).
 
 A signal wait (``Condition.wait``, a blocking queue ``get`` / ``put``, a semaphore's blocking
-``acquire``) ends only when another worker signals, so it is recorded apart from mutex waits, in
-the worker's ``signals`` (``record._signals``). The condition, queue and semaphore paths
-(``_conditions``, ``_queues``, ``_semaphores``) call these after the operation ran, never around
-it, so the host's object behaves as it always did. Like ``_bookkeeping``'s, they write only to the
-calling worker's state (no process-wide lock), and a wait that blocked also goes to the outbox,
-for its ``lock.wait`` span (above the wait threshold, with ``lockwatch.wait.kind = "signal"``)
-and its value of the wait histogram, exactly as a mutex wait does. The clock is read for a take
-or a give (their hold time needs it) and around a wait that blocked; never for a call that only
-passes through.
+``acquire``, an ``Event.wait`` or a future's result that blocked) ends only when another worker
+signals, so it is recorded apart from mutex waits, in the worker's ``signals``
+(``record._signals``). The condition, queue and semaphore paths (``_conditions``, ``_queues``,
+``_semaphores``, ``_events``, ``_futures``) call these after the operation ran, never around it, so
+the host's object behaves as it always did. Like ``_bookkeeping``'s, they write only to the calling
+worker's state (no process-wide lock), and a wait that blocked also goes to the outbox, for its
+``lock.wait`` span (above the wait threshold, with ``lockwatch.wait.kind = "signal"``) and its
+value of the wait histogram, exactly as a mutex wait does. The clock is read for a take or a give
+(their hold time needs it) and around a wait that blocked; never for a call that only passes
+through.
 
 A worker that touches a class here is a worker of that class in the recorder too (an empty
 ``Stats`` entry, written once): it then has an observed time, and the class a lock entry, even
@@ -33,13 +34,17 @@ from ..record._recorder import RECORDER, WorkerState
 from ..record._signals import SIGNAL_FIELDS, SignalStats
 from . import _bookkeeping
 from ._fast_path import new_stats, speedups
-from ._naming import LockClass, site_of
+from ._naming import LockClass, excluded_caller, site_of
 
 __all__ = [
     "SIGNAL_EXTRA",
+    "excluded_wait",
     "gave",
+    "handed",
     "signal_stats",
+    "signalled",
     "skip_frames_of",
+    "running_task_state",
     "task_state",
     "thread_state",
     "took",
@@ -75,6 +80,16 @@ def task_state() -> WorkerState:
     except RuntimeError:  # no running loop: a thread calling in
         task = None
     return thread_state() if task is None else RECORDER.task_state(task)
+
+
+def running_task_state() -> WorkerState | None:
+    """The ``WorkerState`` of the running asyncio task; None in a loop's callback (no task is
+    running: the signal it makes is no worker's) or outside a loop."""
+    try:
+        task = _current_task()
+    except RuntimeError:
+        return None
+    return None if task is None else RECORDER.task_state(task)
 
 
 def signal_stats(st: WorkerState, cls: LockClass) -> SignalStats:
@@ -173,11 +188,58 @@ def gave(st: WorkerState, cls: LockClass, held: int) -> None:
         OUTBOX.failed(exc)
 
 
+def signalled(state: Any, cls: LockClass) -> bool:
+    """A signal that ended another worker's wait and pairs with no checkout (an event's ``set``,
+    a future's result): one give of the worker ``state()`` returns (None: no worker). Returns
+    whether that worker waits on the class itself (a hand-off between peers: :func:`handed`)."""
+    try:
+        st = state()
+        if st is None or st.in_lockwatch:
+            return False
+        s = st.signals.get(cls)
+        if s is None:
+            s = signal_stats(st, cls)
+        s.gives += 1
+        st.last = _pc()
+        return s.waits > 0
+    except Exception as exc:
+        OUTBOX.failed(exc)
+        return False
+
+
+def handed(st: WorkerState, cls: LockClass) -> None:
+    """A wait on an event or a future that a peer ended, one that waits on the class too: the
+    waiter is in the pool's chain of hand-offs, and that counts as one signal of its own (it
+    will hand on what it was handed, and a hand-on with nobody waiting sets nothing to see)."""
+    try:
+        s = st.signals.get(cls)
+        if s is None:
+            s = signal_stats(st, cls)
+        s.gives += 1
+    except Exception as exc:
+        OUTBOX.failed(exc)
+
+
 if speedups is not None:
     # A take and a give run on every checkout and checkin: the C path records them alike.
     speedups.setup_signals(signal_stats=signal_stats, fields=(SignalStats, SIGNAL_FIELDS))
     took = speedups.took  # noqa: F811
     gave = speedups.gave  # noqa: F811
+
+
+def excluded_wait() -> bool:
+    """Whether the waiting (or signalling) code, the first frame outside lockwatch's signal paths
+    and the primitives' modules, is OpenTelemetry's, ``logging``'s or lockwatch's or called by
+    them (checked when a wait on an object made per request blocks: ``_naming.class_of_call``
+    leaves it to the wait)."""
+    try:
+        f: Any = sys._getframe(1)
+        while f is not None and id(f.f_globals) in _SKIPPED:
+            f = f.f_back
+        return excluded_caller(f)
+    except Exception as exc:  # an odd module (a __name__ that is no str): recorded as any wait
+        OUTBOX.failed(exc)
+        return False
 
 
 def _site() -> str | None:

@@ -36,7 +36,9 @@ def main(argv: list[str]) -> int:
         {test.id() for test, _ in result.failures + result.errors + result.unexpectedSuccesses}
     )
     details = {test.id(): text[-1500:] for test, text in result.failures + result.errors}
-    print(json.dumps({"run": result.testsRun, "failed": failed, "details": details}))
+    # On a line of its own: a suite may leave its stdout mid-line (3.13's concurrent.futures
+    # prints its tests' durations).
+    print("\n" + json.dumps({"run": result.testsRun, "failed": failed, "details": details}))
     return 0
 
 
