@@ -48,7 +48,8 @@ def test_following_the_recommendation_keeps_the_throughput_and_is_a_fixed_point(
 ):
     """Issue #25's criteria on simulated pools of every shape: the size recommended by a run
     at 16 keeps 90 % of its throughput, is at most max(knee + 1, 1.5 knee), and a run at that
-    size recommends the same size (no spiral: 16 -> 12 -> 9 -> 6 with the old fractions)."""
+    size recommends the same size (no spiral: 16 -> 12 -> 9 -> 6 with the old fractions); for a
+    pool of unknown capacity, at least the knee, and the same size from then on."""
     hold, think = hold_ms * MS, think_ms * MS
     xput = {n: _throughput(n, capacity, hold, think) for n in range(1, NOMINAL + 1)}
     best = max(xput.values())
@@ -56,7 +57,14 @@ def test_following_the_recommendation_keeps_the_throughput_and_is_a_fixed_point(
     r = _recommended(NOMINAL, capacity, hold, think, kind)
     assert xput[r] >= 0.9 * xput[NOMINAL]
     assert r <= max(knee + 1, math.floor(1.5 * knee))
-    assert _recommended(r, capacity, hold, think, kind) == r
+    again = _recommended(r, capacity, hold, think, kind)
+    if kind == "condition":
+        # A bare condition knows no capacity: it is sized by the workers it let work, which a
+        # run of fewer workers measures with less slack. It converges, at or above the knee.
+        assert knee <= again <= r
+        assert _recommended(again, capacity, hold, think, kind) == again
+    else:
+        assert again == r  # Little's law: u does not change with the number of workers
 
 
 def test_the_old_fractions_spiral_and_the_model_does_not():
@@ -139,3 +147,15 @@ def test_the_reports_show_the_derivation_and_the_curve():
     assert page.count('id="sizing-chart"') == 1
     assert page.count('class="point"') == NOMINAL
     assert 'id="sizing-recommended"' in page and "recommended 5</text>" in page
+
+
+def test_groups_of_comparable_size_are_all_workers():
+    """Two children of a merged fleet on one lock beside three parent threads on another: both
+    groups are workers (neither is half the other's size); a lone thread is apart."""
+    events = [(f"child-{i}", "shared", 5 * MS, MS) for i in range(2) for _ in range(25)]
+    events += [(f"parent-{i}", "feeder", 0, MS) for i in range(3) for _ in range(25)]
+    events += [("reaper", "reap", 0, MS)]
+    locks, workers = locks_and_workers(events)
+    pool, apart = pool_workers(normalize({"locks": locks, "workers": workers}))
+    assert pool == {"child-0", "child-1", "parent-0", "parent-1", "parent-2"}
+    assert apart == ["reaper"]
