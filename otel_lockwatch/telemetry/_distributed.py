@@ -4,8 +4,8 @@ Both are exact counts kept by the recorder (``record._distributed``) and observe
 like the acquisition counters:
 
 - ``lockwatch.lock.lease_overruns``: holds of a Redis lock that outlived their lease;
-- ``lockwatch.lock.release_failures``: releases that failed (refused, or raised), by ``lockwatch.failure``
-  (``not_owned``, ``lock_error``).
+- ``lockwatch.lock.release_failures``: releases that failed (refused, or raised), by
+  ``lockwatch.failure`` (``not_owned``, ``lock_error``).
 
 Attributes: ``lockwatch.lock.name`` (a key template, or a chosen name) and ``.kind``; never a key.
 """
