@@ -84,7 +84,7 @@ REQUIRED_FIELDS = tuple(
 )
 
 
-class Verdict(str, enum.Enum):
+class Verdict(str, enum.Enum):  # noqa: UP042  (kept as it is published: a str mixin)
     """The manifest's verdict, in increasing precedence."""
 
     LOW_CONTENTION = "LOW_CONTENTION"
