@@ -68,7 +68,7 @@ def test_report_prints_the_summary_in_plain_text(billing, capsys, monkeypatch):
     assert not ANSI.search(out)
     assert out.startswith(f"otel-lockwatch contention report: {billing}\n")
     assert re.search(r"^verdict +CYCLIC_ORDERING_DETECTED$", out, re.M)
-    assert re.search(r"^pool size +nominal 16 -> recommended 7", out, re.M)
+    assert re.search(r"^pool size +nominal 16 -> recommended 8", out, re.M)
     assert re.search(r"^  config +4\.1 s +93\.1 % +1200 +1\.5 ms ", out, re.M)
     assert "  worker-7 waited 2 s on config (median 300 ms, 6.7x)\n" in out
     assert "  possible circular locking dependency: accounts -> ledger -> accounts\n" in out
@@ -113,7 +113,7 @@ def test_report_json_is_sorted_and_matches_the_manifest(billing, capsys):
     assert out == json.dumps(data, sort_keys=True, indent=2, ensure_ascii=False) + "\n"
     manifest = load_manifest(billing).to_dict()
     assert data["verdict"] == manifest["verdict"] == "CYCLIC_ORDERING_DETECTED"
-    assert data["recommended_pool_size"] == 7
+    assert data["recommended_pool_size"] == 8
     assert data["manifest_digest"] == manifest["manifest_digest"]
     assert [h["lock"] for h in data["hot_locks"]] == ["config"]
     assert [c["cycle"] for c in data["cycles"]] == [["accounts", "ledger"]]
@@ -180,13 +180,13 @@ def test_report_of_an_edited_manifest(billing, capsys):
 # check
 
 
-@pytest.mark.parametrize("n", [1, 7])
+@pytest.mark.parametrize("n", [1, 8])
 def test_check_admissible_exits_0(billing, capsys, n):
     assert main(["check", str(billing), "--pool-size", str(n)]) == 0
     out, err = capsys.readouterr()
     assert out == (
-        f"POOL_SIZE_ADMISSIBLE: Requested {n} is within recommended 7 "
-        "(measured: config supports 6.24 workers; verdict CYCLIC_ORDERING_DETECTED).\n"
+        f"POOL_SIZE_ADMISSIBLE: Requested {n} is within recommended 8 "
+        "(measured: config supports 7.11 workers; verdict CYCLIC_ORDERING_DETECTED).\n"
     )
     assert err == ""
 
@@ -195,8 +195,8 @@ def test_check_violation_exits_1(billing, capsys):
     assert main(["check", str(billing), "-p", "16"]) == 1
     out, err = capsys.readouterr()
     assert out == (
-        "POOL_SIZE_VIOLATION: Requested 16 exceeds recommended 7 "
-        "(measured: config supports 6.24 workers; verdict CYCLIC_ORDERING_DETECTED).\n"
+        "POOL_SIZE_VIOLATION: Requested 16 exceeds recommended 8 "
+        "(measured: config supports 7.11 workers; verdict CYCLIC_ORDERING_DETECTED).\n"
     )
     assert err == ""
 
@@ -342,10 +342,10 @@ def test_python_dash_m_runs_the_command(billing):
             capture_output=True, text=True, timeout=60, check=False,
         )  # fmt: skip
 
-    ok = run("check", str(billing), "-p", "7")
+    ok = run("check", str(billing), "-p", "8")
     assert (ok.returncode, ok.stderr) == (0, "")
     assert ok.stdout.startswith("POOL_SIZE_ADMISSIBLE: ")
-    violation = run("check", str(billing), "-p", "8")
+    violation = run("check", str(billing), "-p", "9")
     assert violation.returncode == 1
     missing = run("report", str(billing) + ".missing")
     assert missing.returncode == 2

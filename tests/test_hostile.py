@@ -279,7 +279,7 @@ def test_forged_recommendation_is_refused_by_load_manifest(tmp_path):
     with pytest.raises(
         ManifestError,
         match=r"^manifest .*m\.json does not agree with its data: recommended_pool_size is "
-        r"1000000000000000000, its data gives 7$",
+        r"1000000000000000000, its data gives 8$",
     ):
         load_manifest(write(tmp_path / "m.json", forged()))
 
@@ -298,8 +298,8 @@ def test_a_legacy_schema_cannot_smuggle_a_forged_recommendation(tmp_path, capsys
     doc = forged()
     doc["schema"] = "otel-lockwatch/manifest/1"
     path = write(tmp_path / "m.json", resealed(doc))
-    assert load_manifest(path).recommended_pool_size == 7
-    assert recommended_workers(path, 4) == 7
+    assert load_manifest(path).recommended_pool_size == 8
+    assert recommended_workers(path, 4) == 8
     rc, out, err = run_main(capsys, "check", str(path), "-p", "1000000000")
     assert rc == 1 and err == ""
 
@@ -310,7 +310,7 @@ def test_forged_recommendation_is_refused_by_check(tmp_path, capsys):
     rc, out, err = run_main(capsys, "check", str(path), "-p", "1000000000")
     line = assert_one_error(rc, out, err)
     assert line.endswith("does not agree with its data: recommended_pool_size is "
-                         "1000000000000000000, its data gives 7")  # fmt: skip
+                         "1000000000000000000, its data gives 8")  # fmt: skip
 
 
 def test_forged_recommendation_never_survives_a_merge(tmp_path, capsys):
