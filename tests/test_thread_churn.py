@@ -112,11 +112,13 @@ def test_a_fork_while_another_thread_has_the_recorder_does_not_hang_the_child():
         from opentelemetry.sdk.trace import TracerProvider
         from otel_lockwatch import LockwatchInstrumentor
         from otel_lockwatch.record._recorder import RECORDER
+        # Made before instrumenting, so never watched: the thread that holds the recorder's
+        # own lock waits on one, and a watched wait would come back for that lock.
+        inside, leave = threading.Event(), threading.Event()
         LockwatchInstrumentor().instrument(
             tracer_provider=TracerProvider(), meter_provider=MeterProvider(), manifest=False
         )
         lock = threading.Lock()
-        inside, leave = threading.Event(), threading.Event()
         def other():
             with lock:
                 pass
