@@ -540,8 +540,8 @@ def reference(events, hot_pct=20.0, ratio=5.0):
     """The definitions of a hot lock and of starvation, computed directly from the raw events
     (a starved worker's wait is also at least 5 % of its observed time; a hot lock's wait is at
     least 10 % of the observed time of the pool's workers: the largest group of workers linked
-    by the locks they share and the groups at least half its size, found here by a search over
-    the sharing relation)."""
+    by the locks they share and the other groups of two or more at least half its size, found
+    here by a search over the sharing relation)."""
     lock_wait: dict = {}
     pair_wait: dict = {}
     for worker, lock, wait, _ in events:
@@ -562,7 +562,9 @@ def reference(events, hot_pct=20.0, ratio=5.0):
         seen |= group
         groups.append(group)
     largest = max(map(len, groups), default=0)
-    pool = set().union(*(g for g in groups if 2 * len(g) >= largest or largest < 2))
+    pool = set().union(
+        *(g for g in groups if (len(g) >= 2 and 2 * len(g) >= largest) or largest < 2)
+    )
     observed = sum(wait + hold for w, _, wait, hold in events if w in pool)
     hot = sorted(
         (

@@ -34,7 +34,11 @@ from otel_lockwatch.record._recorder import RECORDER
 METHODS = [
     m for m in ("fork", "spawn", "forkserver") if m in multiprocessing.get_all_start_methods()
 ]
-HOLD_S = 0.002
+# A hold long enough that the waits it causes (a hold or more per round, per worker) stay a
+# material share of a child's observed time, which also holds its start and its exit: a child
+# forked from a large process (the whole suite's) took ~300 ms to start and end, against
+# ~20 ms of waiting with 2 ms holds.
+HOLD_S = 0.01
 ITERATIONS = 8
 
 ORIGINAL_SEMLOCK = {

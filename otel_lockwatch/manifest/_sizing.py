@@ -6,10 +6,10 @@ workers that keep the throughput the pool's tightest bottleneck allows. ``docs/s
 states the model with a worked example; in short:
 
 **The pool's workers.** Two threads are linked when they take part in one lock class (acquire
-it, wait on it, signal it). The workers are the largest group of linked threads and every group
-at least half its size (every thread when none shares anything); the threads of smaller groups,
-a library's maintenance thread, a scheduler, are reported apart (``other_threads``) and count in
-neither the effective throughput nor the sizing.
+it, wait on it, signal it). The workers are the largest group of linked threads and every other
+group of two or more at least half its size (every thread when none shares anything); a thread
+linked to none, or in a smaller group (a library's maintenance thread, a scheduler), is reported
+apart (``other_threads``) and counts in neither the effective throughput nor the sizing.
 
 **Busy time.** ``T`` is the workers' observed time, ``W`` their contention (mutex waits and
 contention signal waits), ``B = T - W`` the time they worked. With ``n`` workers at once (the
@@ -113,8 +113,8 @@ def pool_workers(norm: Mapping[str, Any]) -> tuple[set[str], list[str]]:
     """``(workers, apart)``: the pool's workers and, sorted, the threads reported apart.
 
     Two threads are linked when they take part in one lock class; the workers are the largest
-    linked group and every group at least half its size (two pools side by side, the processes
-    of a merged fleet), or every thread when no two share a class.
+    linked group and every other group of two or more at least half its size (two pools side by
+    side, the processes of a merged fleet), or every thread when no two share a class.
     """
     parent: dict[str, str] = {w: w for w in norm["workers"]}
 
@@ -151,7 +151,7 @@ def pool_workers(norm: Mapping[str, Any]) -> tuple[set[str], list[str]]:
     workers: set[str] = set()
     apart: list[str] = []
     for members in groups.values():
-        if 2 * len(members) >= largest:
+        if len(members) >= 2 and 2 * len(members) >= largest:
             workers.update(members)
         else:
             apart.extend(members)
