@@ -38,11 +38,12 @@ def data_digest(doc: dict) -> str:
 
 
 def final_instances(path: Path) -> set[str]:
-    """The instances whose final record the collector's file holds so far."""
+    """The instances whose final record the collector's file holds so far (its complete lines:
+    the collector may be writing the last one as it is read)."""
     found = set()
     if not path.exists():
         return found
-    for line in path.read_text().splitlines():
+    for line in path.read_text().split("\n")[:-1]:
         if not line.strip():
             continue
         for resource in json.loads(line)["resourceLogs"]:
