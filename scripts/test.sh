@@ -24,44 +24,29 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 say() { printf 'test.sh: %s\n' "$*" >&2; }
 
+# Debian's package $1 (what its tests need it for: $2), installed when we are root with apt-get;
+# else its tests skip (and fail under CI).
+debian_package() {
+    if [[ $(id -u) -eq 0 ]] && command -v apt-get >/dev/null 2>&1; then
+        say "installing Debian's $1 ($2)"
+        apt-get update -qq >&2
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$1" >&2
+    else
+        say "$1 is missing and cannot be installed here: its tests will skip (fail under CI)"
+    fi
+}
+
 if ! command -v chromium >/dev/null 2>&1; then
-    if [[ $(id -u) -eq 0 ]] && command -v apt-get >/dev/null 2>&1; then
-        say "installing Debian's chromium"
-        apt-get update -qq >&2
-        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >&2
-    else
-        say "chromium is missing and cannot be installed here: its test will skip (fail under CI)"
-    fi
+    debian_package chromium "the headless browser the HTML report test renders with"
 fi
-
 if ! command -v redis-server >/dev/null 2>&1; then
-    if [[ $(id -u) -eq 0 ]] && command -v apt-get >/dev/null 2>&1; then
-        say "installing Debian's redis-server (the real server the Redis pool tests run against)"
-        apt-get update -qq >&2
-        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server >&2
-    else
-        say "redis-server is missing and cannot be installed here: its tests will skip (fail under CI)"
-    fi
+    debian_package redis-server "the real server the Redis pool tests run against"
 fi
-
 if ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then
-    if [[ $(id -u) -eq 0 ]] && command -v apt-get >/dev/null 2>&1; then
-        say "installing Debian's postgresql (the real server the psycopg_pool tests run against)"
-        apt-get update -qq >&2
-        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >&2
-    else
-        say "postgresql is missing and cannot be installed here: its tests will skip (fail under CI)"
-    fi
+    debian_package postgresql "the real server the psycopg_pool tests run against"
 fi
-
 if ! command -v dot >/dev/null 2>&1; then
-    if [[ $(id -u) -eq 0 ]] && command -v apt-get >/dev/null 2>&1; then
-        say "installing Debian's graphviz (the real dot the DOT output test renders with)"
-        apt-get update -qq >&2
-        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq graphviz >&2
-    else
-        say "graphviz (dot) is missing and cannot be installed here: its test will skip (fail under CI)"
-    fi
+    debian_package graphviz "the real dot the DOT output test renders with"
 fi
 
 if command -v go >/dev/null 2>&1; then
