@@ -33,6 +33,7 @@ __all__ = [
     "DISABLE_EXTENSIONS_ENV",
     "ENV_PREFIX",
     "MAX_CONTENTION_POINTS",
+    "MAX_POOL_SIZE",
     "SETTINGS",
     "Options",
     "Setting",
@@ -105,6 +106,19 @@ def _integer_at_least_one(value: Any) -> int:
         value = value.strip()
     number = int(value)
     if number < 1 or (isinstance(value, float) and value != number):
+        raise ValueError
+    return number
+
+
+#: The largest pool size: a ``pool_size`` setting, and what a manifest may hold or imply
+#: (``manifest._check`` refuses a larger one as a forgery).
+MAX_POOL_SIZE = 2**20
+
+
+def _pool_size(value: Any) -> int:
+    """A pool size: an integer in ``[1, MAX_POOL_SIZE]``."""
+    number = _integer_at_least_one(value)
+    if number > MAX_POOL_SIZE:
         raise ValueError
     return number
 
@@ -208,9 +222,9 @@ class Options:
         doc="at exit, after the manifest is written, how long spans may take to go out",
     )
     pool_size: int | None = _option(
-        parse=_integer_at_least_one,
+        parse=_pool_size,
         default=None,
-        valid="an integer >= 1",
+        valid=f"an integer in [1, {MAX_POOL_SIZE}]",
         doc="the nominal pool size when no instrumented executor tells it",
     )
     hot_lock_threshold_pct: float = _option(

@@ -18,6 +18,7 @@ from _snapshots import POOL_KINDS, PoolRun, lock_entry, locks_and_workers, pool_
 from _snapshots import producer_consumer as make_producer_consumer
 
 from otel_lockwatch import _settings
+from otel_lockwatch._settings import MAX_POOL_SIZE
 from otel_lockwatch.exceptions import ManifestError
 from otel_lockwatch.manifest._check import check_doc
 from otel_lockwatch.manifest._evaluate import evaluate
@@ -459,3 +460,12 @@ def test_malformed_peak_workers_is_refused_and_an_edited_manifest_too():
     doc["manifest_digest"] = compute_digest(doc)
     with pytest.raises(ManifestError, match=r"^m is invalid: locks\['app\.db:make_pool:12'\]"):
         check_doc(doc, "m")
+
+
+def test_a_configured_size_above_the_largest_pool_is_refused():
+    """evaluate() bounds ``pool_size`` as every manifest reader does (``MAX_POOL_SIZE``): else it
+    would write a manifest that ``check`` and ``merge`` refuse as a forgery."""
+    data = ten_batches_of_four()
+    assert evaluate(data, pool_size=MAX_POOL_SIZE).nominal_pool_size == MAX_POOL_SIZE
+    with pytest.raises(ValueError, match=r"^pool_size must be an integer in \[1, 1048576\]"):
+        evaluate(data, pool_size=MAX_POOL_SIZE + 1)

@@ -155,7 +155,9 @@ def test_environment_text_is_parsed(name, text, value):
             math.inf,
             r"^checkpoint_interval_s must be a number >= 0, got inf$",
         ),
-        ("pool_size", 2.5, r"^pool_size must be an integer >= 1, got 2\.5$"),
+        ("pool_size", 2.5, r"^pool_size must be an integer in \[1, 1048576\], got 2\.5$"),
+        # Above the largest pool size a manifest may hold (the readers refuse it as a forgery).
+        ("pool_size", 2**20 + 1, r"^pool_size must be an integer in \[1, 1048576\], got 1048577$"),
         (
             "hot_lock_threshold_pct",
             0,

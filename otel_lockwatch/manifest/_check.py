@@ -31,7 +31,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from .._settings import SETTINGS
+from .._settings import MAX_POOL_SIZE, SETTINGS
 from ..exceptions import ManifestError
 from ..record._histogram import MERGE_SPEEDUPS
 from ..record._witness import printable
@@ -58,11 +58,6 @@ __all__ = [
 MAX_DEPTH = 32
 #: Every integer in a manifest is in ``(-INT_LIMIT, INT_LIMIT)``.
 INT_LIMIT = 2**63
-#: The largest pool size a manifest may hold or imply (``pool.nominal``, ``pool.peak_workers``,
-#: ``nominal_pool_size``, ``recommended_pool_size``): 2**20, far above any one pool, and room
-#: for the peak workers a merge of a fleet adds up. A larger one is refused as a forgery: one
-#: record claiming 10**15 workers would set a whole fleet's recommended size.
-MAX_POOL_SIZE = 2**20
 
 #: How much of a refused value or of a message a one-line error shows.
 _SHOWN = 80
