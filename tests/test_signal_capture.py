@@ -450,15 +450,6 @@ def test_two_locks_on_one_line_are_two_classes(watched):
     assert int(column) > 0
 
 
-@pytest.mark.skipif(sys.version_info >= (3, 11), reason="3.10 only: 3.11+ has columns")
-def test_no_column_before_3_11(watched):
-    a, b = threading.Lock(), threading.Lock()
-    for lock in (a, b):
-        with lock:
-            pass
-    assert len(_locks()) == 1
-
-
 # -- workers ---------------------------------------------------------------------------------
 def test_peak_workers_counts_tasks_alive_at_once(watched):
     """Five tasks alive together, then three one after the other: the peak is six (the five
@@ -545,7 +536,6 @@ print([type(o).__name__ for o in (cond, sem, q)
 """
 
 
-@pytest.mark.skipif(sys.version_info < (3, 11), reason="3.10 makes every instance's dict")
 @pytest.mark.parametrize("pure", [False, True])
 def test_watching_never_makes_the_instance_dict(pure):
     """Reading a watched object's ``__dict__`` would make its dictionary, after which every
