@@ -15,6 +15,7 @@ import math
 import os
 import re
 import signal
+import subprocess
 import sys
 import textwrap
 import threading
@@ -259,6 +260,33 @@ def test_demo_unknown_otlp_protocol(capsys, monkeypatch, tmp_path):
     assert not (tmp_path / "m.json").exists()
 
 
+def test_demo_grpc_without_its_extra_is_one_line(tmp_path):
+    """OTEL_EXPORTER_OTLP_PROTOCOL=grpc where the gRPC exporter is not installed (the ``grpc``
+    extra): one line naming the extra, exit 2, no manifest. A real process whose import of the
+    gRPC exporter fails as it does when the package is absent."""
+    manifest = tmp_path / "m.json"
+    script = (
+        "import sys\n"
+        "sys.modules['opentelemetry.exporter.otlp.proto.grpc'] = None  # not installed\n"
+        "from otel_lockwatch.cli._main import main\n"
+        f"sys.exit(main(['demo', '--manifest', {str(manifest)!r}]))\n"
+    )
+    env = {
+        **os.environ,
+        "OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:9",
+        "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc",
+    }
+    done = subprocess.run(
+        [sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 2, done.stderr
+    assert done.stderr == (
+        "otel-lockwatch: error: OTEL_EXPORTER_OTLP_PROTOCOL is grpc, which needs the grpc "
+        "extra: pip install 'otel-lockwatch[grpc]'\n"
+    )
+    assert not manifest.exists()
+
+
 class _Collector(BaseHTTPRequestHandler):
     """A minimal OTLP/HTTP receiver: keeps every request body by path."""
 
@@ -277,7 +305,9 @@ class _Collector(BaseHTTPRequestHandler):
 
 
 def test_demo_exports_traces_and_metrics_over_otlp_http(tmp_path, monkeypatch, capsys):
-    """With an endpoint, the spans (lock.wait, lockwatch.manifest) and the metrics reach it."""
+    """With an endpoint, the spans (lock.wait, lockwatch.manifest) and the metrics reach it,
+    over HTTP/protobuf when no protocol is set (the specification's default, and the exporter
+    the package depends on)."""
     from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
         ExportMetricsServiceRequest,
     )
@@ -291,7 +321,7 @@ def test_demo_exports_traces_and_metrics_over_otlp_http(tmp_path, monkeypatch, c
     thread.start()
     endpoint = f"http://127.0.0.1:{server.server_address[1]}"
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint)
-    monkeypatch.setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf")
+    monkeypatch.delenv("OTEL_EXPORTER_OTLP_PROTOCOL", raising=False)
     monkeypatch.setenv("OTEL_SERVICE_NAME", "demo-under-test")
     try:
         rc = main(["demo", "-w", "4", "-s", "0.5", "--manifest", str(tmp_path / "m.json")])
@@ -510,6 +540,15 @@ def test_child_environment():
         ["./serve"],
     )
     assert [otlp[f"OTEL_{s}_EXPORTER"] for s in ("TRACES", "METRICS", "LOGS")] == ["otlp"] * 3
+    # The package's own exporter (the distro would pick grpc, an extra), unless the user chose.
+    assert otlp["OTEL_EXPORTER_OTLP_PROTOCOL"] == "http/protobuf"
+    assert "OTEL_EXPORTER_OTLP_PROTOCOL" not in env
+    chosen = _run.child_environment(
+        {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4317", "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc"},
+        "/tmp/m.json",
+        ["./serve"],
+    )
+    assert chosen["OTEL_EXPORTER_OTLP_PROTOCOL"] == "grpc"
     assert otlp["OTEL_SERVICE_NAME"] == "billing"
 
 

@@ -11,6 +11,7 @@ from typing import IO, NoReturn
 from otel_lockwatch.manifest._io import write_atomically
 
 __all__ = [
+    "DEFAULT_OTLP_PROTOCOL",
     "EXIT_OK",
     "EXIT_USAGE",
     "EXIT_VIOLATION",
@@ -24,6 +25,10 @@ __all__ = [
 ]
 
 PROG = "otel-lockwatch"
+
+#: The OTLP protocol of ``demo`` and ``run`` when ``OTEL_EXPORTER_OTLP_PROTOCOL`` is unset: the
+#: specification's default, and the exporter the package depends on (``grpc`` is an extra).
+DEFAULT_OTLP_PROTOCOL = "http/protobuf"
 
 #: Exit status of a successful command, of a refused pool size, of a user error.
 EXIT_OK, EXIT_VIOLATION, EXIT_USAGE = 0, 1, 2

@@ -14,9 +14,9 @@ with ``global_config`` in the hot-lock register, the ``reporter`` worker in the 
 signatures, and the ``accounts`` / ``ledger`` cycle with its two witnesses.
 
 Nothing leaves the process unless ``OTEL_EXPORTER_OTLP_ENDPOINT`` is set: then the traces and
-metrics also go there over OTLP (``OTEL_EXPORTER_OTLP_PROTOCOL``: ``grpc``, the default, or
-``http/protobuf``), the other ``OTEL_EXPORTER_OTLP_*`` variables apply as usual, and
-``OTEL_SERVICE_NAME`` (default ``otel-lockwatch-demo``) names the service.
+metrics also go there over OTLP (``OTEL_EXPORTER_OTLP_PROTOCOL``: ``http/protobuf``, the
+default, or ``grpc`` with the ``grpc`` extra installed), the other ``OTEL_EXPORTER_OTLP_*``
+variables apply as usual, and ``OTEL_SERVICE_NAME`` (default ``otel-lockwatch-demo``) names the service.
 
 Progress goes to stderr: a one-line bar redrawn in place on a terminal, a start and an end line
 otherwise (no control codes). The summary and the report go to stdout.
@@ -49,7 +49,7 @@ DESCRIPTION = (
     "regresses), a global configuration lock that becomes hot, a reporter that starves behind a "
     "long-holding compactor, and an accounts/ledger ordering cycle that never deadlocks. No "
     "collector needed; with OTEL_EXPORTER_OTLP_ENDPOINT set, traces and metrics are also "
-    "exported there over OTLP (OTEL_EXPORTER_OTLP_PROTOCOL grpc or http/protobuf)."
+    "exported there over OTLP (OTEL_EXPORTER_OTLP_PROTOCOL http/protobuf, the default, or grpc)."
 )
 
 DEFAULT_WORKERS = 16
@@ -134,15 +134,21 @@ def load_workload() -> ModuleType:
 def _otlp_exporters(environ: Any) -> tuple[Any, Any, str] | None:
     """The OTLP span and metric exporters when ``OTEL_EXPORTER_OTLP_ENDPOINT`` is set, with a
     description of where they send; None otherwise (nothing leaves the process)."""
-    from otel_lockwatch.cli._common import CommandError
+    from otel_lockwatch.cli._common import DEFAULT_OTLP_PROTOCOL, CommandError
 
     endpoint = environ.get("OTEL_EXPORTER_OTLP_ENDPOINT", "").strip()
     if not endpoint:
         return None
-    protocol = (environ.get("OTEL_EXPORTER_OTLP_PROTOCOL") or "grpc").strip().lower()
+    protocol = (environ.get("OTEL_EXPORTER_OTLP_PROTOCOL") or DEFAULT_OTLP_PROTOCOL).strip().lower()
     if protocol == "grpc":
-        from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import OTLPMetricExporter
-        from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
+        try:
+            from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import OTLPMetricExporter
+            from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
+        except ImportError:
+            raise CommandError(
+                "OTEL_EXPORTER_OTLP_PROTOCOL is grpc, which needs the grpc extra: "
+                "pip install 'otel-lockwatch[grpc]'"
+            ) from None
     elif protocol == "http/protobuf":
         from opentelemetry.exporter.otlp.proto.http.metric_exporter import (  # type: ignore[assignment]
             OTLPMetricExporter,

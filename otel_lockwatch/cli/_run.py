@@ -12,7 +12,9 @@ The child's environment is the caller's, with:
 - ``OTEL_PYTHON_LOCKWATCH_MANIFEST_PATH``: ``--manifest PATH``, or a file in a fresh temporary
   directory removed afterwards; ``OTEL_PYTHON_LOCKWATCH_MANIFEST=true``;
 - ``OTEL_TRACES_EXPORTER``, ``OTEL_METRICS_EXPORTER``, ``OTEL_LOGS_EXPORTER``: ``none``, or
-  ``otlp`` when ``OTEL_EXPORTER_OTLP_ENDPOINT`` is set (each only when not already set);
+  ``otlp`` when ``OTEL_EXPORTER_OTLP_ENDPOINT`` is set (each only when not already set), and
+  then ``OTEL_EXPORTER_OTLP_PROTOCOL``: ``http/protobuf`` unless set (the distro's own default
+  is ``grpc``, which needs the ``grpc`` extra);
 - ``OTEL_SERVICE_NAME``: the program's name (``app`` for ``python app.py``) unless set.
 
 Ctrl-C and SIGTERM reach the program: SIGTERM is forwarded to it; Ctrl-C at a terminal reaches
@@ -152,6 +154,8 @@ def child_environment(
         manifest_path: where the program must write its manifest.
         program: the command line (for the default service name).
     """
+    from otel_lockwatch.cli._common import DEFAULT_OTLP_PROTOCOL
+
     env = dict(environ)
     env["OTEL_PYTHON_LOCKWATCH_MANIFEST_PATH"] = manifest_path
     env["OTEL_PYTHON_LOCKWATCH_MANIFEST"] = "true"
@@ -159,6 +163,8 @@ def child_environment(
     for var in ("OTEL_TRACES_EXPORTER", "OTEL_METRICS_EXPORTER", "OTEL_LOGS_EXPORTER"):
         if not env.get(var, "").strip():
             env[var] = exporter
+    if exporter == "otlp" and not env.get("OTEL_EXPORTER_OTLP_PROTOCOL", "").strip():
+        env["OTEL_EXPORTER_OTLP_PROTOCOL"] = DEFAULT_OTLP_PROTOCOL
     if not env.get("OTEL_SERVICE_NAME", "").strip():
         env["OTEL_SERVICE_NAME"] = program_name(program)
     return env

@@ -147,6 +147,7 @@ def demo_run(jaeger: Jaeger, tmp_path_factory: pytest.TempPathFactory) -> dict[s
         **os.environ,
         "OTEL_SERVICE_NAME": service,
         "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://{jaeger.otlp_grpc}",
+        "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc",  # the grpc extra (in the test extra)
         "OTEL_EXPORTER_OTLP_INSECURE": "true",
     }
     argv = [sys.executable, "-m", "otel_lockwatch", "demo", "--workers", "6", "--seconds", "1"]
