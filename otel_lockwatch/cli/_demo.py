@@ -16,7 +16,8 @@ signatures, and the ``accounts`` / ``ledger`` cycle with its two witnesses.
 Nothing leaves the process unless ``OTEL_EXPORTER_OTLP_ENDPOINT`` is set: then the traces and
 metrics also go there over OTLP (``OTEL_EXPORTER_OTLP_PROTOCOL``: ``http/protobuf``, the
 default, or ``grpc`` with the ``grpc`` extra installed), the other ``OTEL_EXPORTER_OTLP_*``
-variables apply as usual, and ``OTEL_SERVICE_NAME`` (default ``otel-lockwatch-demo``) names the service.
+variables apply as usual, and ``OTEL_SERVICE_NAME`` (default ``otel-lockwatch-demo``) names the
+service.
 
 Progress goes to stderr: a one-line bar redrawn in place on a terminal, a start and an end line
 otherwise (no control codes). The summary and the report go to stdout.
