@@ -4,8 +4,8 @@
 #   1. Debian's Chromium (for the HTML report test), redis-server (for the Redis pool tests),
 #      postgresql (for the psycopg_pool tests) and Graphviz (for the DOT output test), when
 #      missing and we are root;
-#   2. Jaeger v2 and an OpenTelemetry Collector, built from the Go module proxy and cached
-#      under ${LOCKWATCH_CACHE:-~/.cache/otel-lockwatch}/bin (minutes cold, instant after);
+#   2. Jaeger v2, an OpenTelemetry Collector and Prometheus, built from the Go module proxy and
+#      cached under ${LOCKWATCH_CACHE:-~/.cache/otel-lockwatch}/bin (minutes cold, instant after);
 #   3. a C compiler and Python's headers, when missing and we are root (the package builds its
 #      optional C fast path, otel_lockwatch._speedups, with them);
 #   4. the package with its test extra, editable;
@@ -52,9 +52,11 @@ fi
 if command -v go >/dev/null 2>&1; then
     LOCKWATCH_JAEGER_BIN="$(bash scripts/build-jaeger.sh)"
     LOCKWATCH_OTELCOL_BIN="$(bash scripts/build-otelcol.sh)"
-    export LOCKWATCH_JAEGER_BIN LOCKWATCH_OTELCOL_BIN
+    LOCKWATCH_PROMETHEUS_BIN="$(bash scripts/build-prometheus.sh)"
+    export LOCKWATCH_JAEGER_BIN LOCKWATCH_OTELCOL_BIN LOCKWATCH_PROMETHEUS_BIN
 else
-    say "go is missing: the Jaeger and collector end-to-end tests will skip (fail under CI)"
+    say "go is missing: the Jaeger, collector and Prometheus end-to-end tests will skip" \
+        "(fail under CI)"
 fi
 
 headers="$(python3 -c 'import os, sysconfig; print(os.path.join(sysconfig.get_paths()["include"], "Python.h"))')"
