@@ -345,10 +345,17 @@ def unique_service(prefix: str) -> str:
 
 
 def run_workload(
-    mode: str, service: str, otlp_grpc: str, cwd: Path, tasks: int = 3, metrics: bool = False
+    mode: str,
+    service: str,
+    otlp_grpc: str,
+    cwd: Path,
+    tasks: int = 3,
+    metrics: bool = False,
+    rounds: int = 1,
 ) -> dict[str, Any]:
     """Run tests/e2e/workload.py in ``cwd`` exporting OTLP/gRPC to ``otlp_grpc`` as ``service``
-    (metrics too when ``metrics``; lockwatch writes its manifest file there).
+    (metrics too when ``metrics``; ``rounds`` of checkouts in the pool mode; lockwatch writes its
+    manifest file there).
 
     Returns:
         The workload's JSON summary (``task_traces``: task name -> trace id).
@@ -364,7 +371,8 @@ def run_workload(
     }
     result = subprocess.run(
         [sys.executable, str(WORKLOAD), "--mode", mode, "--tasks", str(tasks)]
-        + (["--metrics"] if metrics else []),
+        + (["--metrics"] if metrics else [])
+        + (["--rounds", str(rounds)] if rounds != 1 else []),
         env=env,
         cwd=cwd,
         capture_output=True,

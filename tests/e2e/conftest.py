@@ -1,4 +1,5 @@
-"""Fixtures of the end-to-end tests: the binaries, and one Jaeger v2 for the session.
+"""Fixtures of the end-to-end tests: the binaries, one Jaeger v2 for the session, and one run of
+the demo into a collector and Prometheus for the metrics tests.
 
 The machinery (finding binaries, starting processes on free loopback ports, polling with a
 deadline, reading Jaeger's JSON) lives in ``_e2e_harness.py``, which the test modules import.
@@ -17,6 +18,7 @@ from _e2e_harness import (
     find_binary,
     start_jaeger,
 )
+from _e2e_metrics import MetricsRun, cached_prometheus, metrics_run_in
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -48,3 +50,26 @@ def jaeger(jaeger_binary: Path, tmp_path_factory: pytest.TempPathFactory) -> Ite
     log_path = tmp_path_factory.mktemp("jaeger") / "jaeger.log"
     with start_jaeger(jaeger_binary, log_path) as running:
         yield running
+
+
+@pytest.fixture(scope="session")
+def prometheus_binary() -> Path:
+    """The Prometheus server (``LOCKWATCH_PROMETHEUS_BIN``, the cache, or ``prometheus`` on
+    PATH)."""
+    return find_binary(
+        "LOCKWATCH_PROMETHEUS_BIN", cached_prometheus, "prometheus", "scripts/build-prometheus.sh"
+    )
+
+
+@pytest.fixture(scope="session")
+def metrics_run(
+    otelcol_binary: Path,
+    prometheus_binary: Path,
+    jaeger: Jaeger,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[MetricsRun]:
+    """One collector and Prometheus for the session, with the demo and the pool workload
+    exported through them (the query and dashboard tests read the same data)."""
+    work = tmp_path_factory.mktemp("metrics")
+    with metrics_run_in(otelcol_binary, prometheus_binary, jaeger, work) as run:
+        yield run

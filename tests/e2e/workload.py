@@ -19,17 +19,27 @@ Modes:
              ``lock.wait`` spans and, at tracer-provider shutdown, the ``lockwatch.manifest`` span.
   plain      no lockwatch at all: the same task spans with an ordinary child span each, to
              prove the exporter -> Jaeger -> query path independently of the instrumentation.
+  pool       the real instrumentation on a connection pool that runs dry: a ``queue.LifoQueue``
+             of ``CONNECTIONS`` connections, named ``connections``, which the main thread empties
+             first; every worker blocks in its checkout (``get``) until the main thread, having
+             seen them all inside the instrumented wait, gives the connections back after
+             ``HOLD_S``, and each worker holds its connection ``POOL_HOLD_S``. Every checkout
+             therefore waits at least ``HOLD_S``: the pool's checkout waits in the metrics.
+             ``--rounds N`` does it N times, ``POOL_PAUSE_S`` apart, so that a metrics backend
+             sampling every second sees the counts grow.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import queue
 import sys
 import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import OTLPMetricExporter
 from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
@@ -41,6 +51,10 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
 HOLD_S = 0.05
 LOCK_NAME = "global_config"
+POOL_NAME = "connections"
+CONNECTIONS = 2
+POOL_HOLD_S = 0.02
+POOL_PAUSE_S = 0.4
 BLOCKED_TIMEOUT_S = 30.0
 
 
@@ -56,11 +70,28 @@ def _inside_instrumented_acquire(thread: threading.Thread, caller: object) -> bo
     return False
 
 
-def _wait_blocked(threads: list[threading.Thread], caller: object) -> None:
-    """Poll until every thread is inside the instrumented acquire; at the deadline, go on."""
+def _inside_instrumented_checkout(thread: threading.Thread, caller: object) -> bool:
+    """Whether ``thread`` is in a ``Queue.get`` and, inside it, in otel_lockwatch (the watched
+    queue's condition wait: the checkout blocked). ``caller`` is unused (the signature of
+    :func:`_inside_instrumented_acquire`)."""
+    package = str(Path(sys.modules["otel_lockwatch"].__file__ or "").parent)
+    frame = sys._current_frames().get(thread.ident or -1)
+    in_lockwatch = False
+    while frame is not None:
+        if frame.f_code is queue.Queue.get.__code__:
+            return in_lockwatch
+        in_lockwatch = in_lockwatch or frame.f_code.co_filename.startswith(package)
+        frame = frame.f_back
+    return False
+
+
+def _wait_blocked(
+    threads: list[threading.Thread], caller: object, inside: Any = _inside_instrumented_acquire
+) -> None:
+    """Poll until every thread is ``inside`` the instrumented acquire; at the deadline, go on."""
     deadline = time.monotonic() + BLOCKED_TIMEOUT_S
     while time.monotonic() < deadline:
-        if all(_inside_instrumented_acquire(t, caller) for t in threads):
+        if all(inside(t, caller) for t in threads):
             return
         time.sleep(0.001)  # ok: polling with a deadline
     print("workload: workers not seen inside the acquire; continuing", file=sys.stderr)
@@ -70,12 +101,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the workload and print the task traces as one JSON line.
 
     Args:
-        argv: ``--mode {lockwatch,plain}``, ``--tasks N`` (default 3), ``--metrics``.
+        argv: ``--mode {lockwatch,plain,pool}``, ``--tasks N`` (default 3), ``--metrics``,
+            ``--rounds N`` (pool mode, default 1).
     """
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--mode", choices=("lockwatch", "plain"), required=True)
+    parser.add_argument("--mode", choices=("lockwatch", "plain", "pool"), required=True)
     parser.add_argument("--tasks", type=int, default=3)
     parser.add_argument("--metrics", action="store_true", help="export metrics over OTLP too")
+    parser.add_argument("--rounds", type=int, default=1, help="pool mode: rounds of checkouts")
     args = parser.parse_args(argv)
 
     resource = Resource.create()  # service.name from OTEL_SERVICE_NAME
@@ -89,11 +122,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     meter_provider = MeterProvider(resource=resource, metric_readers=readers)
 
     instrumentor = None
-    if args.mode == "lockwatch":
+    if args.mode in ("lockwatch", "pool"):
         from otel_lockwatch import LockwatchInstrumentor, name_lock
 
         instrumentor = LockwatchInstrumentor()
         instrumentor.instrument(tracer_provider=tracer_provider, meter_provider=meter_provider)
+        if args.mode == "pool":
+            return _run_pool(args.tasks, args.rounds, tracer_provider, meter_provider, instrumentor)
         lock = threading.Lock()  # created after instrument(): instrumented
         name_lock(lock, LOCK_NAME)
     else:
@@ -134,6 +169,51 @@ def main(argv: Sequence[str] | None = None) -> int:
     meter_provider.shutdown()
     if instrumentor is not None:
         instrumentor.uninstrument()
+    print(json.dumps({"task_traces": task_traces}, sort_keys=True), flush=True)
+    return 0
+
+
+def _run_pool(
+    tasks: int, rounds: int, tracer_provider: Any, meter_provider: Any, instrumentor: Any
+) -> int:
+    """The ``pool`` mode: ``rounds`` times, ``tasks`` workers check a connection out of a pool
+    that the main thread has emptied, so that every checkout waits (see the module docstring)."""
+    from otel_lockwatch import name_lock
+
+    pool: queue.LifoQueue[int] = queue.LifoQueue()  # created after instrument(): watched
+    name_lock(pool, POOL_NAME)
+    for connection in range(CONNECTIONS):
+        pool.put(connection)
+    tracer = tracer_provider.get_tracer("otel-lockwatch-e2e")
+    task_traces: dict[str, str] = {}
+
+    def worker(name: str) -> None:
+        with tracer.start_as_current_span(name) as span:
+            task_traces[name] = format(span.get_span_context().trace_id, "032x")
+            connection = pool.get()
+            time.sleep(POOL_HOLD_S)  # hold: the connection's round trip
+            pool.put(connection)
+
+    for round_ in range(rounds):
+        if round_:
+            time.sleep(POOL_PAUSE_S)  # pace: the rounds spread over the metrics' samples
+        taken = [pool.get() for _ in range(CONNECTIONS)]  # the pool runs dry
+        workers = [
+            threading.Thread(target=worker, args=(f"task-{round_}.{i}",), name=f"worker-{i}")
+            for i in range(tasks)
+        ]
+        for thread in workers:
+            thread.start()
+        _wait_blocked(workers, worker.__code__, _inside_instrumented_checkout)
+        time.sleep(HOLD_S)  # hold: every worker is now blocked in its checkout
+        for connection in taken:
+            pool.put(connection)
+        for thread in workers:
+            thread.join()
+
+    tracer_provider.shutdown()
+    meter_provider.shutdown()
+    instrumentor.uninstrument()
     print(json.dumps({"task_traces": task_traces}, sort_keys=True), flush=True)
     return 0
 
