@@ -49,7 +49,7 @@ from opentelemetry.trace import Tracer
 
 from .._version import __version__
 from ..record._outbox import OUTBOX
-from ..record._sites import code_attributes
+from ..record._sites import code_attributes, code_site
 from ._bounded import run_bounded
 from ._distributed import distributed_counters
 from ._exit_hooks import HOOKS
@@ -316,9 +316,10 @@ class Telemetry:
         outcome: str | None,
         span: bool,
         extra: dict[str, Any] | None,
-        site: str | None,
+        site: str | tuple | None,
         thread_name: str | None,
         thread_id: int | None,
+        holder: tuple | None = None,
     ) -> None:
         hist = self.wait_hist if name == "lock.wait" else self.hold_hist
         if hist is not None:
@@ -329,7 +330,9 @@ class Telemetry:
             )
             hist.record((t1 - t0) / 1e9, attrs)
         if span and self.tracer is not None:
-            self._span(name, cls, t0, t1, ctx, outcome, extra, site, thread_name or "", thread_id)
+            self._span(
+                name, cls, t0, t1, ctx, outcome, extra, site, thread_name or "", thread_id, holder
+            )
 
     def _span(
         self,
@@ -340,9 +343,10 @@ class Telemetry:
         ctx: Context | None,
         outcome: str | None,
         extra: dict[str, Any] | None,
-        site: str | None,
+        site: str | tuple | None,
         thread_name: str,
         thread_id: int | None,
+        holder: tuple | None = None,
     ) -> None:
         offset = time.time_ns() - time.perf_counter_ns()  # perf_counter -> epoch, read now
         attrs: dict[str, Any] = {
@@ -353,9 +357,11 @@ class Telemetry:
         if outcome is not None:
             attrs["lockwatch.outcome"] = outcome
         if site:
-            attrs.update(code_attributes(site))
+            attrs.update(site_attributes(site))
         if extra:
             attrs.update(extra)
+        if holder is not None:  # who held the lock the span waited for
+            attrs.update(site_attributes(holder, "lockwatch.holder."))
         assert self.tracer is not None
         span = self.tracer.start_span(
             name,
@@ -365,6 +371,30 @@ class Telemetry:
             start_time=t0 + offset,
         )
         span.end(end_time=t1 + offset)
+
+
+#: A site's span attributes by site and prefix, made once each (emptied past 4096).
+_site_attributes: dict[tuple[Any, str], dict[str, Any]] = {}
+
+
+def site_attributes(site: str | tuple, prefix: str = "") -> dict[str, Any]:
+    """The span attributes (``code.*`` after ``prefix``) of a site an outbox record names: a
+    ``module:function:line`` string, a waiter's ``(module, code, offset)`` or a holder's
+    ``(code, offset)`` (its module the code's file's, as ``record._sites.code_site`` says)."""
+    key = (site, prefix)
+    attrs = _site_attributes.get(key)
+    if attrs is None:
+        if isinstance(site, str):
+            text = site
+        elif len(site) == 3:  # a frame's module, as ``capture._naming.site_of`` names it
+            module, code, offset = site
+            text = f"{module}:{code.co_name}:{code_site(code, offset).rpartition(':')[2]}"
+        else:
+            text = code_site(*site)
+        if len(_site_attributes) >= 4096:
+            _site_attributes.clear()
+        attrs = _site_attributes[key] = code_attributes(text, prefix)
+    return attrs
 
 
 TELEMETRY = Telemetry()
