@@ -177,9 +177,9 @@ def record_wait(
         sites = s.sites
         if sites is None:
             sites = s.sites = SiteTable()
-        holder = UNKNOWN if held_by is None else (held_by[1].f_code, held_by[2])
+        holder = None if held_by is None else (held_by[1].f_code, held_by[2])
         waiter = UNKNOWN if f is None else (f.f_code, f.f_lasti)
-        sites.add(waiter, holder, w)
+        sites.add(waiter, UNKNOWN if holder is None else holder, w)
         span = w >= WAIT_SPAN_NS  # its span names both sites: as code, made text by the emitter
         OUTBOX.wait(
             cls,
@@ -190,7 +190,7 @@ def record_wait(
             WAIT_SPAN_NS,
             extra,
             (f.f_globals.get("__name__", "?"), *waiter) if span and f is not None else None,
-            holder if span and held_by is not None else None,
+            holder if span else None,
         )
     except Exception as exc:
         OUTBOX.failed(exc)
