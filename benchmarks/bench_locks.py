@@ -327,24 +327,28 @@ def churn_rounds(instrument, uninstrument, rounds: int) -> dict:
 def contention_rounds(instrument, uninstrument, rounds: int) -> dict:
     """The contended-throughput rows: each round runs a row plain and instrumented back to back
     (which goes first alternates from round to round), so that the load of a shared machine
-    hits both sides of each ratio alike. Also the emitter's CPU per record in the instrumented
-    runs, and the records it made (what it drained, counted against the waits and holds)."""
-    from otel_lockwatch.record._outbox import OUTBOX
+    hits both sides of each ratio alike. Also the emitter thread's CPU per record in its
+    periodic drains, and how many records it made there."""
     from otel_lockwatch.telemetry._emitter import TELEMETRY
 
     rows = {"one lock": 1, "two locks": 2}
     runs: dict[str, list] = {row: [[], []] for row in rows}
     emitted = [0, 0]  # records, ns of the emitter's CPU
-    drain = TELEMETRY._drain
+    made = [0]  # records made, on any thread
+    drain, emit = TELEMETRY._drain, TELEMETRY._emit
+
+    def counted_emit(*record) -> None:
+        made[0] += 1
+        emit(*record)
 
     def timed_drain(yielding: bool = False) -> None:
-        started, queued = time.thread_time_ns(), len(OUTBOX.queue)
+        started, before = time.thread_time_ns(), made[0]
         drain(yielding)
         if yielding:  # the emitter thread's periodic drains
-            emitted[0] += queued - len(OUTBOX.queue)
+            emitted[0] += made[0] - before
             emitted[1] += time.thread_time_ns() - started
 
-    TELEMETRY._drain = timed_drain
+    TELEMETRY._drain, TELEMETRY._emit = timed_drain, counted_emit
     try:
         for i in range(rounds):
             for row, count in rows.items():
@@ -359,7 +363,7 @@ def contention_rounds(instrument, uninstrument, rounds: int) -> dict:
                         if watched:
                             uninstrument()
     finally:
-        del TELEMETRY._drain
+        del TELEMETRY._drain, TELEMETRY._emit
     runs["emitter_us_per_record"] = emitted[1] / 1000 / max(emitted[0], 1)
     runs["emitter_records"] = emitted[0]
     return runs
