@@ -331,7 +331,11 @@ def contention_rounds(instrument, uninstrument, rounds: int) -> dict:
     periodic drains, and how many records it made there."""
     from otel_lockwatch.telemetry._emitter import TELEMETRY
 
-    rows = {"one lock": 1, "two locks": 2}
+    # Each row's locks, made per run (two classes: the column tells two on one line apart).
+    rows = {
+        "one lock": lambda: [threading.Lock()],
+        "two locks": lambda: [threading.Lock(), threading.Lock()],
+    }
     runs: dict[str, list] = {row: [[], []] for row in rows}
     emitted = [0, 0]  # records, ns of the emitter's CPU
     made = [0]  # records made, on any thread
@@ -351,14 +355,13 @@ def contention_rounds(instrument, uninstrument, rounds: int) -> dict:
     TELEMETRY._drain, TELEMETRY._emit = timed_drain, counted_emit
     try:
         for i in range(rounds):
-            for row, count in rows.items():
+            for row, make in rows.items():
                 for watched in (False, True) if i % 2 == 0 else (True, False):
                     if watched:
                         RECORDER.reset()
                         instrument()
                     try:
-                        locks = [threading.Lock() for _ in range(count)]
-                        runs[row][watched].append(contended(locks))
+                        runs[row][watched].append(contended(make()))
                     finally:
                         if watched:
                             uninstrument()
