@@ -17,8 +17,10 @@ machine is shared and noisy):
 - thread churn: 2,000 threads started one after the other, each taking one lock once (a thread
   per request, as ``ThreadingHTTPServer`` runs), in us per thread (wall, and the process's CPU);
 - contended throughput: 16 workers on one lock held 1 ms per task, and on two locks held
-  together (nested) 1 ms per task, in tasks per second; plain and instrumented alternate round by
-  round, and the ratio is the median of the rounds' ratios;
+  together (nested) 1 ms per task, in tasks per second; each round runs a row plain and
+  instrumented back to back (which goes first alternates), and the ratio is the median of the
+  rounds' ratios (``--rounds``, 9; ``--contended`` runs these rows alone); with the emitter
+  thread's CPU per record and the load average at the end;
 - memory held after 10^5 and 10^7 acquisitions (``--memory``).
 
 Nothing here is a test: the figures go into docs/performance.md.
@@ -306,9 +308,9 @@ def contended(locks: list, tasks: int = 400, workers: int = 16) -> float:
         return tasks / (time.perf_counter() - t0)
 
 
-def churn_and_contention(instrument, uninstrument, rounds: int) -> dict:
-    """The thread-churn and contended-throughput rows: plain and instrumented alternating."""
-    runs: dict[str, list] = {"churn": [[], []], "one lock": [[], []], "two locks": [[], []]}
+def churn_rounds(instrument, uninstrument, rounds: int) -> dict:
+    """The thread-churn rows: plain and instrumented alternating."""
+    runs: dict[str, list] = {"churn": [[], []]}
     for _ in range(rounds):
         for watched in (False, True):
             if watched:
@@ -316,12 +318,82 @@ def churn_and_contention(instrument, uninstrument, rounds: int) -> dict:
                 instrument()
             try:
                 runs["churn"][watched].append(churn(threading.Lock()))
-                runs["one lock"][watched].append(contended([threading.Lock()]))
-                runs["two locks"][watched].append(contended([threading.Lock(), threading.Lock()]))
             finally:
                 if watched:
                     uninstrument()
     return runs
+
+
+def contention_rounds(instrument, uninstrument, rounds: int) -> dict:
+    """The contended-throughput rows: each round runs a row plain and instrumented back to back
+    (which goes first alternates from round to round), so that the load of a shared machine
+    hits both sides of each ratio alike. Also the emitter thread's CPU per record in its
+    periodic drains, and how many records it made there."""
+    from otel_lockwatch.telemetry._emitter import TELEMETRY
+
+    # Each row's locks, made per run (two classes: the column tells two on one line apart).
+    rows = {
+        "one lock": lambda: [threading.Lock()],
+        "two locks": lambda: [threading.Lock(), threading.Lock()],
+    }
+    runs: dict[str, list] = {row: [[], []] for row in rows}
+    emitted = [0, 0]  # records, ns of the emitter's CPU
+    made = [0]  # records made, on any thread
+    drain, emit = TELEMETRY._drain, TELEMETRY._emit
+
+    def counted_emit(*record) -> None:
+        made[0] += 1
+        emit(*record)
+
+    def timed_drain(yielding: bool = False) -> None:
+        started, before = time.thread_time_ns(), made[0]
+        drain(yielding)
+        if yielding:  # the emitter thread's periodic drains
+            emitted[0] += made[0] - before
+            emitted[1] += time.thread_time_ns() - started
+
+    TELEMETRY._drain, TELEMETRY._emit = timed_drain, counted_emit
+    try:
+        for i in range(rounds):
+            for row, make in rows.items():
+                for watched in (False, True) if i % 2 == 0 else (True, False):
+                    if watched:
+                        RECORDER.reset()
+                        instrument()
+                    try:
+                        runs[row][watched].append(contended(make()))
+                    finally:
+                        if watched:
+                            uninstrument()
+    finally:
+        del TELEMETRY._drain, TELEMETRY._emit
+    runs["emitter_us_per_record"] = emitted[1] / 1000 / max(emitted[0], 1)
+    runs["emitter_records"] = emitted[0]
+    return runs
+
+
+def measure_contention(args: argparse.Namespace) -> dict:
+    """Only the contended-throughput rows (``--contended``), on the path this process runs."""
+    tracer_provider = TracerProvider()
+    tracer_provider.add_span_processor(BatchSpanProcessor(Discard()))
+    meter_provider = MeterProvider(metric_readers=[InMemoryMetricReader()])
+    instrumentor = LockwatchInstrumentor()
+
+    def instrument() -> None:
+        instrumentor.instrument(
+            tracer_provider=tracer_provider, meter_provider=meter_provider, manifest=False
+        )
+
+    try:
+        runs = contention_rounds(instrument, instrumentor.uninstrument, args.rounds)
+    finally:
+        tracer_provider.shutdown()
+    return {
+        "path": "C" if _fast_path.SPEEDUPS else "Python",
+        "python": sys.version.split()[0],
+        "churn": runs,
+        "load": os.getloadavg(),
+    }
 
 
 def measure(args: argparse.Namespace) -> dict:
@@ -431,7 +503,8 @@ def measure(args: argparse.Namespace) -> dict:
         finally:
             instrumentor.uninstrument()
 
-    churned = churn_and_contention(instrument, instrumentor.uninstrument, 2 if args.quick else 5)
+    churned = churn_rounds(instrument, instrumentor.uninstrument, 2 if args.quick else 5)
+    churned.update(contention_rounds(instrument, instrumentor.uninstrument, args.rounds))
     instrument()
     try:
         memory = memory_check(10**5, 10**7) if args.memory else None
@@ -446,6 +519,7 @@ def measure(args: argparse.Namespace) -> dict:
         "walls": walls,
         "convoy": recorded,
         "churn": churned,
+        "load": os.getloadavg(),
         "memory": memory,
         "slow_path_us": [contended_extra[0] / 1000, contended_extra[1] / 1000],
     }
@@ -511,6 +585,27 @@ def ddtrace_python(given: str | None) -> str | None:
         if ok.returncode == 0:
             return python
     return None
+
+
+def report_contention(paths: list[dict]) -> None:
+    """The contended-throughput rows: best tasks/s of each side, the median of the rounds'
+    ratios and their range, the emitter's CPU per record, and the load average at the end."""
+    print(f"\n{'16 workers x 1 ms under the lock, tasks/s':<52}{'plain':>14}{'instrumented':>16}")
+    for r in paths:
+        for row in ("one lock", "two locks"):
+            plain, watched = r["churn"][row]
+            ratios = sorted(w / p for p, w in zip(plain, watched, strict=True))
+            print(
+                f"  {r['path']} path, {row} (best)".ljust(52)
+                + f"{max(plain):14.0f}{max(watched):16.0f}"
+                + f"  ratio {ratios[len(ratios) // 2]:.3f} (median of {len(ratios)} rounds,"
+                + f" {ratios[0]:.3f}-{ratios[-1]:.3f})"
+            )
+        print(
+            f"  {r['path']} path: the emitter made {r['churn']['emitter_records']:,} records, "
+            f"{r['churn']['emitter_us_per_record']:.1f} us of its CPU each; load average at the "
+            f"end {r['load'][0]:.1f} / {r['load'][1]:.1f} / {r['load'][2]:.1f} (1 / 5 / 15 min)"
+        )
 
 
 def report(results: dict[str, dict], dd: dict | None) -> None:
@@ -585,17 +680,7 @@ def report(results: dict[str, dict], dd: dict | None) -> None:
                 + f"{p[0]:6.1f} / {p[len(p) // 2]:5.1f}  {w[0]:6.1f} / {w[len(w) // 2]:5.1f}"
                 + f"  (+{w[0] - p[0]:.1f} / +{w[len(w) // 2] - p[len(p) // 2]:.1f} us)"
             )
-    print(f"\n{'16 workers x 1 ms under the lock, tasks/s':<52}{'plain':>14}{'instrumented':>16}")
-    for r in paths:
-        for row in ("one lock", "two locks"):
-            plain, watched = r["churn"][row]
-            ratios = sorted(w / p for p, w in zip(plain, watched, strict=True))
-            print(
-                f"  {r['path']} path, {row} (best)".ljust(52)
-                + f"{max(plain):14.0f}{max(watched):16.0f}"
-                + f"  ratio {ratios[len(ratios) // 2]:.3f} (median of {len(ratios)} rounds,"
-                + f" {ratios[0]:.3f}-{ratios[-1]:.3f})"
-            )
+    report_contention(paths)
     print()
     for r in paths:
         waiting, emitting = r["slow_path_us"]
@@ -622,17 +707,28 @@ def main() -> None:
         "--memory", action="store_true", help="also compare memory after 1e5 and 1e7 acquisitions"
     )
     parser.add_argument("--ddtrace-python", help="an interpreter that has ddtrace")
+    parser.add_argument(
+        "--contended", action="store_true", help="only the contended-throughput rows"
+    )
+    parser.add_argument(
+        "--rounds", type=int, default=9, help="contended rounds (each: plain and instrumented)"
+    )
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        print(json.dumps(measure(args)))
+        print(json.dumps(measure_contention(args) if args.contended else measure(args)))
         return
-    argv = [str(Path(__file__).resolve()), "--child"]
+    argv = [str(Path(__file__).resolve()), "--child", "--rounds", str(args.rounds)]
     argv += ["--quick"] * args.quick + ["--memory"] * args.memory
+    argv += ["--contended"] * args.contended
     results = {}
     if _fast_path.SPEEDUPS:
         results["C"] = child({}, argv)
     results["Python"] = child({"LOCKWATCH_DISABLE_EXTENSIONS": "1"}, argv)
+    if args.contended:
+        print(f"otel-lockwatch contended throughput; Python {results['Python']['python']}")
+        report_contention([r for r in (results.get("C"), results["Python"]) if r is not None])
+        return
     python = ddtrace_python(args.ddtrace_python)
     dd = None
     if python is not None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import _thread
 import asyncio
+import inspect
 import os
 import queue
 import sys
@@ -43,6 +44,12 @@ def hold_until(lock, entered: threading.Event, release: threading.Event) -> thre
     t.start()
     assert entered.wait(10)
     return t
+
+
+def line_of(function, text: str) -> int:
+    """The line of ``function``'s source that holds ``text`` first."""
+    lines, first = inspect.getsourcelines(function)
+    return first + next(i for i, line in enumerate(lines) if text in line)
 
 
 def mutex_waits(watched) -> list:
@@ -239,7 +246,7 @@ def test_wait_span_is_child_of_task_span(watched):
     def task():
         with tracer.start_as_current_span("task"):
             waiting.set()
-            with lock:
+            with lock:  # the waiter's site
                 pass
 
     worker = threading.Thread(target=task, name="worker-1")
@@ -263,6 +270,12 @@ def test_wait_span_is_child_of_task_span(watched):
     assert wait.attributes["lockwatch.lock.kind"] == "threading.Lock"
     assert wait.attributes["thread.name"] == "worker-1"
     assert wait.attributes["code.function"] == "task"
+    # Both sites, as the emitter names them from the code the lock path queued.
+    assert wait.attributes["code.namespace"] == __name__
+    assert wait.attributes["code.lineno"] == line_of(task, "with lock:  # the waiter's site")
+    assert wait.attributes["lockwatch.holder.code.namespace"] == __name__
+    assert wait.attributes["lockwatch.holder.code.function"] == "run"
+    assert wait.attributes["lockwatch.holder.code.lineno"] == line_of(hold_until, "with lock:")
     assert wait.end_time - wait.start_time >= 10_000_000
     assert task_span.start_time <= wait.start_time <= wait.end_time <= task_span.end_time
 

@@ -47,11 +47,11 @@ from .._settings import SETTINGS
 from ..record._histogram import bucket_of
 from ..record._outbox import OUTBOX
 from ..record._recorder import RECORDER, STATS_FIELDS, WORKER_FIELDS, Stats, WorkerState
-from ..record._sites import UNKNOWN, SiteTable, code_attributes
+from ..record._sites import UNKNOWN, SiteTable
 from . import _order_check
 from ._collection import defer_collection, resume_collection
 from ._fast_path import new_stats, speedups
-from ._naming import LockClass, site_of
+from ._naming import LockClass
 from ._order_check import check_order, discard, entry_site
 
 __all__ = [
@@ -177,10 +177,10 @@ def record_wait(
         sites = s.sites
         if sites is None:
             sites = s.sites = SiteTable()
-        holder = UNKNOWN if held_by is None else (held_by[1].f_code, held_by[2])
-        sites.add(UNKNOWN if f is None else (f.f_code, f.f_lasti), holder, w)
-        if w >= WAIT_SPAN_NS and held_by is not None:  # the span names who held the lock
-            extra = {**(extra or {}), **code_attributes(entry_site(held_by), "lockwatch.holder.")}
+        holder = None if held_by is None else (held_by[1].f_code, held_by[2])
+        waiter = UNKNOWN if f is None else (f.f_code, f.f_lasti)
+        sites.add(waiter, UNKNOWN if holder is None else holder, w)
+        span = w >= WAIT_SPAN_NS  # its span names both sites: as code, made text by the emitter
         OUTBOX.wait(
             cls,
             t0,
@@ -189,7 +189,8 @@ def record_wait(
             "acquired" if ok else "timed_out",
             WAIT_SPAN_NS,
             extra,
-            site_of(f) if w >= WAIT_SPAN_NS else None,
+            (f.f_globals.get("__name__", "?"), *waiter) if span and f is not None else None,
+            holder if span else None,
         )
     except Exception as exc:
         OUTBOX.failed(exc)

@@ -6,6 +6,12 @@ metric floor, is appended to a bounded queue (a ``deque.append``: no lock), and 
 every 50 ms and at every flush. So an exporter that is down or slow never blocks a lock path.
 When the queue is full the oldest record is dropped and counted in ``dropped``.
 
+A record's code sites are what the lock path has at hand, not text: ``site`` is the waiter's
+``(module, code, offset)`` (or a ``module:function:line`` string), ``holder`` the holder's
+``(code, offset)``; the emitter makes them span attributes. A contended acquisition runs its
+bookkeeping while it holds the lock it waited for, on everyone's critical path, so what can wait
+for the emitter does (docs/performance.md).
+
 ``failed()`` is the single path for an error inside lockwatch on any thread: counted, logged
 once, never raised into the host program.
 """
@@ -72,10 +78,12 @@ class Outbox:
         outcome: str,
         span_ns: int,
         extra: dict[str, Any] | None,
-        site: str | None,
+        site: str | tuple | None,
+        holder: tuple | None = None,
     ) -> None:
-        """Queue a wait that blocked: its metric value always, its span when long enough."""
-        self.put("lock.wait", cls, t0, t1, ctx, outcome, span_ns, extra, site)
+        """Queue a wait that blocked: its metric value always, its span when long enough
+        (``site``: where it waited; ``holder``: where the holder acquired the lock)."""
+        self.put("lock.wait", cls, t0, t1, ctx, outcome, span_ns, extra, site, holder)
 
     def put(
         self,
@@ -87,7 +95,8 @@ class Outbox:
         outcome: str | None,
         span_ns: int,
         extra: dict[str, Any] | None,
-        site: str | None,
+        site: str | tuple | None,
+        holder: tuple | None = None,
     ) -> None:
         """Queue a ``lock.wait`` or a ``lock.hold`` (one at or above the metric floor; called
         directly on a release, the hot path's one call here): its metric value always, its span
@@ -110,7 +119,9 @@ class Outbox:
         queue = self.queue
         if len(queue) >= self.QUEUE_SIZE:
             self.dropped += 1
-        queue.append((name, cls, t0, t1, ctx, outcome, span, extra, site, thread_name, ident))
+        queue.append(
+            (name, cls, t0, t1, ctx, outcome, span, extra, site, thread_name, ident, holder)
+        )
 
     def cycle_event(self, text: str, locks: tuple[str, ...]) -> None:
         """A span event on the current span for a newly found cycle."""

@@ -40,6 +40,7 @@ import os
 import threading
 import time
 from collections.abc import Callable
+from time import perf_counter_ns as _pc
 from time import sleep as _sleep
 from typing import Any
 
@@ -49,7 +50,7 @@ from opentelemetry.trace import Tracer
 
 from .._version import __version__
 from ..record._outbox import OUTBOX
-from ..record._sites import code_attributes
+from ..record._sites import code_attributes, code_site
 from ._bounded import run_bounded
 from ._distributed import distributed_counters
 from ._exit_hooks import HOOKS
@@ -91,6 +92,8 @@ class Telemetry:
     """The instruments, the tracer, and the thresholds that decide what reaches them."""
 
     INTERVAL_S = 0.05
+    #: The emitter's records between two yields of the interpreter lock, in ns of wall time.
+    SLICE_NS = 100_000
 
     def __init__(self) -> None:
         self.tracer: Tracer | None = None
@@ -188,21 +191,26 @@ class Telemetry:
 
     def _drain(self, yielding: bool = False) -> None:
         """Emit what is queued. ``yielding`` (the emitter thread): the interpreter lock is let go
-        between records, so that a lock holder waking up (from a sleep, an I/O) takes it within
-        one record's work, not after the emitter's switch interval (5 ms) of records: under
-        contention the holder is everyone's critical path (docs/performance.md)."""
+        every ``SLICE_NS`` of records, so that a lock holder waking up (from a sleep, an I/O)
+        takes it within a slice, not after the emitter's switch interval (5 ms) of records:
+        under contention the holder is everyone's critical path. A slice of a few records, not
+        one: a record made right after the other threads ran costs twice the CPU of one made
+        after another record (docs/performance.md)."""
         queue = OUTBOX.queue
+        emit = self._emit
+        slice_ends = _pc() + self.SLICE_NS
         while not self._abandoned:
             try:
                 record = queue.popleft()
             except IndexError:
                 return
             try:
-                self._emit(*record)
+                emit(*record)
             except Exception as exc:
                 OUTBOX.failed(exc)
-            if yielding:
+            if yielding and _pc() >= slice_ends:
                 _sleep(0)
+                slice_ends = _pc() + self.SLICE_NS
 
     def configure(self, tracer_provider: Any, meter_provider: Any, recorder: Any) -> None:
         """Create the tracer and instruments (None providers: the global ones)."""
@@ -316,9 +324,10 @@ class Telemetry:
         outcome: str | None,
         span: bool,
         extra: dict[str, Any] | None,
-        site: str | None,
+        site: str | tuple | None,
         thread_name: str | None,
         thread_id: int | None,
+        holder: tuple | None = None,
     ) -> None:
         hist = self.wait_hist if name == "lock.wait" else self.hold_hist
         if hist is not None:
@@ -329,7 +338,9 @@ class Telemetry:
             )
             hist.record((t1 - t0) / 1e9, attrs)
         if span and self.tracer is not None:
-            self._span(name, cls, t0, t1, ctx, outcome, extra, site, thread_name or "", thread_id)
+            self._span(
+                name, cls, t0, t1, ctx, outcome, extra, site, thread_name or "", thread_id, holder
+            )
 
     def _span(
         self,
@@ -340,9 +351,10 @@ class Telemetry:
         ctx: Context | None,
         outcome: str | None,
         extra: dict[str, Any] | None,
-        site: str | None,
+        site: str | tuple | None,
         thread_name: str,
         thread_id: int | None,
+        holder: tuple | None = None,
     ) -> None:
         offset = time.time_ns() - time.perf_counter_ns()  # perf_counter -> epoch, read now
         attrs: dict[str, Any] = {
@@ -353,9 +365,11 @@ class Telemetry:
         if outcome is not None:
             attrs["lockwatch.outcome"] = outcome
         if site:
-            attrs.update(code_attributes(site))
+            attrs.update(site_attributes(site))
         if extra:
             attrs.update(extra)
+        if holder is not None:  # who held the lock the span waited for
+            attrs.update(site_attributes(holder, "lockwatch.holder."))
         assert self.tracer is not None
         span = self.tracer.start_span(
             name,
@@ -365,6 +379,30 @@ class Telemetry:
             start_time=t0 + offset,
         )
         span.end(end_time=t1 + offset)
+
+
+#: A site's span attributes by site and prefix, made once each (emptied past 4096).
+_site_attributes: dict[tuple[Any, str], dict[str, Any]] = {}
+
+
+def site_attributes(site: str | tuple, prefix: str = "") -> dict[str, Any]:
+    """The span attributes (``code.*`` after ``prefix``) of a site an outbox record names: a
+    ``module:function:line`` string, a waiter's ``(module, code, offset)`` or a holder's
+    ``(code, offset)`` (its module the code's file's, as ``record._sites.code_site`` says)."""
+    key = (site, prefix)
+    attrs = _site_attributes.get(key)
+    if attrs is None:
+        if isinstance(site, str):
+            text = site
+        elif len(site) == 3:  # a frame's module, as ``capture._naming.site_of`` names it
+            module, code, offset = site
+            text = f"{module}:{code.co_name}:{code_site(code, offset).rpartition(':')[2]}"
+        else:
+            text = code_site(*site)
+        if len(_site_attributes) >= 4096:
+            _site_attributes.clear()
+        attrs = _site_attributes[key] = code_attributes(text, prefix)
+    return attrs
 
 
 TELEMETRY = Telemetry()

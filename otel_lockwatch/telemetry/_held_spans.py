@@ -60,6 +60,9 @@ class HeldLockSpanProcessor(SpanProcessor):
         return [entry[0].name for st in self._states() if st is not None for entry in st.held]
 
     def on_start(self, span: Span, parent_context: Context | None = None) -> None:
+        scope = getattr(span, "instrumentation_scope", None)
+        if scope is not None and scope.name == "otel_lockwatch":
+            return  # lockwatch's own (the emitter's spans: a look at the thread costs 2 us each)
         thread_state, task_state = self._states()
         if thread_state is not None and thread_state.in_lockwatch:
             return  # lockwatch's own spans

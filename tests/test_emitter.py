@@ -1,0 +1,106 @@
+"""The emitter: what it makes of the outbox's records, and how it shares the interpreter."""
+
+from __future__ import annotations
+
+import collections
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+from otel_lockwatch import name_lock
+from otel_lockwatch.capture._naming import site_of
+from otel_lockwatch.record._outbox import OUTBOX
+from otel_lockwatch.record._recorder import RECORDER
+from otel_lockwatch.record._sites import code_attributes, code_site
+from otel_lockwatch.telemetry import _emitter
+from otel_lockwatch.telemetry._emitter import TELEMETRY, site_attributes
+
+
+def test_drain_yields_the_interpreter_once_a_slice(monkeypatch):
+    """The emitter thread lets the interpreter lock go once a slice of records is spent (a
+    holder waiting for it waits a slice at most), not after each record (a record made right
+    after other threads ran costs about twice the CPU), and not at all when a flush drains."""
+    clock = [0]
+    emitted: list[int] = []
+    yields: list[int] = []
+
+    def emit(*record):  # each record takes 40 us of the clock
+        clock[0] += 40_000
+        emitted.append(record[0])
+
+    monkeypatch.setattr(_emitter, "_pc", lambda: clock[0])
+    monkeypatch.setattr(_emitter, "_sleep", lambda s: yields.append(len(emitted)))
+    monkeypatch.setattr(TELEMETRY, "_emit", emit)
+    monkeypatch.setattr(TELEMETRY, "SLICE_NS", 100_000)
+    monkeypatch.setattr(OUTBOX, "queue", collections.deque((i,) for i in range(12)))
+    TELEMETRY._drain(yielding=True)
+    assert emitted == list(range(12))  # every record, in order
+    assert yields == [3, 6, 9, 12]  # past 100 us: after the third record of each slice
+
+    OUTBOX.queue.extend((i,) for i in range(12))
+    del emitted[:], yields[:]
+    TELEMETRY._drain()  # a flush: on the caller's thread, which wants it done
+    assert emitted == list(range(12)) and yields == []
+
+
+def test_site_attributes_name_the_sites_as_the_lock_path_did():
+    """The lock path queues code, not text; the emitter's attributes are those the lock path
+    made before: the waiter's frame as ``site_of`` names it, the holder's acquisition as
+    ``code_site`` does, a text as it is."""
+    frame = sys._getframe()
+    # (on one line: the frame's line is where it is now)
+    waiter, text = (frame.f_globals["__name__"], frame.f_code, frame.f_lasti), site_of(frame)
+    assert site_attributes(waiter) == code_attributes(text)
+    assert (
+        site_attributes(waiter)["code.function"]
+        == "test_site_attributes_name_the_sites_as_the_lock_path_did"
+    )
+    holder = (frame.f_code, frame.f_lasti)
+    assert site_attributes(holder, "lockwatch.holder.") == code_attributes(
+        code_site(*holder), "lockwatch.holder."
+    )
+    assert site_attributes("app.pool:checkout:12") == {
+        "code.namespace": "app.pool",
+        "code.function": "checkout",
+        "code.lineno": 12,
+    }
+
+
+def test_every_contended_wait_and_hold_is_emitted(watched):
+    """Under contention (8 workers on one lock, each hold over the metric floor) the emitter
+    makes a histogram value of every wait that blocked and every hold at or above the floor, and a
+    span of every wait of 1 ms or more: counted against the recorder's own counts."""
+    lock = name_lock(threading.Lock(), "emitted")
+    start = threading.Barrier(8)
+    dropped = OUTBOX.dropped
+
+    def task(i):
+        if i < 8:
+            start.wait()  # all eight contend from the first task on
+        with lock:
+            time.sleep(0.0005)  # hold: over the 0.1 ms metric floor
+
+    with ThreadPoolExecutor(max_workers=8) as executor:
+        list(executor.map(task, range(200)))
+    data = RECORDER.snapshot()["locks"]["emitted"]
+    assert data["contentions"] > 0
+
+    def point(metric):
+        (p,) = [
+            p for p in watched.points(metric) if p.attributes["lockwatch.lock.name"] == "emitted"
+        ]
+        return p
+
+    waited = point("lockwatch.lock.wait.duration")
+    assert waited.count == data["contentions"]
+    assert point("lockwatch.lock.hold.duration").count == data["acquisitions"] == 200
+    # A span of every wait of 1 ms or more: the waits the histogram has past its 1 ms bound.
+    over_1ms = sum(waited.bucket_counts[list(waited.explicit_bounds).index(1e-3) + 1 :])
+    waits = [
+        s for s in watched.finished("lock.wait") if s.attributes["lockwatch.lock.name"] == "emitted"
+    ]
+    assert len(waits) == over_1ms > 0
+    assert all(s.attributes["lockwatch.holder.code.function"] == "task" for s in waits)
+    assert all(s.attributes["code.function"] == "task" for s in waits)
+    assert OUTBOX.dropped == dropped
