@@ -2,7 +2,8 @@
 
 filelock is optional: :func:`targets` imports it, and the patch table (``_patches``) asks for the
 targets only when ``filelock`` is importable. A file lock is recorded like a Redis lock
-(``_distributed``), without a lease. What is patched:
+(``_distributed``), without a lease. What is patched (the methods wrapped through wrapt, the
+properties replaced: a wrapt wrapper is no data descriptor, so an assignment would bypass it):
 
 - ``BaseFileLock.__init__``: a lock created while instrumented gets its class (its creation site
   and the template of its file *name*: the directory is never part of it);
@@ -57,14 +58,15 @@ def init_factory(original: Any, soft: type) -> Any:
     """``BaseFileLock.__init__``: a lock created now is classified by its creation site and
     file name."""
 
-    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
-        original(self, *args, **kwargs)
+    def __init__(wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> None:
+        wrapped(*args, **kwargs)
         try:
-            d = self.__dict__
+            d = instance.__dict__
             if "_lockwatch_class" not in d:  # a singleton made again keeps its class
-                kind = SOFT_KIND if isinstance(self, soft) else KIND
-                classify(self, kind, os.path.basename(os.fspath(self.lock_file)), creation_site(1))
-                d["_lw_blocking"] = _blocking(self, None, None)
+                kind = SOFT_KIND if isinstance(instance, soft) else KIND
+                name = os.path.basename(os.fspath(instance.lock_file))
+                classify(instance, kind, name, creation_site(1))
+                d["_lw_blocking"] = _blocking(instance, None, None)
         except Exception as exc:  # never into the host: the plain lock still works
             OUTBOX.failed(exc)
 
@@ -100,16 +102,16 @@ def default_setter_factory(original: property) -> property:
 def attempt_factory(original: Any) -> Any:
     """A backend's ``_acquire``: one attempt."""
 
-    def _acquire(self: Any) -> None:
+    def _acquire(wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> None:
         # An attempt after the first means the first failed (so does a wait that timed out:
         # see _distributed.finish); asking the lock whether it is held costs more than this.
         acq = current_acquisition()
-        if acq is not None and acq.lock is self:
+        if acq is not None and acq.lock is instance:
             if acq.sent_ns:
                 contended(acq)
             else:
                 acq.sent_ns = 1
-        original(self)
+        wrapped(*args, **kwargs)
 
     return _acquire
 
@@ -127,34 +129,34 @@ def _shared_hold(lock: Any, holds: dict) -> Any:
 
 
 def acquire_factory(original: Any, timeout_error: type[BaseException]) -> Any:
-    def acquire(self: Any, *args: Any, **kwargs: Any) -> Any:
-        d = self.__dict__
+    def acquire(wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+        d = instance.__dict__
         cls = d.get("_lockwatch_class")
         if cls is None:
-            return original(self, *args, **kwargs)
+            return wrapped(*args, **kwargs)
         key = _ident()
         holds = d.get("_lw_holds")
         if holds:  # held through this object: a re-entry when held in this thread's context
-            hold = holds.get(key) or _shared_hold(self, holds)
+            hold = holds.get(key) or _shared_hold(instance, holds)
             if hold is not None:
-                if self.is_locked:  # inner: not recorded, one level deeper
-                    proxy = original(self, *args, **kwargs)
+                if instance.is_locked:  # inner: not recorded, one level deeper
+                    proxy = wrapped(*args, **kwargs)
                     hold.depth += 1
                     return proxy
-                released(self, hold, record=False, own=hold.key == key)  # forgotten
+                released(instance, hold, record=False, own=hold.key == key)  # forgotten
         if args or kwargs:
             blocking = _blocking(
-                self, args[0] if args else kwargs.get("timeout"), kwargs.get("blocking")
+                instance, args[0] if args else kwargs.get("timeout"), kwargs.get("blocking")
             )
         else:  # ``with lock:``: the defaults (see default_setter_factory)
             blocking = d.get("_lw_blocking")
             if blocking is None:
-                blocking = _blocking(self, None, None)
-        acq = begin(self, cls, blocking, key)
+                blocking = _blocking(instance, None, None)
+        acq = begin(instance, cls, blocking, key)
         if acq is None:
-            return original(self, *args, **kwargs)
+            return wrapped(*args, **kwargs)
         try:
-            proxy = original(self, *args, **kwargs)
+            proxy = wrapped(*args, **kwargs)
         except timeout_error:
             finish(acq, False, blocking)
             raise
@@ -168,42 +170,43 @@ def acquire_factory(original: Any, timeout_error: type[BaseException]) -> Any:
 
 
 def release_factory(original: Any) -> Any:
-    def release(self: Any, *args: Any, **kwargs: Any) -> None:
-        holds = self.__dict__.get("_lw_holds")
+    def release(wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> None:
+        holds = instance.__dict__.get("_lw_holds")
         if holds is None:  # never held while watched
-            return original(self, *args, **kwargs)
+            return wrapped(*args, **kwargs)
         # The hold's own depth says whether this release unlocks the file (``force``: at any
         # depth); asking the lock (``is_locked``) would cost more than the rest of the release.
-        hold = (holds.get(_ident()) or _shared_hold(self, holds)) if holds else None
+        hold = (holds.get(_ident()) or _shared_hold(instance, holds)) if holds else None
         try:
-            original(self, *args, **kwargs)
+            wrapped(*args, **kwargs)
         except BaseException:  # the hold ends in lockwatch's books, even if the file stays locked
-            release_failed(self, hold, "lock_error")
+            release_failed(instance, hold, "lock_error")
             raise
         if hold is not None:
             if hold.depth > 1 and not (args[0] if args else kwargs.get("force")):
                 hold.depth -= 1  # an inner release: the file stays locked
             else:
-                released(self, hold)
+                released(instance, hold)
         return None
 
     return release
 
 
-def targets() -> tuple[tuple[Any, str, Callable[..., Any], tuple], ...]:
-    """The patch targets ``(owner, name, build, args)`` of filelock's locks (imports it)."""
+def targets() -> tuple[tuple[Any, str, Callable[..., Any], tuple, str], ...]:
+    """The patch targets ``(owner, name, build, args, via)`` of filelock's locks (imports it):
+    the methods wrapped through wrapt, the properties replaced."""
     import filelock
 
     base, soft = filelock.BaseFileLock, filelock.SoftFileLock
-    out: list[tuple[Any, str, Callable[..., Any], tuple]] = [
-        (base, "__init__", init_factory, (soft,)),
-        (base, "acquire", acquire_factory, (filelock.Timeout,)),
-        (base, "release", release_factory, ()),
+    out: list[tuple[Any, str, Callable[..., Any], tuple, str]] = [
+        (base, "__init__", init_factory, (soft,), "wrapt"),
+        (base, "acquire", acquire_factory, (filelock.Timeout,), "wrapt"),
+        (base, "release", release_factory, (), "wrapt"),
     ]
     for backend in dict.fromkeys((filelock.FileLock, soft)):  # the same class without flock
-        out.append((backend, "_acquire", attempt_factory, ()))
+        out.append((backend, "_acquire", attempt_factory, (), "wrapt"))
     for name in ("timeout", "blocking"):  # the defaults that can be set (blocking: from 3.14)
         default = getattr(base, name, None)
         if isinstance(default, property) and default.fset is not None:
-            out.append((base, name, default_setter_factory, ()))
+            out.append((base, name, default_setter_factory, (), "setattr"))
     return tuple(out)

@@ -2,8 +2,9 @@
 ``redis.asyncio.lock.Lock``.
 
 redis-py is optional: :func:`targets` imports it, and the patch table (``_patches``) asks for the
-targets only when ``redis`` is importable. What is patched, on both classes, through the class as
-redis-py's own methods are reached:
+targets only when ``redis`` is importable. What is wrapped, through wrapt (a wrapper
+``(wrapped, instance, args, kwargs)`` per method, installed and removed by the patch table), on
+both classes:
 
 - ``__init__``: a lock created while instrumented gets its class (``_distributed.classify``: its
   creation site and key template);
@@ -59,13 +60,20 @@ def _failure(exc: BaseException, not_owned: type[BaseException]) -> str:
 
 
 # -- both ------------------------------------------------------------------------------------
+def _name_index(original: Callable[..., Any]) -> int:
+    """The position of ``name`` among ``__init__``'s arguments after ``self``."""
+    return list(inspect.signature(original).parameters).index("name") - 1
+
+
 def init_factory(original: Any, kind: str) -> Any:
     """``Lock.__init__``: a lock created now is classified by its creation site and key."""
+    index = _name_index(original)
 
-    def __init__(self: Any, redis: Any, name: Any, *args: Any, **kwargs: Any) -> None:
-        original(self, redis, name, *args, **kwargs)
+    def __init__(wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> None:
+        wrapped(*args, **kwargs)
         try:
-            classify(self, kind, name, creation_site(1))
+            name = args[index] if len(args) > index else kwargs["name"]
+            classify(instance, kind, name, creation_site(1))
         except Exception as exc:  # never into the host: the plain lock still works
             OUTBOX.failed(exc)
 
@@ -74,12 +82,12 @@ def init_factory(original: Any, kind: str) -> Any:
 
 # -- redis.lock.Lock -------------------------------------------------------------------------
 def do_acquire_factory(original: Any) -> Any:
-    def do_acquire(self: Any, token: Any) -> bool:
+    def do_acquire(wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> bool:
         acq = current_acquisition()
-        if acq is None or acq.lock is not self:
-            return original(self, token)
+        if acq is None or acq.lock is not instance:
+            return wrapped(*args, **kwargs)
         acq.sent_ns = _pc()
-        ok = original(self, token)
+        ok = wrapped(*args, **kwargs)
         if not ok:
             contended(acq)
         return ok
@@ -90,71 +98,79 @@ def do_acquire_factory(original: Any) -> Any:
 def acquire_factory(original: Any) -> Any:
     index = _blocking_index(original)
 
-    def acquire(self: Any, *args: Any, **kwargs: Any) -> bool:
-        cls = self.__dict__.get("_lockwatch_class")
+    def acquire(wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> bool:
+        cls = instance.__dict__.get("_lockwatch_class")
         if cls is None:
-            return original(self, *args, **kwargs)
+            return wrapped(*args, **kwargs)
         blocking = args[index] if len(args) > index else kwargs.get("blocking")
         if blocking is None:
-            blocking = self.blocking
-        acq = begin(self, cls, blocking)
+            blocking = instance.blocking
+        acq = begin(instance, cls, blocking)
         if acq is None:
-            return original(self, *args, **kwargs)
+            return wrapped(*args, **kwargs)
         try:
-            ok = original(self, *args, **kwargs)
+            ok = wrapped(*args, **kwargs)
         except BaseException:
             abandon(acq)
             raise
-        finish(acq, bool(ok), blocking, self.timeout)
+        finish(acq, bool(ok), blocking, instance.timeout)
         return ok
 
     return acquire
 
 
 def release_factory(original: Any, not_owned: type[BaseException]) -> Any:
-    def release(self: Any) -> None:
-        if "_lockwatch_class" not in self.__dict__:
-            return original(self)
-        hold = release_begin(self) if self.local.token is not None else None
+    def release(wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> None:
+        if "_lockwatch_class" not in instance.__dict__:
+            return wrapped(*args, **kwargs)
+        hold = release_begin(instance) if instance.local.token is not None else None
         try:
-            original(self)
+            wrapped(*args, **kwargs)
         except BaseException as exc:  # the hold ends in lockwatch's books, whatever the lock kept
-            release_failed(self, hold, _failure(exc, not_owned))
+            release_failed(instance, hold, _failure(exc, not_owned))
             raise
         if hold is not None:
-            released(self, hold)
+            released(instance, hold)
         return None
 
     return release
 
 
+def _extension(args: tuple, kwargs: dict) -> tuple[Any, bool]:
+    """``extend``'s ``additional_time`` and ``replace_ttl``, however they were passed."""
+    additional_time = args[0] if args else kwargs["additional_time"]
+    replace_ttl = args[1] if len(args) > 1 else kwargs.get("replace_ttl", False)
+    return additional_time, replace_ttl
+
+
 def extend_factory(original: Any, not_owned: type[BaseException]) -> Any:
-    def extend(self: Any, additional_time: Any, replace_ttl: bool = False) -> Any:
-        if "_lw_holds" not in self.__dict__:
-            return original(self, additional_time, replace_ttl)
+    def extend(wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+        if "_lw_holds" not in instance.__dict__:
+            return wrapped(*args, **kwargs)
+        additional_time, replace_ttl = _extension(args, kwargs)
         sent = _pc()
         try:
-            result = original(self, additional_time, replace_ttl)
+            result = wrapped(*args, **kwargs)
         except not_owned:
-            lease_moved(self, sent, additional_time, replace_ttl, False)
+            lease_moved(instance, sent, additional_time, replace_ttl, False)
             raise
-        lease_moved(self, sent, additional_time, replace_ttl, True)
+        lease_moved(instance, sent, additional_time, replace_ttl, True)
         return result
 
     return extend
 
 
 def reacquire_factory(original: Any, not_owned: type[BaseException]) -> Any:
-    def reacquire(self: Any) -> Any:
-        if "_lw_holds" not in self.__dict__:
-            return original(self)
+    def reacquire(wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+        if "_lw_holds" not in instance.__dict__:
+            return wrapped(*args, **kwargs)
         sent = _pc()
         try:
-            result = original(self)
+            result = wrapped(*args, **kwargs)
         except not_owned:
-            lease_moved(self, sent, self.timeout, True, False)
+            lease_moved(instance, sent, instance.timeout, True, False)
             raise
-        lease_moved(self, sent, self.timeout, True, True)
+        lease_moved(instance, sent, instance.timeout, True, True)
         return result
 
     return reacquire
@@ -162,12 +178,12 @@ def reacquire_factory(original: Any, not_owned: type[BaseException]) -> Any:
 
 # -- redis.asyncio.lock.Lock -----------------------------------------------------------------
 def async_do_acquire_factory(original: Any) -> Any:
-    async def do_acquire(self: Any, token: Any) -> bool:
+    async def do_acquire(wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> bool:
         acq = current_acquisition()
-        if acq is None or acq.lock is not self:
-            return await original(self, token)
+        if acq is None or acq.lock is not instance:
+            return await wrapped(*args, **kwargs)
         acq.sent_ns = _pc()
-        ok = await original(self, token)
+        ok = await wrapped(*args, **kwargs)
         if not ok:
             contended(acq)
         return ok
@@ -178,39 +194,39 @@ def async_do_acquire_factory(original: Any) -> Any:
 def async_acquire_factory(original: Any) -> Any:
     index = _blocking_index(original)
 
-    async def acquire(self: Any, *args: Any, **kwargs: Any) -> bool:
-        cls = self.__dict__.get("_lockwatch_class")
+    async def acquire(wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> bool:
+        cls = instance.__dict__.get("_lockwatch_class")
         if cls is None:
-            return await original(self, *args, **kwargs)
+            return await wrapped(*args, **kwargs)
         blocking = args[index] if len(args) > index else kwargs.get("blocking")
         if blocking is None:
-            blocking = self.blocking
-        acq = begin(self, cls, blocking)
+            blocking = instance.blocking
+        acq = begin(instance, cls, blocking)
         if acq is None:
-            return await original(self, *args, **kwargs)
+            return await wrapped(*args, **kwargs)
         try:
-            ok = await original(self, *args, **kwargs)
+            ok = await wrapped(*args, **kwargs)
         except BaseException:
             abandon(acq)
             raise
-        finish(acq, bool(ok), blocking, self.timeout)
+        finish(acq, bool(ok), blocking, instance.timeout)
         return ok
 
     return acquire
 
 
 def async_release_factory(original: Any, not_owned: type[BaseException]) -> Any:
-    async def release(self: Any) -> None:
-        if "_lockwatch_class" not in self.__dict__:
-            return await original(self)
-        hold = release_begin(self) if self.local.token is not None else None
+    async def release(wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> None:
+        if "_lockwatch_class" not in instance.__dict__:
+            return await wrapped(*args, **kwargs)
+        hold = release_begin(instance) if instance.local.token is not None else None
         try:
-            await original(self)
+            await wrapped(*args, **kwargs)
         except BaseException as exc:  # the hold ends in lockwatch's books, whatever the lock kept
-            release_failed(self, hold, _failure(exc, not_owned))
+            release_failed(instance, hold, _failure(exc, not_owned))
             raise
         if hold is not None:
-            released(self, hold)
+            released(instance, hold)
         return None
 
     return release
@@ -239,43 +255,45 @@ def _moving(
 def async_extend_factory(original: Any, not_owned: type[BaseException]) -> Any:
     """``extend`` returns an awaitable (and raises at once when there is nothing to extend)."""
 
-    def extend(self: Any, additional_time: Any, replace_ttl: bool = False) -> Any:
-        awaitable = original(self, additional_time, replace_ttl)
-        if "_lw_holds" not in self.__dict__:
+    def extend(wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+        awaitable = wrapped(*args, **kwargs)
+        if "_lw_holds" not in instance.__dict__:
             return awaitable
-        return _moving(awaitable, self, _pc(), additional_time, replace_ttl, not_owned)
+        additional_time, replace_ttl = _extension(args, kwargs)
+        return _moving(awaitable, instance, _pc(), additional_time, replace_ttl, not_owned)
 
     return extend
 
 
 def async_reacquire_factory(original: Any, not_owned: type[BaseException]) -> Any:
-    def reacquire(self: Any) -> Any:
-        awaitable = original(self)
-        if "_lw_holds" not in self.__dict__:
+    def reacquire(wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+        awaitable = wrapped(*args, **kwargs)
+        if "_lw_holds" not in instance.__dict__:
             return awaitable
-        return _moving(awaitable, self, _pc(), self.timeout, True, not_owned)
+        return _moving(awaitable, instance, _pc(), instance.timeout, True, not_owned)
 
     return reacquire
 
 
-def targets() -> tuple[tuple[Any, str, Callable[..., Any], tuple], ...]:
-    """The patch targets ``(owner, name, build, args)`` of redis-py's locks (imports redis)."""
+def targets() -> tuple[tuple[Any, str, Callable[..., Any], tuple, str], ...]:
+    """The patch targets ``(owner, name, build, args, via)`` of redis-py's locks (imports redis):
+    every one wrapped through wrapt."""
     import redis.asyncio.lock
     import redis.lock
     from redis.exceptions import LockNotOwnedError
 
     sync, asy = redis.lock.Lock, redis.asyncio.lock.Lock
     return (
-        (sync, "__init__", init_factory, (KIND,)),
-        (sync, "do_acquire", do_acquire_factory, ()),
-        (sync, "acquire", acquire_factory, ()),
-        (sync, "release", release_factory, (LockNotOwnedError,)),
-        (sync, "extend", extend_factory, (LockNotOwnedError,)),
-        (sync, "reacquire", reacquire_factory, (LockNotOwnedError,)),
-        (asy, "__init__", init_factory, (ASYNC_KIND,)),
-        (asy, "do_acquire", async_do_acquire_factory, ()),
-        (asy, "acquire", async_acquire_factory, ()),
-        (asy, "release", async_release_factory, (LockNotOwnedError,)),
-        (asy, "extend", async_extend_factory, (LockNotOwnedError,)),
-        (asy, "reacquire", async_reacquire_factory, (LockNotOwnedError,)),
+        (sync, "__init__", init_factory, (KIND,), "wrapt"),
+        (sync, "do_acquire", do_acquire_factory, (), "wrapt"),
+        (sync, "acquire", acquire_factory, (), "wrapt"),
+        (sync, "release", release_factory, (LockNotOwnedError,), "wrapt"),
+        (sync, "extend", extend_factory, (LockNotOwnedError,), "wrapt"),
+        (sync, "reacquire", reacquire_factory, (LockNotOwnedError,), "wrapt"),
+        (asy, "__init__", init_factory, (ASYNC_KIND,), "wrapt"),
+        (asy, "do_acquire", async_do_acquire_factory, (), "wrapt"),
+        (asy, "acquire", async_acquire_factory, (), "wrapt"),
+        (asy, "release", async_release_factory, (LockNotOwnedError,), "wrapt"),
+        (asy, "extend", async_extend_factory, (LockNotOwnedError,), "wrapt"),
+        (asy, "reacquire", async_reacquire_factory, (LockNotOwnedError,), "wrapt"),
     )
