@@ -164,8 +164,8 @@ def targets(tmp: str) -> list[tuple[str, list[tuple[Any, str]], Callable[[int], 
     sem_lock = asyncio.locks.Semaphore
     return [
         # kept on setattr (the C path's callables, or the hot path)
-        ("threading.Lock()", [(threading, "Lock")], sync(threading.Lock)),
-        ("threading.RLock()", [(threading, "RLock")], sync(threading.RLock)),
+        ("threading.Lock()", [(threading, "Lock")], sync(lambda: threading.Lock())),
+        ("threading.RLock()", [(threading, "RLock")], sync(lambda: threading.RLock())),
         ("threading.Condition()", [(threading.Condition, "__init__")], sync(threading.Condition)),
         ("threading.Semaphore()", [(threading.Semaphore, "__init__")], sync(threading.Semaphore)),
         (
@@ -214,6 +214,12 @@ def targets(tmp: str) -> list[tuple[str, list[tuple[Any, str]], Callable[[int], 
             [(_sync.SemLock, "__enter__"), (_sync.SemLock, "__exit__")],
             sync(mp_pair),
         ),
+        ("multiprocessing.Lock()", [(_sync.SemLock, "__init__")], sync(multiprocessing.Lock)),
+        (
+            "ProcessPoolExecutor(2).shutdown()",
+            [(concurrent.futures.ProcessPoolExecutor, "__init__")],
+            sync(lambda: concurrent.futures.ProcessPoolExecutor(2).shutdown()),
+        ),
         (
             "with FileLock (flock)",
             [(filelock.BaseFileLock, "acquire"), (filelock.UnixFileLock, "_acquire")],
@@ -232,7 +238,7 @@ def main() -> None:
     print(f"{'operation':34} {'bare':>8} {'setattr':>15} {'wrapt':>15} {'wrapt-setattr':>14}")
     with tempfile.TemporaryDirectory() as tmp:
         for label, attrs, run in targets(tmp):
-            number = 200 if "FileLock" in label else 20_000
+            number = 200 if "FileLock" in label or "Pool" in label else 20_000
             if quick:
                 number //= 4
             best = {"bare": float("inf"), "setattr": float("inf"), "wrapt": float("inf")}
