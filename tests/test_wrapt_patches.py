@@ -9,7 +9,10 @@ primitives, the C path's callables) is set and put back by the table itself.
 
 from __future__ import annotations
 
+import os
 import pickle
+import subprocess
+import sys
 from typing import Any
 
 import pytest
@@ -147,3 +150,36 @@ def test_a_patch_names_how_it_is_installed():
     """A misspelt ``via`` is refused when the table is built, not when it is installed."""
     with pytest.raises(ValueError, match="'wrap'"):
         _patches.Patch(object, "name", lambda original: original, (), "wrap")
+
+
+CREATION_SITES = """
+import multiprocessing, os, sys, tempfile
+import filelock, redis, wrapt
+from otel_lockwatch import LockwatchInstrumentor
+
+assert wrapt.FunctionWrapper.__module__ == "wrapt.wrappers"  # the pure-Python wrappers
+LockwatchInstrumentor().instrument(manifest=False)
+
+def make():
+    return (
+        filelock.FileLock(os.path.join(tempfile.mkdtemp(), "site.lock")),
+        redis.Redis().lock("site:1"),
+        multiprocessing.Lock(),
+    )
+
+for lock in make():
+    print(lock.__dict__["_lockwatch_class"].site)
+"""
+
+
+def test_creation_sites_are_the_caller_s_without_wrapt_s_c_extension(tmp_path):
+    """wrapt's pure-Python wrappers (``WRAPT_DISABLE_EXTENSIONS=1``) add a frame between the
+    creating code and lockwatch's wrapper: a lock is still named by the code that made it."""
+    script = tmp_path / "sites.py"
+    script.write_text(CREATION_SITES, encoding="utf-8")
+    env = {**os.environ, "WRAPT_DISABLE_EXTENSIONS": "1"}
+    out = subprocess.run(
+        [sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["__main__:make:11", "__main__:make:12", "__main__:make:13"]

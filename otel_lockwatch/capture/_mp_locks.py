@@ -62,6 +62,7 @@ _KINDS = {
 }
 _CONTEXT_FACTORIES = frozenset({"Lock", "RLock", "Semaphore", "BoundedSemaphore", "Pool"})
 _NO_TIMEOUT_TYPES = (int, float)
+_WRAPT = "wrapt."  # the modules of wrapt's pure-Python wrappers (the C ones make no frame)
 _getframe = sys._getframe
 _tls = RECORDER.tls
 
@@ -228,12 +229,15 @@ def watch(on: bool) -> None:
 
 def creation_site(instance: Any) -> str | None:
     """The watched creation site of ``instance``, seen from a patched ``__init__`` (the caller of
-    this function): the subclasses' ``__init__`` and one ``multiprocessing.context`` factory are
-    skipped; a lock created inside multiprocessing itself (a ``Condition``'s, a queue's) is not
-    watched."""
+    this function): the subclasses' ``__init__``, wrapt's frames (without its C extension) and one
+    ``multiprocessing.context`` factory are skipped; a lock created inside multiprocessing itself
+    (a ``Condition``'s, a queue's) is not watched."""
     depth = 2
     f: Any = _getframe(depth)
-    while f is not None and f.f_code.co_name == "__init__" and f.f_locals.get("self") is instance:
+    while f is not None and (
+        f.f_globals.get("__name__", "").startswith(_WRAPT)  # wrapt without its C extension
+        or (f.f_code.co_name == "__init__" and f.f_locals.get("self") is instance)
+    ):
         depth += 1
         f = f.f_back
     if (
