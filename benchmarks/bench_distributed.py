@@ -35,6 +35,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -47,6 +48,7 @@ from servers import redis_server  # noqa: E402
 
 from otel_lockwatch import LockwatchInstrumentor  # noqa: E402
 from otel_lockwatch.capture import _filelock  # noqa: E402
+from otel_lockwatch.capture._patches import PatchWrapper  # noqa: E402
 from otel_lockwatch.record._recorder import RECORDER  # noqa: E402
 
 
@@ -95,7 +97,7 @@ class _NoRoundTrip:
 
     def __enter__(self) -> None:
         lock = redis.lock.Lock
-        self.saved = lock.do_acquire, lock.do_release
+        self.saved = vars(lock)["do_acquire"], vars(lock)["do_release"]  # not bound: as installed
         lock.do_acquire = lambda self, token: True  # type: ignore[method-assign]
         lock.do_release = lambda self, token: None  # type: ignore[method-assign]
 
@@ -149,17 +151,22 @@ class _StubFileLock:
 
 
 def _watched_stub() -> type:
-    """:class:`_StubFileLock` with lockwatch's filelock wrappers, built as the patch table
-    builds them."""
+    """:class:`_StubFileLock` with lockwatch's filelock wrappers, wrapped as the patch table
+    wraps them (a wrapt ``FunctionWrapper`` per method)."""
     base = _StubFileLock
+
+    def wrap(name: str, factory: Any, *args: Any) -> Any:
+        original = vars(base)[name]
+        return PatchWrapper(original, factory(original, *args), base, name)
+
     return type(
         "WatchedStubFileLock",
         (base,),
         {
-            "__init__": _filelock.init_factory(base.__init__, filelock.SoftFileLock),
-            "acquire": _filelock.acquire_factory(base.acquire, filelock.Timeout),
-            "release": _filelock.release_factory(base.release),
-            "_acquire": _filelock.attempt_factory(base._acquire),
+            "__init__": wrap("__init__", _filelock.init_factory, filelock.SoftFileLock),
+            "acquire": wrap("acquire", _filelock.acquire_factory, filelock.Timeout),
+            "release": wrap("release", _filelock.release_factory),
+            "_acquire": wrap("_acquire", _filelock.attempt_factory),
         },
     )
 

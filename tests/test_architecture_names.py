@@ -28,7 +28,7 @@ PACKAGE = ROOT / "otel_lockwatch"
 DOC = ROOT / "docs" / "ARCHITECTURE.md"
 
 #: Libraries whose names the document cites beside lockwatch's: the standard library's
-#: concurrency, and the libraries whose locks are patched.
+#: concurrency, the libraries whose locks are patched, and wrapt, which patches them.
 LIBRARIES = (
     "threading",
     "_thread",
@@ -44,6 +44,7 @@ LIBRARIES = (
     "filelock",
     "redis",
     "redis.lock",
+    "wrapt",
 )
 
 #: Backticked words that look like code and are not a Python name of anything (each says why).
@@ -162,8 +163,8 @@ def defined(dotted: str) -> bool:
         if key in modules().values() and split == len(parts) - 1:  # a C module without a stub
             return False
     # A class or object of lockwatch's and its attribute (RECORDER.tls, DataFold.partial).
-    if head in every_name():
-        return all(p in every_name() for p in parts[1:])
+    if head in every_name() and all(p in every_name() for p in parts[1:]):
+        return True
     return in_library(dotted) or (head in modules() and last in every_name())
 
 

@@ -183,3 +183,19 @@ def test_creation_sites_are_the_caller_s_without_wrapt_s_c_extension(tmp_path):
     )
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["__main__:make:11", "__main__:make:12", "__main__:make:13"]
+
+
+def test_a_method_saved_and_put_back_through_the_class_is_still_unwrapped(instrumentor):
+    """``saved = Class.method; Class.method = other; Class.method = saved`` while instrumented
+    (a test's or a benchmark's stub) puts back lockwatch's wrapper bound to the class, which
+    wrapt's ``unwrap_object`` does not find: ``uninstrument()`` restores the original all the
+    same."""
+    import redis.lock
+
+    original = vars(redis.lock.Lock)["do_acquire"]
+    instrumentor.instrument(manifest=False)
+    saved = redis.lock.Lock.do_acquire
+    redis.lock.Lock.do_acquire = lambda self, token: True  # type: ignore[method-assign]
+    redis.lock.Lock.do_acquire = saved  # type: ignore[method-assign]
+    instrumentor.uninstrument()
+    assert vars(redis.lock.Lock)["do_acquire"] is original

@@ -16,9 +16,9 @@ goes there from what was there (``build(original, *args)``), and how it goes the
   that was there back (or removes the attribute, where there was none). Every target on the
   lock path of an in-process primitive goes this way (and ``threading``'s factories and
   ``Condition.__init__`` are C callables on the C path): wrapt's bound wrapper would cost 0.4 to
-  1 us a call there, 30 % to 370 % of the operation (docs/ARCHITECTURE.md, "How the patches are
-  installed", has the figures and ``benchmarks/bench_patching.py`` measures them). Each
-  replacement carries its original in ``__wrapped__``.
+  0.7 us a call there, from half the operation to several times it (docs/ARCHITECTURE.md, "How
+  the patches are installed", has the figures; ``benchmarks/bench_patching.py`` measures them).
+  Each replacement carries its original in ``__wrapped__``.
 
 What is patched pickles by reference to where it is installed, as the original does
 (``threading.Lock`` pickles as ``threading.Lock``, not as a function of lockwatch's; a wrapped
@@ -302,6 +302,11 @@ def _apply(patch: Patch) -> Any:
 def _remove(patch: Patch, kept: Any) -> None:
     owner, name = patch.owner, patch.name
     if patch.via == WRAPT:
+        now = vars(owner).get(name)
+        if isinstance(now, _BoundPatchWrapper) and now._self_parent is kept:
+            # ``saved = Class.method; ...; Class.method = saved`` while instrumented put back
+            # our wrapper bound to the class, which is no wrapper wrapt can find: ours again.
+            setattr(owner, name, kept)
         try:
             # missing_ok: another party replaced the attribute wholesale; ours went with it.
             wrapt.unwrap_object(owner, name, kept, missing_ok=True)
