@@ -35,7 +35,6 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -151,22 +150,20 @@ class _StubFileLock:
 
 
 def _watched_stub() -> type:
-    """:class:`_StubFileLock` with lockwatch's filelock wrappers, wrapped as the patch table
-    wraps them (a wrapt ``FunctionWrapper`` per method)."""
+    """:class:`_StubFileLock` with lockwatch's filelock wrappers, installed as the patch table
+    installs them (``__init__`` wrapped through wrapt, the others plain functions)."""
     base = _StubFileLock
-
-    def wrap(name: str, factory: Any, *args: Any) -> Any:
-        original = vars(base)[name]
-        return PatchWrapper(original, factory(original, *args), base, name)
-
+    init = vars(base)["__init__"]
     return type(
         "WatchedStubFileLock",
         (base,),
         {
-            "__init__": wrap("__init__", _filelock.init_factory, filelock.SoftFileLock),
-            "acquire": wrap("acquire", _filelock.acquire_factory, filelock.Timeout),
-            "release": wrap("release", _filelock.release_factory),
-            "_acquire": wrap("_acquire", _filelock.attempt_factory),
+            "__init__": PatchWrapper(
+                init, _filelock.init_factory(init, filelock.SoftFileLock), base, "__init__"
+            ),
+            "acquire": _filelock.acquire_factory(base.acquire, filelock.Timeout),
+            "release": _filelock.release_factory(base.release),
+            "_acquire": _filelock.attempt_factory(base._acquire),
         },
     )
 

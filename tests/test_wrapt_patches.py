@@ -75,9 +75,8 @@ def test_the_distributed_and_cross_process_targets_are_wrapped_through_wrapt(ins
             wrapped.append(label(patch))
         else:
             assert not isinstance(now, wrapt.ObjectProxy), label(patch)
-    assert {"Lock.acquire", "BaseFileLock.acquire", "SemLock.__init__", "Pool.__init__"} <= set(
-        wrapped
-    )
+    expected = {"Lock.__init__", "Lock.extend", "BaseFileLock.__init__", "SemLock.__init__"}
+    assert expected | {"Pool.__init__", "ProcessPoolExecutor.__init__"} <= set(wrapped)
 
 
 def test_uninstrument_unwraps_to_the_very_objects_and_instrument_works_again(
@@ -102,15 +101,15 @@ def test_uninstrument_unwraps_to_the_very_objects_and_instrument_works_again(
         assert not _patches.installed()
         entry = evaluate(RECORDER.snapshot()).to_dict()["locks"]["round-*.lock"]
         assert entry["acquisitions"] == round_ + 1  # the second round's lock shares the class
-    # Inherited attributes were wrapped on the subclass and are inherited again.
+    # An attribute patched where it was inherited is inherited again.
     assert "release" not in vars(filelock.BaseFileLock)
 
 
 def test_another_instrumentation_s_wrapper_on_top_survives_uninstrument(instrumentor, tmp_path):
-    """A wrapt wrapper put on ``BaseFileLock.acquire`` after lockwatch's stays in place when
+    """A wrapt wrapper put on ``BaseFileLock.__init__`` after lockwatch's stays in place when
     lockwatch uninstruments (lockwatch's is spliced out from under it) and still runs; removing
     it then leaves the original."""
-    original = vars(filelock.BaseFileLock)["acquire"]
+    original = vars(filelock.BaseFileLock)["__init__"]
     calls: list[Any] = []
 
     def theirs(wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
@@ -118,19 +117,17 @@ def test_another_instrumentation_s_wrapper_on_top_survives_uninstrument(instrume
         return wrapped(*args, **kwargs)
 
     instrumentor.instrument(manifest=False)
-    handle = wrapt.wrap_function_wrapper(filelock.BaseFileLock, "acquire", theirs)
+    handle = wrapt.wrap_function_wrapper(filelock.BaseFileLock, "__init__", theirs)
     try:
         instrumentor.uninstrument()
-        assert vars(filelock.BaseFileLock)["acquire"] is handle
+        assert vars(filelock.BaseFileLock)["__init__"] is handle
         assert handle.__wrapped__ is original  # lockwatch's wrapper is gone from the chain
         lock = filelock.FileLock(str(tmp_path / "theirs.lock"))
-        with lock:
-            pass
         assert calls == [lock]
-        assert "_lockwatch_class" not in vars(lock)  # not watched: lockwatch's wrappers are gone
+        assert "_lockwatch_class" not in vars(lock)  # not watched: lockwatch's wrapper is gone
     finally:
-        wrapt.unwrap_object(filelock.BaseFileLock, "acquire", handle)
-    assert vars(filelock.BaseFileLock)["acquire"] is original
+        wrapt.unwrap_object(filelock.BaseFileLock, "__init__", handle)
+    assert vars(filelock.BaseFileLock)["__init__"] is original
 
 
 @pytest.mark.parametrize("protocol", range(pickle.HIGHEST_PROTOCOL + 1))
@@ -192,10 +189,10 @@ def test_a_method_saved_and_put_back_through_the_class_is_still_unwrapped(instru
     same."""
     import redis.lock
 
-    original = vars(redis.lock.Lock)["do_acquire"]
+    original = vars(redis.lock.Lock)["extend"]
     instrumentor.instrument(manifest=False)
-    saved = redis.lock.Lock.do_acquire
-    redis.lock.Lock.do_acquire = lambda self, token: True  # type: ignore[method-assign]
-    redis.lock.Lock.do_acquire = saved  # type: ignore[method-assign]
+    saved = redis.lock.Lock.extend
+    redis.lock.Lock.extend = lambda self, *args: True  # type: ignore[method-assign]
+    redis.lock.Lock.extend = saved  # type: ignore[method-assign]
     instrumentor.uninstrument()
-    assert vars(redis.lock.Lock)["do_acquire"] is original
+    assert vars(redis.lock.Lock)["extend"] is original

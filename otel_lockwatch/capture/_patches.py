@@ -8,17 +8,20 @@ goes there from what was there (``build(original, *args)``), and how it goes the
   (``wrapt.wrap_object`` with a ``FunctionWrapper``); :func:`uninstall` removes that very wrapper
   with ``wrapt.unwrap_object``, which puts the original back where it was defined (or removes the
   copy a wrap through a subclass made), and splices it out from under a wrapper another
-  instrumentation put on top meanwhile. The distributed locks, the cross-process locks' creation
-  and pickling and the process pools' creation go this way: what they wrap costs a round trip,
-  a system call or a process, beside which wrapt's ~0.4 us a call is under 1 %.
+  instrumentation put on top meanwhile. What costs a round trip, a system call or a process
+  goes this way: the creation of a Redis, file or multiprocessing lock, a Redis lease's move,
+  a multiprocessing lock's pickling, a process pool's creation; wrapt's ~0.5 us a call is lost
+  in it.
 - :data:`SETATTR`: ``build`` returns the replacement itself, a plain function (or one of the C
   path's callables, or a property), set on the owner; :func:`uninstall` puts exactly the object
-  that was there back (or removes the attribute, where there was none). Every target on the
-  lock path of an in-process primitive goes this way (and ``threading``'s factories and
-  ``Condition.__init__`` are C callables on the C path): wrapt's bound wrapper would cost 0.4 to
-  0.7 us a call there, from half the operation to several times it (docs/ARCHITECTURE.md, "How
-  the patches are installed", has the figures; ``benchmarks/bench_patching.py`` measures them).
-  Each replacement carries its original in ``__wrapped__``.
+  that was there back (or removes the attribute, where there was none). What runs at every
+  acquisition goes this way (and ``threading``'s factories, ``Condition.__init__`` and the
+  section arrays' methods are C callables on the C path): there wrapt's bound wrapper costs from
+  half an in-process primitive's operation to several times it, and takes a Redis or file
+  lock's pair to or past its 5 % budget (docs/ARCHITECTURE.md, "How the patches are
+  installed", has the figures; ``benchmarks/bench_patching.py`` and
+  ``benchmarks/bench_distributed.py`` measure them). Each replacement carries its original in
+  ``__wrapped__``.
 
 What is patched pickles by reference to where it is installed, as the original does
 (``threading.Lock`` pickles as ``threading.Lock``, not as a function of lockwatch's; a wrapped
@@ -146,6 +149,8 @@ class Patch:
 class _BoundPatchWrapper(wrapt.BoundFunctionWrapper):
     """A :class:`PatchWrapper` bound (to an instance, or to the class it is read from)."""
 
+    __slots__ = ()  # no dict to make at each binding
+
     def __reduce_ex__(self, protocol: Any) -> tuple:
         # As a bound method pickles: the attribute of its instance (or of its class).
         parent = self._self_parent
@@ -160,6 +165,7 @@ class PatchWrapper(wrapt.FunctionWrapper):
     """wrapt's ``FunctionWrapper`` around ``owner.name``, pickled by reference to where it is
     installed (a plain proxy refuses to be pickled), as the function it wraps is."""
 
+    __slots__ = ("_self_patched_owner", "_self_patched_name")
     __bound_function_wrapper__ = _BoundPatchWrapper
 
     def __init__(self, wrapped: Any, wrapper: Any, owner: Any, name: str) -> None:

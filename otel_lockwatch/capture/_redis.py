@@ -2,9 +2,11 @@
 ``redis.asyncio.lock.Lock``.
 
 redis-py is optional: :func:`targets` imports it, and the patch table (``_patches``) asks for the
-targets only when ``redis`` is importable. What is wrapped, through wrapt (a wrapper
-``(wrapped, instance, args, kwargs)`` per method, installed and removed by the patch table), on
-both classes:
+targets only when ``redis`` is importable. What is patched, on both classes, by the patch table
+(``__init__``, ``extend`` and ``reacquire`` wrapped through wrapt: a wrapper ``(wrapped,
+instance, args, kwargs)``; the methods of every acquisition replaced by plain functions, as
+redis-py's own methods are reached, since wrapt's ~0.8 us a call there took the watched pair to
+the 5 % budget of a local server's two round trips: docs/ARCHITECTURE.md):
 
 - ``__init__``: a lock created while instrumented gets its class (``_distributed.classify``: its
   creation site and key template);
@@ -82,12 +84,12 @@ def init_factory(original: Any, kind: str) -> Any:
 
 # -- redis.lock.Lock -------------------------------------------------------------------------
 def do_acquire_factory(original: Any) -> Any:
-    def do_acquire(wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> bool:
+    def do_acquire(self: Any, token: Any) -> bool:
         acq = current_acquisition()
-        if acq is None or acq.lock is not instance:
-            return wrapped(*args, **kwargs)
+        if acq is None or acq.lock is not self:
+            return original(self, token)
         acq.sent_ns = _pc()
-        ok = wrapped(*args, **kwargs)
+        ok = original(self, token)
         if not ok:
             contended(acq)
         return ok
@@ -98,39 +100,39 @@ def do_acquire_factory(original: Any) -> Any:
 def acquire_factory(original: Any) -> Any:
     index = _blocking_index(original)
 
-    def acquire(wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> bool:
-        cls = instance.__dict__.get("_lockwatch_class")
+    def acquire(self: Any, *args: Any, **kwargs: Any) -> bool:
+        cls = self.__dict__.get("_lockwatch_class")
         if cls is None:
-            return wrapped(*args, **kwargs)
+            return original(self, *args, **kwargs)
         blocking = args[index] if len(args) > index else kwargs.get("blocking")
         if blocking is None:
-            blocking = instance.blocking
-        acq = begin(instance, cls, blocking)
+            blocking = self.blocking
+        acq = begin(self, cls, blocking)
         if acq is None:
-            return wrapped(*args, **kwargs)
+            return original(self, *args, **kwargs)
         try:
-            ok = wrapped(*args, **kwargs)
+            ok = original(self, *args, **kwargs)
         except BaseException:
             abandon(acq)
             raise
-        finish(acq, bool(ok), blocking, instance.timeout)
+        finish(acq, bool(ok), blocking, self.timeout)
         return ok
 
     return acquire
 
 
 def release_factory(original: Any, not_owned: type[BaseException]) -> Any:
-    def release(wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> None:
-        if "_lockwatch_class" not in instance.__dict__:
-            return wrapped(*args, **kwargs)
-        hold = release_begin(instance) if instance.local.token is not None else None
+    def release(self: Any) -> None:
+        if "_lockwatch_class" not in self.__dict__:
+            return original(self)
+        hold = release_begin(self) if self.local.token is not None else None
         try:
-            wrapped(*args, **kwargs)
+            original(self)
         except BaseException as exc:  # the hold ends in lockwatch's books, whatever the lock kept
-            release_failed(instance, hold, _failure(exc, not_owned))
+            release_failed(self, hold, _failure(exc, not_owned))
             raise
         if hold is not None:
-            released(instance, hold)
+            released(self, hold)
         return None
 
     return release
@@ -178,12 +180,12 @@ def reacquire_factory(original: Any, not_owned: type[BaseException]) -> Any:
 
 # -- redis.asyncio.lock.Lock -----------------------------------------------------------------
 def async_do_acquire_factory(original: Any) -> Any:
-    async def do_acquire(wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> bool:
+    async def do_acquire(self: Any, token: Any) -> bool:
         acq = current_acquisition()
-        if acq is None or acq.lock is not instance:
-            return await wrapped(*args, **kwargs)
+        if acq is None or acq.lock is not self:
+            return await original(self, token)
         acq.sent_ns = _pc()
-        ok = await wrapped(*args, **kwargs)
+        ok = await original(self, token)
         if not ok:
             contended(acq)
         return ok
@@ -194,39 +196,39 @@ def async_do_acquire_factory(original: Any) -> Any:
 def async_acquire_factory(original: Any) -> Any:
     index = _blocking_index(original)
 
-    async def acquire(wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> bool:
-        cls = instance.__dict__.get("_lockwatch_class")
+    async def acquire(self: Any, *args: Any, **kwargs: Any) -> bool:
+        cls = self.__dict__.get("_lockwatch_class")
         if cls is None:
-            return await wrapped(*args, **kwargs)
+            return await original(self, *args, **kwargs)
         blocking = args[index] if len(args) > index else kwargs.get("blocking")
         if blocking is None:
-            blocking = instance.blocking
-        acq = begin(instance, cls, blocking)
+            blocking = self.blocking
+        acq = begin(self, cls, blocking)
         if acq is None:
-            return await wrapped(*args, **kwargs)
+            return await original(self, *args, **kwargs)
         try:
-            ok = await wrapped(*args, **kwargs)
+            ok = await original(self, *args, **kwargs)
         except BaseException:
             abandon(acq)
             raise
-        finish(acq, bool(ok), blocking, instance.timeout)
+        finish(acq, bool(ok), blocking, self.timeout)
         return ok
 
     return acquire
 
 
 def async_release_factory(original: Any, not_owned: type[BaseException]) -> Any:
-    async def release(wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> None:
-        if "_lockwatch_class" not in instance.__dict__:
-            return await wrapped(*args, **kwargs)
-        hold = release_begin(instance) if instance.local.token is not None else None
+    async def release(self: Any) -> None:
+        if "_lockwatch_class" not in self.__dict__:
+            return await original(self)
+        hold = release_begin(self) if self.local.token is not None else None
         try:
-            await wrapped(*args, **kwargs)
+            await original(self)
         except BaseException as exc:  # the hold ends in lockwatch's books, whatever the lock kept
-            release_failed(instance, hold, _failure(exc, not_owned))
+            release_failed(self, hold, _failure(exc, not_owned))
             raise
         if hold is not None:
-            released(instance, hold)
+            released(self, hold)
         return None
 
     return release
@@ -276,8 +278,8 @@ def async_reacquire_factory(original: Any, not_owned: type[BaseException]) -> An
 
 
 def targets() -> tuple[tuple[Any, str, Callable[..., Any], tuple, str], ...]:
-    """The patch targets ``(owner, name, build, args, via)`` of redis-py's locks (imports redis):
-    every one wrapped through wrapt."""
+    """The patch targets ``(owner, name, build, args, via)`` of redis-py's locks (imports
+    redis)."""
     import redis.asyncio.lock
     import redis.lock
     from redis.exceptions import LockNotOwnedError
@@ -285,15 +287,15 @@ def targets() -> tuple[tuple[Any, str, Callable[..., Any], tuple, str], ...]:
     sync, asy = redis.lock.Lock, redis.asyncio.lock.Lock
     return (
         (sync, "__init__", init_factory, (KIND,), "wrapt"),
-        (sync, "do_acquire", do_acquire_factory, (), "wrapt"),
-        (sync, "acquire", acquire_factory, (), "wrapt"),
-        (sync, "release", release_factory, (LockNotOwnedError,), "wrapt"),
+        (sync, "do_acquire", do_acquire_factory, (), "setattr"),
+        (sync, "acquire", acquire_factory, (), "setattr"),
+        (sync, "release", release_factory, (LockNotOwnedError,), "setattr"),
         (sync, "extend", extend_factory, (LockNotOwnedError,), "wrapt"),
         (sync, "reacquire", reacquire_factory, (LockNotOwnedError,), "wrapt"),
         (asy, "__init__", init_factory, (ASYNC_KIND,), "wrapt"),
-        (asy, "do_acquire", async_do_acquire_factory, (), "wrapt"),
-        (asy, "acquire", async_acquire_factory, (), "wrapt"),
-        (asy, "release", async_release_factory, (LockNotOwnedError,), "wrapt"),
+        (asy, "do_acquire", async_do_acquire_factory, (), "setattr"),
+        (asy, "acquire", async_acquire_factory, (), "setattr"),
+        (asy, "release", async_release_factory, (LockNotOwnedError,), "setattr"),
         (asy, "extend", async_extend_factory, (LockNotOwnedError,), "wrapt"),
         (asy, "reacquire", async_reacquire_factory, (LockNotOwnedError,), "wrapt"),
     )
