@@ -47,6 +47,7 @@ from servers import redis_server  # noqa: E402
 
 from otel_lockwatch import LockwatchInstrumentor  # noqa: E402
 from otel_lockwatch.capture import _filelock  # noqa: E402
+from otel_lockwatch.capture._patches import PatchWrapper  # noqa: E402
 from otel_lockwatch.record._recorder import RECORDER  # noqa: E402
 
 
@@ -95,7 +96,7 @@ class _NoRoundTrip:
 
     def __enter__(self) -> None:
         lock = redis.lock.Lock
-        self.saved = lock.do_acquire, lock.do_release
+        self.saved = vars(lock)["do_acquire"], vars(lock)["do_release"]  # not bound: as installed
         lock.do_acquire = lambda self, token: True  # type: ignore[method-assign]
         lock.do_release = lambda self, token: None  # type: ignore[method-assign]
 
@@ -149,14 +150,17 @@ class _StubFileLock:
 
 
 def _watched_stub() -> type:
-    """:class:`_StubFileLock` with lockwatch's filelock wrappers, built as the patch table
-    builds them."""
+    """:class:`_StubFileLock` with lockwatch's filelock wrappers, installed as the patch table
+    installs them (``__init__`` wrapped through wrapt, the others plain functions)."""
     base = _StubFileLock
+    init = vars(base)["__init__"]
     return type(
         "WatchedStubFileLock",
         (base,),
         {
-            "__init__": _filelock.init_factory(base.__init__, filelock.SoftFileLock),
+            "__init__": PatchWrapper(
+                init, _filelock.init_factory(init, filelock.SoftFileLock), base, "__init__"
+            ),
             "acquire": _filelock.acquire_factory(base.acquire, filelock.Timeout),
             "release": _filelock.release_factory(base.release),
             "_acquire": _filelock.attempt_factory(base._acquire),

@@ -91,7 +91,7 @@ __all__ = [
 #: Lock classes (key templates) per kind; later ones are named ``(other)`` (bounded cardinality).
 MAX_TEMPLATES_PER_KIND = 256
 #: The packages whose frames are never a creation or acquisition site.
-_SKIPPED = ("redis", "filelock", "otel_lockwatch", "contextlib")
+_SKIPPED = ("redis", "filelock", "otel_lockwatch", "contextlib", "wrapt")  # wrapt: its Python path
 _STDLIB = tuple({p for p in (sysconfig.get_paths().get(k) for k in ("stdlib", "platstdlib")) if p})
 _getframe = sys._getframe
 _running_loop = asyncio._get_running_loop  # None outside a loop, without raising

@@ -2,7 +2,10 @@
 
 filelock is optional: :func:`targets` imports it, and the patch table (``_patches``) asks for the
 targets only when ``filelock`` is importable. A file lock is recorded like a Redis lock
-(``_distributed``), without a lease. What is patched:
+(``_distributed``), without a lease. What is patched (``__init__`` wrapped through wrapt, a
+wrapper ``(wrapped, instance, args, kwargs)``; the methods of every acquisition replaced by plain
+functions: wrapt's ~0.6 us a call there took a ``flock`` pair past its 5 % budget; the
+properties replaced: a wrapt wrapper is no data descriptor, so an assignment would bypass it):
 
 - ``BaseFileLock.__init__``: a lock created while instrumented gets its class (its creation site
   and the template of its file *name*: the directory is never part of it);
@@ -57,14 +60,15 @@ def init_factory(original: Any, soft: type) -> Any:
     """``BaseFileLock.__init__``: a lock created now is classified by its creation site and
     file name."""
 
-    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
-        original(self, *args, **kwargs)
+    def __init__(wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> None:
+        wrapped(*args, **kwargs)
         try:
-            d = self.__dict__
+            d = instance.__dict__
             if "_lockwatch_class" not in d:  # a singleton made again keeps its class
-                kind = SOFT_KIND if isinstance(self, soft) else KIND
-                classify(self, kind, os.path.basename(os.fspath(self.lock_file)), creation_site(1))
-                d["_lw_blocking"] = _blocking(self, None, None)
+                kind = SOFT_KIND if isinstance(instance, soft) else KIND
+                name = os.path.basename(os.fspath(instance.lock_file))
+                classify(instance, kind, name, creation_site(1))
+                d["_lw_blocking"] = _blocking(instance, None, None)
         except Exception as exc:  # never into the host: the plain lock still works
             OUTBOX.failed(exc)
 
@@ -190,20 +194,20 @@ def release_factory(original: Any) -> Any:
     return release
 
 
-def targets() -> tuple[tuple[Any, str, Callable[..., Any], tuple], ...]:
-    """The patch targets ``(owner, name, build, args)`` of filelock's locks (imports it)."""
+def targets() -> tuple[tuple[Any, str, Callable[..., Any], tuple, str], ...]:
+    """The patch targets ``(owner, name, build, args, via)`` of filelock's locks (imports it)."""
     import filelock
 
     base, soft = filelock.BaseFileLock, filelock.SoftFileLock
-    out: list[tuple[Any, str, Callable[..., Any], tuple]] = [
-        (base, "__init__", init_factory, (soft,)),
-        (base, "acquire", acquire_factory, (filelock.Timeout,)),
-        (base, "release", release_factory, ()),
+    out: list[tuple[Any, str, Callable[..., Any], tuple, str]] = [
+        (base, "__init__", init_factory, (soft,), "wrapt"),
+        (base, "acquire", acquire_factory, (filelock.Timeout,), "setattr"),
+        (base, "release", release_factory, (), "setattr"),
     ]
     for backend in dict.fromkeys((filelock.FileLock, soft)):  # the same class without flock
-        out.append((backend, "_acquire", attempt_factory, ()))
+        out.append((backend, "_acquire", attempt_factory, (), "setattr"))
     for name in ("timeout", "blocking"):  # the defaults that can be set (blocking: from 3.14)
         default = getattr(base, name, None)
         if isinstance(default, property) and default.fset is not None:
-            out.append((base, name, default_setter_factory, ()))
+            out.append((base, name, default_setter_factory, (), "setattr"))
     return tuple(out)

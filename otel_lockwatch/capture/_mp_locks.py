@@ -14,9 +14,11 @@ whose unpickling (a function of this module) hands the plain state to ``SemLock.
 and remembers the lock's class under the semaphore's name, so the instrumented child names it as
 the parent did, and an uninstrumented child still unpickles a plain lock.
 
-The ``*_factory`` functions build what the patch table (``_patches``) installs on ``SemLock``;
-:func:`watch` turns the tagging on and off (off also gives every watched lock its plain methods
-back).
+The ``*_factory`` functions build what the patch table (``_patches``) installs on ``SemLock``:
+wrapt wrappers for ``__init__``, ``__getstate__`` and ``__setstate__`` (a lock's creation and
+pickling: a system call or a process away), plain functions for ``__enter__`` and ``__exit__``
+(the lock path). :func:`watch` turns the tagging on and off (off also gives every watched lock
+its plain methods back).
 """
 
 from __future__ import annotations
@@ -60,6 +62,7 @@ _KINDS = {
 }
 _CONTEXT_FACTORIES = frozenset({"Lock", "RLock", "Semaphore", "BoundedSemaphore", "Pool"})
 _NO_TIMEOUT_TYPES = (int, float)
+_WRAPT = "wrapt."  # the modules of wrapt's pure-Python wrappers (the C ones make no frame)
 _getframe = sys._getframe
 _tls = RECORDER.tls
 
@@ -226,12 +229,15 @@ def watch(on: bool) -> None:
 
 def creation_site(instance: Any) -> str | None:
     """The watched creation site of ``instance``, seen from a patched ``__init__`` (the caller of
-    this function): the subclasses' ``__init__`` and one ``multiprocessing.context`` factory are
-    skipped; a lock created inside multiprocessing itself (a ``Condition``'s, a queue's) is not
-    watched."""
+    this function): the subclasses' ``__init__``, wrapt's frames (without its C extension) and one
+    ``multiprocessing.context`` factory are skipped; a lock created inside multiprocessing itself
+    (a ``Condition``'s, a queue's) is not watched."""
     depth = 2
     f: Any = _getframe(depth)
-    while f is not None and f.f_code.co_name == "__init__" and f.f_locals.get("self") is instance:
+    while f is not None and (
+        f.f_globals.get("__name__", "").startswith(_WRAPT)  # wrapt without its C extension
+        or (f.f_code.co_name == "__init__" and f.f_locals.get("self") is instance)
+    ):
         depth += 1
         f = f.f_back
     if (
@@ -245,15 +251,17 @@ def creation_site(instance: Any) -> str | None:
 
 # -- what the patch table installs on SemLock -----------------------------------------------------
 def semlock_init_factory(original: Any) -> Any:
-    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
-        original(self, *args, **kwargs)
-        kind = _KINDS.get(type(self))
+    """The wrapt wrapper of ``SemLock.__init__``: a lock created by watched code is tagged."""
+
+    def __init__(wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> None:
+        wrapped(*args, **kwargs)
+        kind = _KINDS.get(type(instance))
         if kind is None or not _WATCHING.on:
             return
         try:
-            site = creation_site(self)
+            site = creation_site(instance)
             if site is not None:
-                _tag(self, lock_class(site, kind, site))
+                _tag(instance, lock_class(site, kind, site))
         except Exception as exc:  # never into the host: the plain lock still works
             OUTBOX.failed(exc)
 
@@ -285,9 +293,11 @@ def _received_state(state: Any, name: str, site: str) -> Any:
 
 
 def semlock_getstate_factory(original: Any) -> Any:
-    def __getstate__(self: Any) -> Any:
-        state = original(self)
-        track = self.__dict__.get("_lw_track")
+    """The wrapt wrapper of ``SemLock.__getstate__``: a watched lock's state names its class."""
+
+    def __getstate__(wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+        state = wrapped(*args, **kwargs)
+        track = instance.__dict__.get("_lw_track")
         if track is None:
             return state
         return _TaggedState(state, track.lock_class.name, track.lock_class.site)
@@ -296,17 +306,21 @@ def semlock_getstate_factory(original: Any) -> Any:
 
 
 def semlock_setstate_factory(original: Any) -> Any:
-    def __setstate__(self: Any, state: Any) -> None:
-        original(self, state)
+    """The wrapt wrapper of ``SemLock.__setstate__``: a lock unpickled in a watched child takes
+    the class its parent gave it."""
+
+    def __setstate__(wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> None:
+        wrapped(*args, **kwargs)
         if not _WATCHING.on:
             return
         try:
-            kind = _KINDS.get(type(self))
+            state = args[0] if args else kwargs.get("state")
+            kind = _KINDS.get(type(instance))
             received = (
                 _RECEIVED.get(state[3]) if kind is not None and isinstance(state, tuple) else None
             )
             if received is not None:
-                _tag(self, lock_class(received[0], kind, received[1]))  # type: ignore[arg-type]
+                _tag(instance, lock_class(received[0], kind, received[1]))  # type: ignore[arg-type]
         except Exception as exc:
             OUTBOX.failed(exc)
 

@@ -129,16 +129,16 @@ def skip_write() -> bool:
 
 # -- pool sizes -----------------------------------------------------------------------------------
 def pool_init_factory(original: Any, attribute: str) -> Any:
-    """The patched ``__init__`` of a process pool: its ``attribute`` (``max_workers``,
+    """The wrapt wrapper of a process pool's ``__init__``: its ``attribute`` (``max_workers``,
     ``processes``) is the pool's nominal size."""
 
-    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
-        original(self, *args, **kwargs)
+    def __init__(wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> None:
+        wrapped(*args, **kwargs)
         if not _STATE.active:
             return
         try:
-            if _mp_locks.creation_site(self) is not None:
-                RECORDER.note_pool(getattr(self, attribute), "executor")
+            if _mp_locks.creation_site(instance) is not None:
+                RECORDER.note_pool(getattr(instance, attribute), "executor")
         except Exception as exc:
             OUTBOX.failed(exc)
 

@@ -1,16 +1,33 @@
 """Every patch lockwatch makes, in one table that drives both directions.
 
-An entry of :data:`PATCHES` names an owner (a module or a class), an attribute, and how to build
-the replacement from what was there: ``build(original, *args)``. :func:`install` replaces each
-attribute and keeps the object it found; :func:`uninstall` puts exactly that object back (or
-removes the attribute, where there was none). Replacements are plain functions (or the C path's
-method descriptors), reached through the class as the stdlib's own methods are, so the hot path
-pays no proxy; each carries its original in ``__wrapped__``.
+An entry of :data:`PATCHES` names an owner (a module or a class), an attribute, how to build what
+goes there from what was there (``build(original, *args)``), and how it goes there (``via``):
 
-A replacement function pickles as the attribute it replaced, by reference to where it is
-installed (``threading.Lock`` pickles as ``threading.Lock``, not as a function of lockwatch's):
-``multiprocessing``'s managers keep ``threading.Lock`` and ``RLock`` in a registry that the spawn
-and forkserver start methods pickle, and the unpickling process takes its own ``threading.Lock``.
+- :data:`WRAPT`: ``build`` returns a wrapt wrapper, ``wrapper(wrapped, instance, args, kwargs)``,
+  and :func:`install` wraps the attribute with it as the OpenTelemetry instrumentors do
+  (``wrapt.wrap_object`` with a ``FunctionWrapper``); :func:`uninstall` removes that very wrapper
+  with ``wrapt.unwrap_object``, which puts the original back where it was defined (or removes the
+  copy a wrap through a subclass made), and splices it out from under a wrapper another
+  instrumentation put on top meanwhile. What costs a round trip, a system call or a process
+  goes this way: the creation of a Redis, file or multiprocessing lock, a Redis lease's move,
+  a multiprocessing lock's pickling, a process pool's creation; wrapt's ~0.5 us a call is lost
+  in it.
+- :data:`SETATTR`: ``build`` returns the replacement itself, a plain function (or one of the C
+  path's callables, or a property), set on the owner; :func:`uninstall` puts exactly the object
+  that was there back (or removes the attribute, where there was none). What runs at every
+  acquisition goes this way (and ``threading``'s factories, ``Condition.__init__`` and the
+  section arrays' methods are C callables on the C path): there wrapt's bound wrapper costs from
+  half an in-process primitive's operation to several times it, and takes a Redis or file
+  lock's pair to or past its 5 % budget (docs/ARCHITECTURE.md, "How the patches are
+  installed", has the figures; ``benchmarks/bench_patching.py`` and
+  ``benchmarks/bench_distributed.py`` measure them). Each replacement carries its original in
+  ``__wrapped__``.
+
+What is patched pickles by reference to where it is installed, as the original does
+(``threading.Lock`` pickles as ``threading.Lock``, not as a function of lockwatch's; a wrapped
+method as ``getattr(owner, name)``): ``multiprocessing``'s managers keep ``threading.Lock`` and
+``RLock`` in a registry that the spawn and forkserver start methods pickle, and the unpickling
+process takes its own ``threading.Lock``.
 
 What is patched:
 
@@ -59,6 +76,8 @@ from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
+import wrapt
+
 from ..record._outbox import OUTBOX
 from ..sections._asyncio import AsyncStripedSections
 from ..sections._threaded import StripedSections
@@ -78,7 +97,21 @@ from . import (
 from ._multiprocess import pool_init_factory
 from ._naming import lock_class, watched_site
 
-__all__ = ["OPTIONAL", "PATCHES", "Patch", "install", "installed", "uninstall"]
+__all__ = [
+    "OPTIONAL",
+    "PATCHES",
+    "SETATTR",
+    "WRAPT",
+    "Patch",
+    "PatchWrapper",
+    "install",
+    "installed",
+    "uninstall",
+]
+
+#: How a :class:`Patch` is installed: wrapped through wrapt, or replaced by ``setattr``.
+WRAPT = "wrapt"
+SETATTR = "setattr"
 
 
 def tag_init_factory(original: Any, kind: str) -> Any:
@@ -99,12 +132,49 @@ def tag_init_factory(original: Any, kind: str) -> Any:
 
 @dataclass(frozen=True)
 class Patch:
-    """One patched attribute: ``owner.name`` becomes ``build(original, *args)``."""
+    """One patched attribute: ``owner.name`` is wrapped by the wrapt wrapper
+    ``build(original, *args)`` (``via=WRAPT``), or becomes it (``via=SETATTR``)."""
 
     owner: Any
     name: str
     build: Callable[..., Any]
     args: tuple = ()
+    via: str = SETATTR
+
+    def __post_init__(self) -> None:
+        if self.via not in (WRAPT, SETATTR):
+            raise ValueError(f"a patch is installed via {WRAPT!r} or {SETATTR!r}, not {self.via!r}")
+
+
+class _BoundPatchWrapper(wrapt.BoundFunctionWrapper):
+    """A :class:`PatchWrapper` bound (to an instance, or to the class it is read from)."""
+
+    __slots__ = ()  # no dict to make at each binding
+
+    def __reduce_ex__(self, protocol: Any) -> tuple:
+        # As a bound method pickles: the attribute of its instance (or of its class).
+        parent = self._self_parent
+        instance = self._self_instance
+        return getattr, (
+            parent._self_patched_owner if instance is None else instance,
+            parent._self_patched_name,
+        )
+
+
+class PatchWrapper(wrapt.FunctionWrapper):
+    """wrapt's ``FunctionWrapper`` around ``owner.name``, pickled by reference to where it is
+    installed (a plain proxy refuses to be pickled), as the function it wraps is."""
+
+    __slots__ = ("_self_patched_owner", "_self_patched_name")
+    __bound_function_wrapper__ = _BoundPatchWrapper
+
+    def __init__(self, wrapped: Any, wrapper: Any, owner: Any, name: str) -> None:
+        super().__init__(wrapped, wrapper)
+        self._self_patched_owner = owner
+        self._self_patched_name = name
+
+    def __reduce_ex__(self, protocol: Any) -> tuple:
+        return getattr, (self._self_patched_owner, self._self_patched_name)
 
 
 _sem_init = _semaphores.semaphore_init_factory
@@ -153,18 +223,19 @@ PATCHES: tuple[Patch, ...] = (
     Patch(asyncio.locks.Event, "set", _events.async_set_factory),
     Patch(asyncio.base_events.BaseEventLoop, "create_future", _futures.create_future_factory),
     # multiprocessing
-    Patch(_sync.SemLock, "__init__", _mp_locks.semlock_init_factory),
-    Patch(_sync.SemLock, "__getstate__", _mp_locks.semlock_getstate_factory),
-    Patch(_sync.SemLock, "__setstate__", _mp_locks.semlock_setstate_factory),
+    Patch(_sync.SemLock, "__init__", _mp_locks.semlock_init_factory, (), WRAPT),
+    Patch(_sync.SemLock, "__getstate__", _mp_locks.semlock_getstate_factory, (), WRAPT),
+    Patch(_sync.SemLock, "__setstate__", _mp_locks.semlock_setstate_factory, (), WRAPT),
+    # the lock path: `with lock` on every multiprocessing lock and semaphore (a queue's too)
     Patch(_sync.SemLock, "__enter__", _mp_locks.semlock_enter_factory),
     Patch(_sync.SemLock, "__exit__", _mp_locks.semlock_exit_factory),
-    Patch(_sync.SemLock, "_lockwatch_rename", _mp_locks.rename_factory),
-    Patch(ProcessPoolExecutor, "__init__", pool_init_factory, ("_max_workers",)),
-    Patch(multiprocessing.pool.Pool, "__init__", pool_init_factory, ("_processes",)),
+    Patch(_sync.SemLock, "_lockwatch_rename", _mp_locks.rename_factory),  # added: nothing to wrap
+    Patch(ProcessPoolExecutor, "__init__", pool_init_factory, ("_max_workers",), WRAPT),
+    Patch(multiprocessing.pool.Pool, "__init__", pool_init_factory, ("_processes",), WRAPT),
 )
 
 #: Third-party locks: (the library's top-level module, a function returning its targets as
-#: ``(owner, name, build, args)``), patched only when the module is importable.
+#: ``(owner, name, build, args, via)``), patched only when the module is importable.
 OPTIONAL: tuple[tuple[str, Callable[[], tuple[tuple, ...]]], ...] = (
     ("redis", _redis.targets),
     ("filelock", _filelock.targets),
@@ -193,7 +264,9 @@ def _optional_targets() -> list[Patch]:
 #: The replacements that pickle by reference, so are named where they are installed.
 _NAMED = (types.FunctionType, *_threading.CREATION_WRAPPERS)
 _ABSENT = object()  # what an attribute that did not exist is restored to: nothing
-_found: list[tuple[Patch, Any]] = []  # each installed patch, with what it replaced
+# Each installed patch, with what uninstall() needs: the wrapper wrapt installed (WRAPT), or the
+# object that was there (SETATTR).
+_found: list[tuple[Patch, Any]] = []
 
 
 def _name_as_installed(replacement: Any, patch: Patch) -> None:
@@ -214,12 +287,49 @@ def installed() -> bool:
     return bool(_found)
 
 
+def _apply(patch: Patch) -> Any:
+    """Install one patch; returns what :func:`_remove` needs to undo it."""
+    owner, name = patch.owner, patch.name
+    original = vars(owner).get(name, _ABSENT)
+    inherited = getattr(owner, name, None)
+    built = patch.build(inherited if original is _ABSENT else original, *patch.args)
+    if patch.via == WRAPT:
+        # wrapt finds the attribute where it is defined (up the class's MRO, unbound) and notes
+        # whether wrapping it here made a copy that unwrap_object() must remove.
+        return wrapt.wrap_object(owner, name, PatchWrapper, (built, owner, name))
+    if isinstance(built, types.FunctionType) and original is not _ABSENT:
+        functools.update_wrapper(built, original)
+    if isinstance(built, _NAMED):
+        _name_as_installed(built, patch)
+    setattr(owner, name, built)
+    return original
+
+
+def _remove(patch: Patch, kept: Any) -> None:
+    owner, name = patch.owner, patch.name
+    if patch.via == WRAPT:
+        now = vars(owner).get(name)
+        if isinstance(now, _BoundPatchWrapper) and now._self_parent is kept:
+            # ``saved = Class.method; ...; Class.method = saved`` while instrumented put back
+            # our wrapper bound to the class, which is no wrapper wrapt can find: ours again.
+            setattr(owner, name, kept)
+        try:
+            # missing_ok: another party replaced the attribute wholesale; ours went with it.
+            wrapt.unwrap_object(owner, name, kept, missing_ok=True)
+        except wrapt.WrapperNotOutermostError as exc:  # a plain decorator on ours: left alone
+            OUTBOX.failed(exc)
+    elif kept is not _ABSENT:
+        setattr(owner, name, kept)
+    elif name in vars(owner):
+        delattr(owner, name)
+
+
 def install() -> None:
-    """Replace every attribute of :data:`PATCHES` and of the importable :data:`OPTIONAL`
+    """Patch every attribute of :data:`PATCHES` and of the importable :data:`OPTIONAL`
     libraries (nothing happens when they are in place).
 
     Raises:
-        Exception: whatever a replacement's build raised; the patches made are undone first.
+        Exception: whatever a patch's build raised; the patches made are undone first.
     """
     if _found:
         return
@@ -228,25 +338,15 @@ def install() -> None:
     targets = [*PATCHES, *_optional_targets()]
     try:
         for patch in targets:
-            original = vars(patch.owner).get(patch.name, _ABSENT)
-            inherited = getattr(patch.owner, patch.name, None)
-            replacement = patch.build(inherited if original is _ABSENT else original, *patch.args)
-            if isinstance(replacement, types.FunctionType) and original is not _ABSENT:
-                functools.update_wrapper(replacement, original)
-            if isinstance(replacement, _NAMED):
-                _name_as_installed(replacement, patch)
-            _found.append((patch, original))
-            setattr(patch.owner, patch.name, replacement)
+            _found.append((patch, _apply(patch)))
     except BaseException:
         uninstall()
         raise
 
 
 def uninstall() -> None:
-    """Put back every attribute :func:`install` replaced, as it was, in reverse order."""
+    """Undo every patch :func:`install` made, in reverse order: a wrapper is removed by wrapt, a
+    replaced attribute gets back the object that was there (or is removed, where there was
+    none)."""
     while _found:
-        patch, original = _found.pop()
-        if original is not _ABSENT:
-            setattr(patch.owner, patch.name, original)
-        elif patch.name in vars(patch.owner):
-            delattr(patch.owner, patch.name)
+        _remove(*_found.pop())

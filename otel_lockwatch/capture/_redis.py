@@ -2,8 +2,11 @@
 ``redis.asyncio.lock.Lock``.
 
 redis-py is optional: :func:`targets` imports it, and the patch table (``_patches``) asks for the
-targets only when ``redis`` is importable. What is patched, on both classes, through the class as
-redis-py's own methods are reached:
+targets only when ``redis`` is importable. What is patched, on both classes, by the patch table
+(``__init__``, ``extend`` and ``reacquire`` wrapped through wrapt: a wrapper ``(wrapped,
+instance, args, kwargs)``; the methods of every acquisition replaced by plain functions, as
+redis-py's own methods are reached, since wrapt's ~0.8 us a call there took the watched pair to
+the 5 % budget of a local server's two round trips: docs/ARCHITECTURE.md):
 
 - ``__init__``: a lock created while instrumented gets its class (``_distributed.classify``: its
   creation site and key template);
@@ -59,13 +62,20 @@ def _failure(exc: BaseException, not_owned: type[BaseException]) -> str:
 
 
 # -- both ------------------------------------------------------------------------------------
+def _name_index(original: Callable[..., Any]) -> int:
+    """The position of ``name`` among ``__init__``'s arguments after ``self``."""
+    return list(inspect.signature(original).parameters).index("name") - 1
+
+
 def init_factory(original: Any, kind: str) -> Any:
     """``Lock.__init__``: a lock created now is classified by its creation site and key."""
+    index = _name_index(original)
 
-    def __init__(self: Any, redis: Any, name: Any, *args: Any, **kwargs: Any) -> None:
-        original(self, redis, name, *args, **kwargs)
+    def __init__(wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> None:
+        wrapped(*args, **kwargs)
         try:
-            classify(self, kind, name, creation_site(1))
+            name = args[index] if len(args) > index else kwargs["name"]
+            classify(instance, kind, name, creation_site(1))
         except Exception as exc:  # never into the host: the plain lock still works
             OUTBOX.failed(exc)
 
@@ -128,33 +138,41 @@ def release_factory(original: Any, not_owned: type[BaseException]) -> Any:
     return release
 
 
+def _extension(args: tuple, kwargs: dict) -> tuple[Any, bool]:
+    """``extend``'s ``additional_time`` and ``replace_ttl``, however they were passed."""
+    additional_time = args[0] if args else kwargs["additional_time"]
+    replace_ttl = args[1] if len(args) > 1 else kwargs.get("replace_ttl", False)
+    return additional_time, replace_ttl
+
+
 def extend_factory(original: Any, not_owned: type[BaseException]) -> Any:
-    def extend(self: Any, additional_time: Any, replace_ttl: bool = False) -> Any:
-        if "_lw_holds" not in self.__dict__:
-            return original(self, additional_time, replace_ttl)
+    def extend(wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+        if "_lw_holds" not in instance.__dict__:
+            return wrapped(*args, **kwargs)
+        additional_time, replace_ttl = _extension(args, kwargs)
         sent = _pc()
         try:
-            result = original(self, additional_time, replace_ttl)
+            result = wrapped(*args, **kwargs)
         except not_owned:
-            lease_moved(self, sent, additional_time, replace_ttl, False)
+            lease_moved(instance, sent, additional_time, replace_ttl, False)
             raise
-        lease_moved(self, sent, additional_time, replace_ttl, True)
+        lease_moved(instance, sent, additional_time, replace_ttl, True)
         return result
 
     return extend
 
 
 def reacquire_factory(original: Any, not_owned: type[BaseException]) -> Any:
-    def reacquire(self: Any) -> Any:
-        if "_lw_holds" not in self.__dict__:
-            return original(self)
+    def reacquire(wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+        if "_lw_holds" not in instance.__dict__:
+            return wrapped(*args, **kwargs)
         sent = _pc()
         try:
-            result = original(self)
+            result = wrapped(*args, **kwargs)
         except not_owned:
-            lease_moved(self, sent, self.timeout, True, False)
+            lease_moved(instance, sent, instance.timeout, True, False)
             raise
-        lease_moved(self, sent, self.timeout, True, True)
+        lease_moved(instance, sent, instance.timeout, True, True)
         return result
 
     return reacquire
@@ -239,43 +257,45 @@ def _moving(
 def async_extend_factory(original: Any, not_owned: type[BaseException]) -> Any:
     """``extend`` returns an awaitable (and raises at once when there is nothing to extend)."""
 
-    def extend(self: Any, additional_time: Any, replace_ttl: bool = False) -> Any:
-        awaitable = original(self, additional_time, replace_ttl)
-        if "_lw_holds" not in self.__dict__:
+    def extend(wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+        awaitable = wrapped(*args, **kwargs)
+        if "_lw_holds" not in instance.__dict__:
             return awaitable
-        return _moving(awaitable, self, _pc(), additional_time, replace_ttl, not_owned)
+        additional_time, replace_ttl = _extension(args, kwargs)
+        return _moving(awaitable, instance, _pc(), additional_time, replace_ttl, not_owned)
 
     return extend
 
 
 def async_reacquire_factory(original: Any, not_owned: type[BaseException]) -> Any:
-    def reacquire(self: Any) -> Any:
-        awaitable = original(self)
-        if "_lw_holds" not in self.__dict__:
+    def reacquire(wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+        awaitable = wrapped(*args, **kwargs)
+        if "_lw_holds" not in instance.__dict__:
             return awaitable
-        return _moving(awaitable, self, _pc(), self.timeout, True, not_owned)
+        return _moving(awaitable, instance, _pc(), instance.timeout, True, not_owned)
 
     return reacquire
 
 
-def targets() -> tuple[tuple[Any, str, Callable[..., Any], tuple], ...]:
-    """The patch targets ``(owner, name, build, args)`` of redis-py's locks (imports redis)."""
+def targets() -> tuple[tuple[Any, str, Callable[..., Any], tuple, str], ...]:
+    """The patch targets ``(owner, name, build, args, via)`` of redis-py's locks (imports
+    redis)."""
     import redis.asyncio.lock
     import redis.lock
     from redis.exceptions import LockNotOwnedError
 
     sync, asy = redis.lock.Lock, redis.asyncio.lock.Lock
     return (
-        (sync, "__init__", init_factory, (KIND,)),
-        (sync, "do_acquire", do_acquire_factory, ()),
-        (sync, "acquire", acquire_factory, ()),
-        (sync, "release", release_factory, (LockNotOwnedError,)),
-        (sync, "extend", extend_factory, (LockNotOwnedError,)),
-        (sync, "reacquire", reacquire_factory, (LockNotOwnedError,)),
-        (asy, "__init__", init_factory, (ASYNC_KIND,)),
-        (asy, "do_acquire", async_do_acquire_factory, ()),
-        (asy, "acquire", async_acquire_factory, ()),
-        (asy, "release", async_release_factory, (LockNotOwnedError,)),
-        (asy, "extend", async_extend_factory, (LockNotOwnedError,)),
-        (asy, "reacquire", async_reacquire_factory, (LockNotOwnedError,)),
+        (sync, "__init__", init_factory, (KIND,), "wrapt"),
+        (sync, "do_acquire", do_acquire_factory, (), "setattr"),
+        (sync, "acquire", acquire_factory, (), "setattr"),
+        (sync, "release", release_factory, (LockNotOwnedError,), "setattr"),
+        (sync, "extend", extend_factory, (LockNotOwnedError,), "wrapt"),
+        (sync, "reacquire", reacquire_factory, (LockNotOwnedError,), "wrapt"),
+        (asy, "__init__", init_factory, (ASYNC_KIND,), "wrapt"),
+        (asy, "do_acquire", async_do_acquire_factory, (), "setattr"),
+        (asy, "acquire", async_acquire_factory, (), "setattr"),
+        (asy, "release", async_release_factory, (LockNotOwnedError,), "setattr"),
+        (asy, "extend", async_extend_factory, (LockNotOwnedError,), "wrapt"),
+        (asy, "reacquire", async_reacquire_factory, (LockNotOwnedError,), "wrapt"),
     )
