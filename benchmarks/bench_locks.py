@@ -49,9 +49,9 @@ from opentelemetry.sdk.trace import TracerProvider  # noqa: E402
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult  # noqa: E402
 
 from otel_lockwatch import LockwatchInstrumentor, StripedSections  # noqa: E402
+from otel_lockwatch._session import RECORDER  # noqa: E402
 from otel_lockwatch.capture import _fast_path  # noqa: E402
 from otel_lockwatch.manifest._evaluate import evaluate  # noqa: E402
-from otel_lockwatch.record._recorder import RECORDER  # noqa: E402
 
 
 class Discard(SpanExporter):
@@ -153,29 +153,30 @@ def slow_path_cost(number: int) -> float:
         t0 = time.perf_counter_ns()
         record_wait(st, s, cls, t0 - 2_000_000, t0, True, ctx, frame, None)
 
-    from otel_lockwatch.record._outbox import OUTBOX
-    from otel_lockwatch.telemetry._emitter import TELEMETRY
+    from otel_lockwatch import _session
+    from otel_lockwatch._session import OUTBOX
 
-    TELEMETRY.flush()
+    emitter = _session.current().emitter
+    emitter.flush()
     on_the_lock_path = best_ns(run, number, 3)
     # What the emitter thread then spends per record: a span and a histogram value.
-    TELEMETRY._stop.set()  # pause the emitter thread: this thread drains instead, and is timed
-    if TELEMETRY._emitter is not None:
-        TELEMETRY._emitter.join()
-    TELEMETRY.flush()
+    emitter._stop.set()  # pause the emitter thread: this thread drains instead, and is timed
+    if emitter._emitter is not None:
+        emitter._emitter.join()
+    emitter.flush()
     for _ in range(number):
         run()
     queued = len(OUTBOX.queue)
     started = time.thread_time_ns()
-    TELEMETRY.flush()
+    emitter.flush()
     in_the_emitter = (time.thread_time_ns() - started) / max(queued, 1)
     return on_the_lock_path, in_the_emitter
 
 
 def memory_check(small: int, large: int) -> tuple[int, int]:
-    from otel_lockwatch.telemetry._emitter import TELEMETRY
+    from otel_lockwatch import _session
 
-    TELEMETRY.flush()
+    _session.current().emitter.flush()
     lock = threading.Lock()
     run = pair(lock)
     for _ in range(small):

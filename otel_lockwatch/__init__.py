@@ -69,10 +69,14 @@ __all__ = [
 
 
 def __getattr__(name: str):  # what imports the OpenTelemetry SDK is loaded on first use
-    if name in ("evaluate", "write_manifest"):
-        from .telemetry import _exit as _exporter
+    if name == "evaluate":  # the process's recording, with the session's thresholds
+        from .telemetry._exit import evaluate_recording
 
-        return getattr(_exporter, name)
+        return evaluate_recording
+    if name == "write_manifest":
+        from .telemetry._exit import write_manifest
+
+        return write_manifest
     if name == "LockwatchInstrumentor":
         from ._instrumentor import LockwatchInstrumentor
 

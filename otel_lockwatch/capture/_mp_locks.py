@@ -28,8 +28,8 @@ import weakref
 from time import perf_counter_ns as _pc
 from typing import Any
 
-from ..record._outbox import OUTBOX
-from ..record._recorder import RECORDER, Stats, WorkerState
+from .._session import OUTBOX, RECORDER
+from ..record._recorder import Stats, WorkerState
 from ._bookkeeping import (
     HOLD_FIELDS,
     acquire_tracked,

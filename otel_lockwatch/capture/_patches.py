@@ -59,7 +59,7 @@ from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-from ..record._outbox import OUTBOX
+from .._session import OUTBOX
 from ..sections._asyncio import AsyncStripedSections
 from ..sections._threaded import StripedSections
 from . import (
