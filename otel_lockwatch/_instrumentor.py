@@ -73,14 +73,13 @@ class LockwatchInstrumentor(BaseInstrumentor):
         _multiprocess.instrument(session)
 
     def _uninstrument(self, **kwargs: Any) -> None:
-        session = _session.current()
+        session = _session.end()  # from now on nothing new is watched
         if session is None:
             return
         _multiprocess.uninstrument(session)
         self._remove_processors(session)
         _patches.uninstall()
         session.emitter.disable()
-        _session.end()
 
     # -- span processors -------------------------------------------------------------------
     def _add_processors(self, session: Session, tracer_provider: Any) -> None:

@@ -204,13 +204,13 @@ def _remove_bootstrap(session: Session) -> None:
 
 # -- instrument / uninstrument --------------------------------------------------------------------
 def instrument(session: Session) -> None:
-    """Watch multiprocessing locks and pools, and make every child process report.
+    """Make every child process report (multiprocessing locks and pools are watched while
+    ``session`` is current).
 
     Args:
         session: the ``instrument()``'s session: its options are handed to spawned children,
             its exporter writes a forked child's manifest.
     """
-    _mp_locks.watch(True)
     _register_process_hooks()
     _install_bootstrap(session)
 
@@ -219,7 +219,7 @@ def uninstrument(session: Session) -> None:
     """Undo :func:`instrument` as far as possible: the watched locks' methods, the ``PYTHONPATH``
     entry and the options variable. (The after-fork routines stay, inert without a session;
     the patch table removes the patches.)"""
-    _mp_locks.watch(False)
+    _mp_locks.untag_all()
     _remove_bootstrap(session)
 
 
