@@ -48,6 +48,7 @@ __all__ = [
     "current",
     "discard",
     "end",
+    "fork_parts",
 ]
 
 logger = logging.getLogger("otel_lockwatch")
@@ -173,6 +174,11 @@ def at_fork(
             table.pop(part, None)
         else:
             table[part] = routine
+
+
+def fork_parts() -> tuple[str, ...]:
+    """The parts whose after-fork routine a forked child runs, in the order it runs them."""
+    return tuple(part for part in FORK_ORDER if part in _in_child)
 
 
 def _run(table: dict[str, Callable[[], None]]) -> None:

@@ -72,13 +72,6 @@ _OTEL_AUTO_DIR = os.path.join("opentelemetry", "instrumentation", "auto_instrume
 EXIT_PRIORITY = 100
 
 
-class _Anchor:
-    """A long-lived object for ``multiprocessing.util.register_after_fork`` (weak values)."""
-
-
-_ANCHOR = _Anchor()
-
-
 # -- which process is this, and where does it write -----------------------------------------------
 def is_child() -> bool:
     """True in a multiprocessing child, a bootstrapped interpreter, an ``os.fork()`` child."""
@@ -134,7 +127,7 @@ def _after_fork_in_child() -> None:
     PROCESS.child = True
 
 
-def _on_process_start(anchor: Any) -> None:
+def _on_process_start(process: Any) -> None:
     # multiprocessing.util.register_after_fork: run by Process._bootstrap in every child (fork,
     # spawn and forkserver), after it cleared the finalizers it inherited.
     if current() is not None:
@@ -151,7 +144,7 @@ def write_at_process_end() -> None:
 def _register_process_hooks() -> None:
     if PROCESS.mp_after_fork_pid != os.getpid():
         # Inherited across a fork (the registry is copied); registered afresh in a new interpreter.
-        _mp_util.register_after_fork(_ANCHOR, _on_process_start)
+        _mp_util.register_after_fork(PROCESS, _on_process_start)  # weakly: the process's
         PROCESS.mp_after_fork_pid = os.getpid()
 
 
