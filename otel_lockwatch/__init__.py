@@ -10,6 +10,8 @@ and the layers below it (``tests/test_layout.py`` holds it to that):
 - ``record``: what the lock path writes, with no process-wide lock: per-thread (per-task)
   statistics and held stacks, log-linear histograms, the lock-order graph with its witnesses
   and cycles, the outbox of slow-path records.
+- ``_session``: the one owner of the state: the process's recorder and outbox, the session of
+  an ``instrument()`` (its options, emitter, exporter), the one fork handler.
 - ``capture``: the patches and what they run: lock proxies, the instrumented section and
   semaphore methods, asyncio and multiprocessing locks, lock naming, the optional C fast path.
 - ``manifest``: the contention manifest: evaluation of the recorded data (verdict, hot locks,
