@@ -97,7 +97,6 @@ class LockwatchInstrumentor(BaseInstrumentor):
         from .telemetry._exit import ManifestExporter, install_first
 
         options = session.options
-
         provider = tracer_provider if tracer_provider is not None else trace.get_tracer_provider()
         exporter = None
         if options.manifest:

@@ -47,7 +47,7 @@ from opentelemetry import trace
 from opentelemetry.context import Context
 from opentelemetry.trace import Tracer
 
-from .._session import OUTBOX
+from .._session import OUTBOX, RECORDER
 from .._version import __version__
 from ..record._sites import code_attributes
 from ._bounded import run_bounded
@@ -126,8 +126,6 @@ class Telemetry:
         self._emitter.start()
 
     def _run(self) -> None:
-        from .._session import RECORDER
-
         RECORDER.thread_state().in_lockwatch = True  # nothing lockwatch does here is recorded
         stop = self._stop
         while not stop.wait(self.INTERVAL_S):
@@ -178,8 +176,6 @@ class Telemetry:
         queue.clear()
 
     def _drain_as_lockwatch(self, then: Callable[[], None] | None) -> None:
-        from .._session import RECORDER
-
         st = RECORDER.thread_state()
         was_in_lockwatch = st.in_lockwatch
         st.in_lockwatch = True  # the SDK's locks taken here are not the host's: not recorded
