@@ -46,9 +46,9 @@ import redis.lock  # noqa: E402
 from servers import redis_server  # noqa: E402
 
 from otel_lockwatch import LockwatchInstrumentor  # noqa: E402
+from otel_lockwatch._session import RECORDER  # noqa: E402
 from otel_lockwatch.capture import _filelock  # noqa: E402
 from otel_lockwatch.capture._patches import PatchWrapper  # noqa: E402
-from otel_lockwatch.record._recorder import RECORDER  # noqa: E402
 
 
 def wall_ns(lock: object, n: int) -> float:

@@ -51,9 +51,9 @@ from opentelemetry.sdk.trace import TracerProvider  # noqa: E402
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult  # noqa: E402
 
 from otel_lockwatch import LockwatchInstrumentor, StripedSections  # noqa: E402
+from otel_lockwatch._session import RECORDER  # noqa: E402
 from otel_lockwatch.capture import _fast_path  # noqa: E402
 from otel_lockwatch.manifest._evaluate import evaluate  # noqa: E402
-from otel_lockwatch.record._recorder import RECORDER  # noqa: E402
 
 
 class Discard(SpanExporter):
@@ -155,29 +155,30 @@ def slow_path_cost(number: int) -> float:
         t0 = time.perf_counter_ns()
         record_wait(st, s, cls, t0 - 2_000_000, t0, True, ctx, frame, None)
 
-    from otel_lockwatch.record._outbox import OUTBOX
-    from otel_lockwatch.telemetry._emitter import TELEMETRY
+    from otel_lockwatch import _session
+    from otel_lockwatch._session import OUTBOX
 
-    TELEMETRY.flush()
+    emitter = _session.current().emitter
+    emitter.flush()
     on_the_lock_path = best_ns(run, number, 3)
     # What the emitter thread then spends per record: a span and a histogram value.
-    TELEMETRY._stop.set()  # pause the emitter thread: this thread drains instead, and is timed
-    if TELEMETRY._emitter is not None:
-        TELEMETRY._emitter.join()
-    TELEMETRY.flush()
+    emitter._stop.set()  # pause the emitter thread: this thread drains instead, and is timed
+    if emitter._emitter is not None:
+        emitter._emitter.join()
+    emitter.flush()
     for _ in range(number):
         run()
     queued = len(OUTBOX.queue)
     started = time.thread_time_ns()
-    TELEMETRY.flush()
+    emitter.flush()
     in_the_emitter = (time.thread_time_ns() - started) / max(queued, 1)
     return on_the_lock_path, in_the_emitter
 
 
 def memory_check(small: int, large: int) -> tuple[int, int]:
-    from otel_lockwatch.telemetry._emitter import TELEMETRY
+    from otel_lockwatch import _session
 
-    TELEMETRY.flush()
+    _session.current().emitter.flush()
     lock = threading.Lock()
     run = pair(lock)
     for _ in range(small):
@@ -329,7 +330,7 @@ def contention_rounds(instrument, uninstrument, rounds: int) -> dict:
     (which goes first alternates from round to round), so that the load of a shared machine
     hits both sides of each ratio alike. Also the emitter thread's CPU per record in its
     periodic drains, and how many records it made there."""
-    from otel_lockwatch.telemetry._emitter import TELEMETRY
+    from otel_lockwatch.telemetry._emitter import Telemetry  # a session's emitter: its class
 
     # Each row's locks, made per run (two classes: the column tells two on one line apart).
     rows = {
@@ -339,20 +340,20 @@ def contention_rounds(instrument, uninstrument, rounds: int) -> dict:
     runs: dict[str, list] = {row: [[], []] for row in rows}
     emitted = [0, 0]  # records, ns of the emitter's CPU
     made = [0]  # records made, on any thread
-    drain, emit = TELEMETRY._drain, TELEMETRY._emit
+    drain, emit = Telemetry._drain, Telemetry._emit
 
-    def counted_emit(*record) -> None:
+    def counted_emit(self, *record) -> None:
         made[0] += 1
-        emit(*record)
+        emit(self, *record)
 
-    def timed_drain(yielding: bool = False) -> None:
+    def timed_drain(self, yielding: bool = False) -> None:
         started, before = time.thread_time_ns(), made[0]
-        drain(yielding)
+        drain(self, yielding)
         if yielding:  # the emitter thread's periodic drains
             emitted[0] += made[0] - before
             emitted[1] += time.thread_time_ns() - started
 
-    TELEMETRY._drain, TELEMETRY._emit = timed_drain, counted_emit
+    Telemetry._drain, Telemetry._emit = timed_drain, counted_emit  # type: ignore[method-assign]
     try:
         for i in range(rounds):
             for row, make in rows.items():
@@ -366,7 +367,7 @@ def contention_rounds(instrument, uninstrument, rounds: int) -> dict:
                         if watched:
                             uninstrument()
     finally:
-        del TELEMETRY._drain, TELEMETRY._emit
+        Telemetry._drain, Telemetry._emit = drain, emit  # type: ignore[method-assign]
     runs["emitter_us_per_record"] = emitted[1] / 1000 / max(emitted[0], 1)
     runs["emitter_records"] = emitted[0]
     return runs

@@ -167,7 +167,7 @@ def child(workload: str, workers: int, seconds: float, watched: bool) -> dict:
     out: dict = {"throughput": tasks / seconds}
     if watched:
         from otel_lockwatch import evaluate
-        from otel_lockwatch.record._recorder import RECORDER
+        from otel_lockwatch._session import RECORDER
 
         m = evaluate(RECORDER.snapshot(), pool_size=workers).to_dict()
         out.update(

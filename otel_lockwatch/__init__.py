@@ -10,6 +10,8 @@ and the layers below it (``tests/test_layout.py`` holds it to that):
 - ``record``: what the lock path writes, with no process-wide lock: per-thread (per-task)
   statistics and held stacks, log-linear histograms, the lock-order graph with its witnesses
   and cycles, the outbox of slow-path records.
+- ``_session``: the one owner of the state: the process's recorder and outbox, the session of
+  an ``instrument()`` (its options, emitter, exporter), the one fork handler.
 - ``capture``: the patches and what they run: lock proxies, the instrumented section and
   semaphore methods, asyncio and multiprocessing locks, lock naming, the optional C fast path.
 - ``manifest``: the contention manifest: evaluation of the recorded data (verdict, hot locks,
@@ -69,10 +71,14 @@ __all__ = [
 
 
 def __getattr__(name: str):  # what imports the OpenTelemetry SDK is loaded on first use
-    if name in ("evaluate", "write_manifest"):
-        from .telemetry import _exit as _exporter
+    if name == "evaluate":  # the process's recording, with the session's thresholds
+        from .telemetry._exit import evaluate_recording
 
-        return getattr(_exporter, name)
+        return evaluate_recording
+    if name == "write_manifest":
+        from .telemetry._exit import write_manifest
+
+        return write_manifest
     if name == "LockwatchInstrumentor":
         from ._instrumentor import LockwatchInstrumentor
 

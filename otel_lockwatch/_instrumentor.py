@@ -28,13 +28,13 @@ from typing import Any
 from opentelemetry import trace
 from opentelemetry.instrumentation.instrumentor import BaseInstrumentor  # type: ignore[attr-defined]
 
+from . import _session
+from ._session import Session
 from ._settings import Options, load_options
 from .capture import _multiprocess, _patches
-from .capture._bookkeeping import configure
-from .record._recorder import RECORDER
-from .record._sites import configure as configure_points
-from .telemetry import _exit
-from .telemetry._emitter import TELEMETRY
+from .capture._bookkeeping import set_thresholds
+from .record._sites import set_contention_points
+from .telemetry._emitter import Telemetry
 
 __all__ = ["LockwatchInstrumentor"]
 
@@ -54,55 +54,49 @@ class LockwatchInstrumentor(BaseInstrumentor):
     @property
     def options(self) -> Options | None:
         """The options in force while instrumented (None otherwise)."""
-        return _exit.ACTIVE.options
+        session = _session.current()
+        return session.options if session is not None else None
 
     def instrumentation_dependencies(self) -> Collection[str]:
         return []
 
     def _instrument(self, **kwargs: Any) -> None:
-        options = load_options(kwargs)
-        _exit.ACTIVE.options = options
-        configure(
-            wait_span_ns=int(options.wait_span_threshold_ms * 1e6),
-            hold_span_ns=int(options.hold_span_threshold_ms * 1e6),
-            hold_metric_ns=int(options.hold_metric_floor_ms * 1e6),
-            on_cycle=options.on_cycle,
+        session = _session.begin(load_options(kwargs))
+        configure(session)
+        session.emitter = Telemetry()
+        session.emitter.enable(
+            kwargs.get("tracer_provider"), kwargs.get("meter_provider"), session.recorder
         )
-        configure_points(options.contention_points)
-        if options.pool_size is not None:
-            RECORDER.note_pool(options.pool_size, "env")
-        TELEMETRY.configure(kwargs.get("tracer_provider"), kwargs.get("meter_provider"), RECORDER)
         _patches.install()
-        self._add_processors(kwargs.get("tracer_provider"))
-        self._start_manifest(kwargs.get("tracer_provider"), options, kwargs.get("logger_provider"))
-        _multiprocess.instrument(options, _exit.ACTIVE.exporter)
+        self._add_processors(session, kwargs.get("tracer_provider"))
+        self._start_manifest(session, kwargs.get("tracer_provider"), kwargs.get("logger_provider"))
+        _multiprocess.instrument(session)
 
     def _uninstrument(self, **kwargs: Any) -> None:
-        _multiprocess.uninstrument()
-        self._remove_processors()
+        session = _session.end()  # from now on nothing new is watched
+        if session is None:
+            return
+        _multiprocess.uninstrument(session)
+        self._remove_processors(session)
         _patches.uninstall()
-        TELEMETRY.disable()
-        _exit.ACTIVE.options = None
+        session.emitter.disable()
 
     # -- span processors -------------------------------------------------------------------
-    _added: list[tuple[Any, Any]] = []
-
-    def _add_processors(self, tracer_provider: Any) -> None:
+    def _add_processors(self, session: Session, tracer_provider: Any) -> None:
         from .telemetry._held_spans import HeldLockSpanProcessor
 
         provider = tracer_provider if tracer_provider is not None else trace.get_tracer_provider()
         add = getattr(provider, "add_span_processor", None)
         if add is None:  # not an SDK provider: the tracking runs all the same, without span hooks
             return
-        processor = HeldLockSpanProcessor(RECORDER)
+        processor = HeldLockSpanProcessor(session.recorder)
         add(processor)
-        LockwatchInstrumentor._added.append((provider, processor))
+        session.processors.append((provider, processor))
 
-    def _start_manifest(
-        self, tracer_provider: Any, options: Options, logger_provider: Any = None
-    ) -> None:
+    def _start_manifest(self, session: Session, tracer_provider: Any, logger_provider: Any) -> None:
         from .telemetry._exit import ManifestExporter, install_first
 
+        options = session.options
         provider = tracer_provider if tracer_provider is not None else trace.get_tracer_provider()
         exporter = None
         if options.manifest:
@@ -115,19 +109,34 @@ class LockwatchInstrumentor(BaseInstrumentor):
             )
         processor = install_first(provider, exporter)
         if processor is not None:
-            LockwatchInstrumentor._added.append((provider, processor))
+            session.processors.append((provider, processor))
         if exporter is not None:
             exporter.start()
-            _exit.ACTIVE.exporter = exporter
+            session.exporter = exporter
 
-    def _remove_processors(self) -> None:
-        exporter = _exit.ACTIVE.exporter
+    def _remove_processors(self, session: Session) -> None:
+        exporter, session.exporter = session.exporter, None
         if exporter is not None:
             exporter.stop()
-            _exit.ACTIVE.exporter = None
-        for provider, processor in LockwatchInstrumentor._added:
+        for provider, processor in session.processors:
             _remove_processor(provider, processor)
-        LockwatchInstrumentor._added = []
+        session.processors = []
+
+
+def configure(session: Session) -> None:
+    """Hand the options of an ``instrument()`` to the parts that read them on their paths: the
+    lock paths' thresholds and cycle policy, the contention points kept, the nominal pool size
+    (the session keeps them all; these are the copies the hot paths read)."""
+    options = session.options
+    set_thresholds(
+        wait_span_ns=int(options.wait_span_threshold_ms * 1e6),
+        hold_span_ns=int(options.hold_span_threshold_ms * 1e6),
+        hold_metric_ns=int(options.hold_metric_floor_ms * 1e6),
+        on_cycle=options.on_cycle,
+    )
+    set_contention_points(options.contention_points)
+    if options.pool_size is not None:
+        session.recorder.note_pool(options.pool_size, "env")
 
 
 def _remove_processor(provider: Any, processor: Any) -> None:

@@ -153,7 +153,7 @@ class LockwatchSession:
     # -- bookkeeping -----------------------------------------------------------------------
     def harvest(self, who: str) -> None:
         """Note the edges the lock-order graph gained since the last call, crediting ``who``."""
-        from .record._recorder import RECORDER
+        from ._session import RECORDER
 
         graph = RECORDER.graph
         if graph is not self._graph:  # first call, or the recorder was reset

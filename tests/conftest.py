@@ -9,9 +9,7 @@ import pytest
 from hypothesis import HealthCheck, settings
 from opentelemetry.test.test_base import TestBase
 
-from otel_lockwatch import LockwatchInstrumentor
-from otel_lockwatch.record._recorder import RECORDER
-from otel_lockwatch.telemetry._emitter import TELEMETRY
+from otel_lockwatch import LockwatchInstrumentor, _session
 
 # Machines here are shared and noisy: a property is judged on its examples, not on their speed.
 settings.register_profile("lockwatch", deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -27,14 +25,15 @@ class Watched:
     meter_provider: Any
     metrics: Any  # InMemoryMetricReader
     instrumentor: LockwatchInstrumentor
+    session: _session.Session  # the instrument()'s: its options, recorder, emitter, exporter
 
     def finished(self, name: str | None = None) -> list[Any]:
-        TELEMETRY.flush()
+        self.session.emitter.flush()
         spans = self.spans.get_finished_spans()
         return [s for s in spans if name is None or s.name == name]
 
     def points(self, metric: str) -> list[Any]:
-        TELEMETRY.flush()
+        self.session.emitter.flush()
         data = self.metrics.get_metrics_data()
         out = []
         for rm in data.resource_metrics if data else []:
@@ -48,13 +47,15 @@ class Watched:
 def instrument(**options: Any) -> Watched:
     tracer_provider, spans = TestBase.create_tracer_provider()
     meter_provider, metrics = TestBase.create_meter_provider()
-    RECORDER.reset()
+    _session.discard()  # a fresh recording: nothing of an earlier test's
     instrumentor = LockwatchInstrumentor()
     options.setdefault("manifest", False)
     instrumentor.instrument(
         tracer_provider=tracer_provider, meter_provider=meter_provider, **options
     )
-    return Watched(tracer_provider, spans, meter_provider, metrics, instrumentor)
+    session = _session.current()
+    assert session is not None
+    return Watched(tracer_provider, spans, meter_provider, metrics, instrumentor, session)
 
 
 @pytest.fixture
@@ -64,8 +65,8 @@ def watched():
     try:
         yield w
     finally:
-        w.instrumentor.uninstrument()
-        RECORDER.reset()
+        w.instrumentor.uninstrument()  # ends the session
+        _session.discard()
 
 
 @pytest.fixture
@@ -82,5 +83,5 @@ def make_watched():
         yield make
     finally:
         for w in made:
-            w.instrumentor.uninstrument()
-        RECORDER.reset()
+            w.instrumentor.uninstrument()  # ends the session
+        _session.discard()

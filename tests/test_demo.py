@@ -26,9 +26,9 @@ from pathlib import Path
 import pytest
 
 from otel_lockwatch import LockwatchInstrumentor, load_manifest
+from otel_lockwatch._session import RECORDER
 from otel_lockwatch.cli import _demo, _report_text, _run
 from otel_lockwatch.cli._main import main
-from otel_lockwatch.record._recorder import RECORDER
 
 ANSI = re.compile(r"\x1b\[")
 ERROR_LINE = re.compile(r"^otel-lockwatch: error: [^\n]+\n$")

@@ -16,13 +16,13 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from otel_lockwatch import LockwatchInstrumentor, Verdict, load_manifest, merge_manifests
+from otel_lockwatch._session import OUTBOX
 from otel_lockwatch.capture import _patches
 from otel_lockwatch.exceptions import ManifestError
 from otel_lockwatch.manifest._evaluate import evaluate
 from otel_lockwatch.manifest._model import compute_digest
 from otel_lockwatch.record._data import merge_data
 from otel_lockwatch.record._histogram import LogHistogram
-from otel_lockwatch.record._outbox import OUTBOX
 from otel_lockwatch.record._witness import EdgeWitness
 
 

@@ -9,12 +9,11 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 from otel_lockwatch import name_lock
+from otel_lockwatch._session import OUTBOX, RECORDER
 from otel_lockwatch.capture._naming import site_of
-from otel_lockwatch.record._outbox import OUTBOX
-from otel_lockwatch.record._recorder import RECORDER
 from otel_lockwatch.record._sites import code_attributes, code_site
 from otel_lockwatch.telemetry import _emitter
-from otel_lockwatch.telemetry._emitter import TELEMETRY, site_attributes
+from otel_lockwatch.telemetry._emitter import Telemetry, site_attributes
 
 
 def test_drain_yields_the_interpreter_once_a_slice(monkeypatch):
@@ -31,16 +30,17 @@ def test_drain_yields_the_interpreter_once_a_slice(monkeypatch):
 
     monkeypatch.setattr(_emitter, "_pc", lambda: clock[0])
     monkeypatch.setattr(_emitter, "_sleep", lambda s: yields.append(len(emitted)))
-    monkeypatch.setattr(TELEMETRY, "_emit", emit)
-    monkeypatch.setattr(TELEMETRY, "SLICE_NS", 100_000)
+    telemetry = Telemetry()  # a session's emitter, not enabled: its drain alone
+    monkeypatch.setattr(telemetry, "_emit", emit)
+    monkeypatch.setattr(telemetry, "SLICE_NS", 100_000)
     monkeypatch.setattr(OUTBOX, "queue", collections.deque((i,) for i in range(12)))
-    TELEMETRY._drain(yielding=True)
+    telemetry._drain(yielding=True)
     assert emitted == list(range(12))  # every record, in order
     assert yields == [3, 6, 9, 12]  # past 100 us: after the third record of each slice
 
     OUTBOX.queue.extend((i,) for i in range(12))
     del emitted[:], yields[:]
-    TELEMETRY._drain()  # a flush: on the caller's thread, which wants it done
+    telemetry._drain()  # a flush: on the caller's thread, which wants it done
     assert emitted == list(range(12)) and yields == []
 
 

@@ -93,16 +93,18 @@ def test_a_lost_sigterm_is_sent_again_in_a_child_forked_right_after_another(tmp_
     again to the main thread; in a child too, even one forked within a second of the last (a
     pool's workers): the parent's quiet time after a fork is not the child's."""
     body = """
-        from otel_lockwatch.telemetry._exit_hooks import HOOKS
+        from otel_lockwatch.telemetry._exit_hooks import ExitHooks, exit_hooks
         first = os.fork()
         if first == 0:
             os._exit(0)
         os.waitpid(first, 0)
         second = os.fork()
         if second == 0:
-            HOOKS.LOST_SIGTERM_S = 0.0
-            os.write(HOOKS._wakeup[1], bytes([signal.SIGTERM]))  # as the C-level handler does
-            HOOKS.check_lost_sigterm()  # the emitter's look: lost, so sent again
+            ExitHooks.LOST_SIGTERM_S = 0.0
+            wakeup = signal.set_wakeup_fd(-1)  # the child's own pipe, set by its fork routine
+            signal.set_wakeup_fd(wakeup)
+            os.write(wakeup, bytes([signal.SIGTERM]))  # as the C-level handler does
+            exit_hooks().check_lost_sigterm()  # the emitter's look: lost, so sent again
             for _ in range(1000):  # where the main thread runs its handler
                 pass
             os._exit(0)  # only when nothing was sent
@@ -223,11 +225,10 @@ def test_lock_called_from_c_with_no_python_caller(tmp_path):
 def test_uninstrumented_write_takes_the_path_option_from_the_environment(tmp_path, monkeypatch):
     """Without instrument(), write_manifest() resolves ``manifest_path`` as instrument() would:
     the environment's, else the declared default (in the working directory)."""
-    from otel_lockwatch import write_manifest
+    from otel_lockwatch import _session, write_manifest
     from otel_lockwatch._settings import SETTINGS
-    from otel_lockwatch.telemetry._exit import ACTIVE
 
-    assert ACTIVE.options is None
+    assert _session.current() is None
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("OTEL_PYTHON_LOCKWATCH_MANIFEST_PATH", str(tmp_path / "from-env.json"))
     assert write_manifest() == tmp_path / "from-env.json"

@@ -141,11 +141,11 @@ def test_a_second_sigint_while_the_manifest_is_written_exits_once_it_is_on_disk(
     code = (
         "import os, runpy, signal, sys\n"
         "from otel_lockwatch.manifest import _io\n"
-        "from otel_lockwatch.telemetry._exit_hooks import HOOKS\n"
+        "from otel_lockwatch.telemetry._exit_hooks import exit_hooks\n"
         "dump = _io.dump_manifest\n"
         "def dump_then_sigint(*args, **kwargs):\n"
         "    path = dump(*args, **kwargs)\n"
-        "    if HOOKS.exiting:\n"
+        "    if exit_hooks().exiting:\n"
         "        os.kill(os.getpid(), signal.SIGINT)  # the second Ctrl-C, in the window\n"
         "    return path\n"
         "_io.dump_manifest = dump_then_sigint\n"

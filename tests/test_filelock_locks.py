@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 from otel_lockwatch import merge_manifests, name_lock
+from otel_lockwatch._session import RECORDER
 from otel_lockwatch.manifest._evaluate import evaluate
-from otel_lockwatch.record._recorder import RECORDER
 
 filelock = pytest.importorskip("filelock")
 

@@ -36,7 +36,7 @@ STRESS = textwrap.dedent(
         from opentelemetry.sdk.trace import TracerProvider
         from otel_lockwatch import LockwatchInstrumentor
         from otel_lockwatch.capture import _fast_path
-        from otel_lockwatch.record._recorder import RECORDER
+        from otel_lockwatch._session import RECORDER
         assert _fast_path.SPEEDUPS == (mode == "C"), _fast_path.SPEEDUPS
         LockwatchInstrumentor().instrument(
             tracer_provider=TracerProvider(), meter_provider=MeterProvider(), manifest=False

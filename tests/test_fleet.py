@@ -20,7 +20,8 @@ from opentelemetry.exporter.otlp.proto.common._log_encoder import encode_logs
 from opentelemetry.sdk._logs import LoggerProvider
 from opentelemetry.sdk._logs.export import InMemoryLogRecordExporter, SimpleLogRecordProcessor
 
-from otel_lockwatch import load_manifest, merge_manifests, name_lock
+from otel_lockwatch import _session, load_manifest, merge_manifests, name_lock
+from otel_lockwatch._session import OUTBOX
 from otel_lockwatch.cli._main import main
 from otel_lockwatch.exceptions import ManifestError
 from otel_lockwatch.manifest import _fleet as merge_inputs
@@ -30,8 +31,6 @@ from otel_lockwatch.manifest._io import dump_manifest
 from otel_lockwatch.manifest._merge import ManifestFold
 from otel_lockwatch.manifest._model import canonical_json
 from otel_lockwatch.record._data import DATA_FIELDS, OTHER_WORKERS, DataFold
-from otel_lockwatch.record._outbox import OUTBOX
-from otel_lockwatch.telemetry import _exit
 
 MS = 1_000_000
 
@@ -88,7 +87,7 @@ def test_each_write_sends_the_manifest_record_and_the_final_one_once(make_watche
     lock = name_lock(threading.Lock(), "fleet-lock")
     with lock:
         pass
-    writer = _exit.ACTIVE.exporter
+    writer = _session.current().exporter
     assert writer is not None
     writer.write(final=False)
     checkpoint = load_manifest(path)
@@ -121,8 +120,8 @@ def test_the_record_can_be_turned_off(make_watched, logs, tmp_path):
     make_watched(
         manifest=True, manifest_path=str(path), logger_provider=provider, manifest_log_record=False
     )
-    assert _exit.ACTIVE.exporter.write(final=False) == path
-    assert _exit.ACTIVE.exporter.write(final=True) == path
+    assert _session.current().exporter.write(final=False) == path
+    assert _session.current().exporter.write(final=True) == path
     assert exporter.get_finished_logs() == ()
 
 
@@ -136,7 +135,7 @@ def test_a_failing_logger_provider_never_reaches_the_host(make_watched, tmp_path
     path = tmp_path / "manifest.json"
     make_watched(manifest=True, manifest_path=str(path), logger_provider=Broken())
     before = OUTBOX.errors
-    assert _exit.ACTIVE.exporter.write(final=False) == path
+    assert _session.current().exporter.write(final=False) == path
     assert OUTBOX.errors == before + 1
     load_manifest(path)
 

@@ -28,7 +28,7 @@ ITERATIONS = 20_000
 PARALLEL = f"""
 import json, sys, threading
 from otel_lockwatch import LockwatchInstrumentor
-from otel_lockwatch.record._recorder import RECORDER
+from otel_lockwatch._session import RECORDER
 
 LockwatchInstrumentor().instrument(manifest=False)
 lock = threading.Lock()

@@ -6,7 +6,7 @@ import asyncio
 import threading
 
 from otel_lockwatch import HeldLockSpanProcessor, name_lock
-from otel_lockwatch.record._recorder import RECORDER
+from otel_lockwatch._session import RECORDER
 
 
 def _processor(watched) -> HeldLockSpanProcessor:

@@ -29,7 +29,7 @@ import json, sys, threading
 from otel_lockwatch import LockwatchInstrumentor
 from otel_lockwatch.capture import _fast_path
 from otel_lockwatch.manifest._evaluate import evaluate
-from otel_lockwatch.record._recorder import RECORDER
+from otel_lockwatch._session import RECORDER
 
 LockwatchInstrumentor().instrument(manifest=False)
 lock = threading.Lock()
@@ -162,7 +162,7 @@ SCENARIOS = r"""
 import json, sys, threading
 from otel_lockwatch import LockwatchInstrumentor
 from otel_lockwatch.capture import _bookkeeping, _fast_path, _switched_out
-from otel_lockwatch.record._recorder import RECORDER
+from otel_lockwatch._session import RECORDER
 
 LockwatchInstrumentor().instrument(manifest=False)
 assert not _fast_path.SPEEDUPS

@@ -16,10 +16,9 @@ import pytest
 from opentelemetry import trace
 
 from otel_lockwatch import LockwatchInstrumentor, name_lock
+from otel_lockwatch._session import OUTBOX, RECORDER
 from otel_lockwatch.capture import _patches
 from otel_lockwatch.capture._threading import LockProxy, RLockProxy
-from otel_lockwatch.record._outbox import OUTBOX
-from otel_lockwatch.record._recorder import RECORDER
 
 ORIGINAL_LOCK = threading.Lock
 ORIGINAL_RLOCK = threading.RLock
@@ -338,8 +337,7 @@ def test_error_inside_instrumentation_never_reaches_the_host(watched, monkeypatc
     def broken(*args, **kwargs):
         raise ZeroDivisionError("lockwatch bug")
 
-    monkeypatch.setattr(OUTBOX, "wait", broken)
-    monkeypatch.setattr(OUTBOX, "_warned", False)
+    monkeypatch.setattr(OUTBOX, "wait", broken)  # (the fixture's fresh session: not yet warned)
     before = OUTBOX.errors
     lock = threading.Lock()
     # Queues the standard library's C code provides (a watched event's blocked wait would call
@@ -671,7 +669,7 @@ def test_ended_workers_are_folded_so_memory_follows_the_live_ones(watched):
         t = threading.Thread(target=work, name="short-lived")
         t.start()
         t.join()
-    assert len(RECORDER._states) < 300
+    assert len(RECORDER.states) < 300
     snap = RECORDER.snapshot()
     assert snap["locks"]["churn"]["acquisitions"] == 1800
     assert snap["locks"]["churn"]["hold_ns"].count == 1800
@@ -683,7 +681,9 @@ def test_worker_names_are_capped(watched, monkeypatch):
     """Past MAX_WORKERS distinct names, later workers are '(other)': bounded cardinality."""
     import otel_lockwatch.record._recorder as recorder_module
 
-    monkeypatch.setattr(recorder_module, "MAX_WORKERS", len(RECORDER._names) + 3)
+    monkeypatch.setattr(
+        recorder_module, "MAX_WORKERS", len({s.worker for s in RECORDER.states}) + 3
+    )
     lock = threading.Lock()
 
     def work():
@@ -741,27 +741,19 @@ def test_proxies_have_the_names_of_the_lock_they_wrap(watched, factory):
     assert {n: hasattr(watched_lock, n) for n in names} == {n: hasattr(plain, n) for n in names}
 
 
-def test_an_emitter_stopped_but_not_yet_ended_is_replaced():
-    """uninstrument() stops the emitter; an instrument() right after, while that thread is still
-    alive on its way out, must start a new one (it reused the old one, which then ended, and
-    nothing was emitted again: the stuck-exporter test failed that way under load)."""
-    from otel_lockwatch.telemetry._emitter import TELEMETRY
-
-    leave = threading.Event()
-    dying = threading.Thread(target=leave.wait, daemon=True)  # alive, as if ending
-    dying.start()
-    saved = TELEMETRY._emitter, TELEMETRY._emitter_pid, TELEMETRY._stop
-    try:
-        TELEMETRY._emitter, TELEMETRY._emitter_pid = dying, os.getpid()
-        TELEMETRY._stop = threading.Event()
-        TELEMETRY._stop.set()
-        TELEMETRY._ensure_emitter()
-        assert TELEMETRY._emitter is not dying
-        assert TELEMETRY._emitter.is_alive() and not TELEMETRY._stop.is_set()
-    finally:
-        TELEMETRY._stop.set()
-        leave.set()
-        TELEMETRY._emitter, TELEMETRY._emitter_pid, TELEMETRY._stop = saved
+def test_an_instrument_after_an_uninstrument_has_its_own_emitter(make_watched):
+    """uninstrument() stops the session's emitter; an instrument() right after, while that thread
+    may still be alive on its way out, has an emitter of its own, running (a process-wide
+    emitter reused the old thread, which then ended, and nothing was emitted again: the
+    stuck-exporter test failed that way under load)."""
+    first = make_watched()
+    old = first.session.emitter
+    assert old.running
+    first.instrumentor.uninstrument()
+    assert not old.running
+    second = make_watched()
+    assert second.session.emitter is not old
+    assert second.session.emitter.running and not old.running
 
 
 def test_a_lock_type_is_replaced_by_a_type(watched):

@@ -5,6 +5,8 @@ The stages, lowest first (a module may import only from its own stage or a lower
     exceptions, _version, _settings, environment_variables
     sections      the primitive
     record        per-thread statistics, histograms, the lock-order graph, the outbox
+    _session      the process's recorder and outbox, the session of an instrument(), the fork
+                  handler
     capture       patches, proxies, naming, the C fast path
     manifest      evaluation, file format, admission, merging
     telemetry     the emitter, the span processor, the exit writer
@@ -31,14 +33,15 @@ STAGES = {
     "environment_variables": 0,
     "sections": 1,
     "record": 2,
-    "capture": 3,
-    "manifest": 4,
-    "telemetry": 5,
-    "_instrumentor": 6,
-    "cli": 7,
-    "pytest_plugin": 7,
-    "__init__": 7,
-    "__main__": 7,
+    "_session": 3,
+    "capture": 4,
+    "manifest": 5,
+    "telemetry": 6,
+    "_instrumentor": 7,
+    "cli": 8,
+    "pytest_plugin": 8,
+    "__init__": 8,
+    "__main__": 8,
 }
 MAX_LINES = 500
 # Modules still to be split along their two ideas (this set only shrinks).

@@ -20,8 +20,8 @@ lock_tests = pytest.importorskip(
 from test.support import check_disallow_instantiation  # noqa: E402
 
 from otel_lockwatch import LockwatchInstrumentor  # noqa: E402
+from otel_lockwatch._session import RECORDER  # noqa: E402
 from otel_lockwatch.capture._threading import LockProxy, RLockProxy  # noqa: E402
-from otel_lockwatch.record._recorder import RECORDER  # noqa: E402
 
 
 class _Instrumented(unittest.TestCase):

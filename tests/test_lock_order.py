@@ -40,8 +40,8 @@ from otel_lockwatch import (
     StripedSections,
     name_lock,
 )
+from otel_lockwatch._session import RECORDER
 from otel_lockwatch.record._order import LockOrderGraph
-from otel_lockwatch.record._recorder import RECORDER
 
 JOIN_S = 10.0  # a thread that is not done by then is a failure, never a wait we rely on
 

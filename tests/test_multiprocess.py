@@ -28,8 +28,8 @@ from otel_lockwatch import (
     name_lock,
     write_manifest,
 )
+from otel_lockwatch._session import PROCESS, RECORDER
 from otel_lockwatch.capture import _mp_locks, _multiprocess
-from otel_lockwatch.record._recorder import RECORDER
 
 METHODS = [
     m for m in ("fork", "spawn", "forkserver") if m in multiprocessing.get_all_start_methods()
@@ -132,9 +132,9 @@ def check_pool_run(directory: Path, pids: set[int], workers: int) -> None:
 # -- naming ---------------------------------------------------------------------------------------
 def test_child_manifest_path(monkeypatch):
     """The parent keeps its path; a child inserts .{pid} before the suffix unless {pid} is there."""
-    monkeypatch.setattr(_multiprocess._STATE, "child", False)
+    monkeypatch.setattr(PROCESS, "child", False)  # the session's process state
     assert _multiprocess.manifest_path("out/m.json") == "out/m.json"
-    monkeypatch.setattr(_multiprocess._STATE, "child", True)
+    monkeypatch.setattr(PROCESS, "child", True)
     assert _multiprocess.manifest_path("out/m.json") == os.path.join("out", "m.{pid}.json")
     assert _multiprocess.manifest_path("lockwatch-manifest.json") == "lockwatch-manifest.{pid}.json"
     assert _multiprocess.manifest_path("out/manifest") == os.path.join("out", "manifest.{pid}")

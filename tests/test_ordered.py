@@ -20,7 +20,7 @@ import pytest
 
 import otel_lockwatch
 from otel_lockwatch import PotentialDeadlockError, Verdict, evaluate, name_lock, ordered
-from otel_lockwatch.record._recorder import RECORDER
+from otel_lockwatch._session import RECORDER
 
 THREADS = 8
 TRANSFERS = 200

@@ -32,7 +32,7 @@ from servers import http_server, postgres_server
 from test_pools_real import CONTENDED, ENOUGH, EXHAUSTED, HOLD_S, ROUNDS, WORKERS, run_workers
 
 from otel_lockwatch import LockwatchInstrumentor, evaluate
-from otel_lockwatch.record._recorder import RECORDER
+from otel_lockwatch._session import RECORDER
 
 
 # -- the thread pools: each a factory (size, ctx) -> use() ---------------------------------

@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 
 from otel_lockwatch import PotentialDeadlockError, Verdict, merge_manifests, name_lock
+from otel_lockwatch._session import RECORDER
 from otel_lockwatch.manifest._evaluate import evaluate
-from otel_lockwatch.record._recorder import RECORDER
 
 redis = pytest.importorskip("redis")
 from redis.backoff import NoBackoff  # noqa: E402
@@ -480,8 +480,6 @@ def test_keys_with_ids_make_one_class_and_a_few_attribute_sets_per_shape(watched
     import random
     import string
 
-    from otel_lockwatch.telemetry._emitter import TELEMETRY
-
     rng = random.Random(28)
     alnum = string.ascii_letters + string.digits
 
@@ -502,7 +500,7 @@ def test_keys_with_ids_make_one_class_and_a_few_attribute_sets_per_shape(watched
             pass
     redis_locks = {n for n, e in manifest()["locks"].items() if e["kind"] == "redis.Lock"}
     assert redis_locks == set(shapes)
-    TELEMETRY.flush()
+    watched.session.emitter.flush()
     attribute_sets = set()
     for rm in watched.metrics.get_metrics_data().resource_metrics:
         for sm in rm.scope_metrics:

@@ -15,7 +15,7 @@ import time
 import pytest
 
 from otel_lockwatch import LockwatchInstrumentor, name_lock
-from otel_lockwatch.record._recorder import RECORDER
+from otel_lockwatch._session import RECORDER
 
 ORIGINALS = {
     "queue.Queue.__init__": queue.Queue.__init__,
@@ -513,7 +513,7 @@ def test_reset_forgets_signal_waits(watched):
 _NO_DICT_SCRIPT = """
 import gc, queue, threading
 from otel_lockwatch import LockwatchInstrumentor
-from otel_lockwatch.record._recorder import RECORDER
+from otel_lockwatch._session import RECORDER
 LockwatchInstrumentor().instrument(manifest=False)
 cond, sem, q = threading.Condition(), threading.BoundedSemaphore(2), queue.Queue()
 with cond:

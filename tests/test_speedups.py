@@ -24,12 +24,11 @@ from typing import Any
 import pytest
 
 from otel_lockwatch import StripedSections
+from otel_lockwatch._session import OUTBOX, RECORDER
 from otel_lockwatch.capture import _fast_path, _threading
 from otel_lockwatch.capture._bookkeeping import HOLD_FIELDS, Hold
 from otel_lockwatch.capture._sections import ARRAY_FIELDS, TRACK_FIELDS, ArrayTrack
-from otel_lockwatch.record._outbox import OUTBOX
 from otel_lockwatch.record._recorder import (
-    RECORDER,
     STATS_FIELDS,
     WORKER_FIELDS,
     Stats,

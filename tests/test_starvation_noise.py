@@ -17,7 +17,7 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 
 from otel_lockwatch import evaluate, name_lock
-from otel_lockwatch.record._recorder import RECORDER
+from otel_lockwatch._session import RECORDER
 
 HOG = "import time\nend = time.monotonic() + 120\nwhile time.monotonic() < end: pass\n"
 

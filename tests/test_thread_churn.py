@@ -16,7 +16,7 @@ import threading
 
 import pytest
 
-from otel_lockwatch.record._recorder import RECORDER
+from otel_lockwatch._session import RECORDER
 
 
 def _run(target, name: str) -> None:
@@ -26,7 +26,7 @@ def _run(target, name: str) -> None:
 
 
 def _states_named(name: str) -> list:
-    return [state for state in RECORDER._states if state.worker == name]
+    return [state for state in RECORDER.states if state.worker == name]
 
 
 def test_an_ended_threads_state_is_folded_at_its_end(watched):
@@ -44,7 +44,7 @@ def test_an_ended_threads_state_is_folded_at_its_end(watched):
     assert retired.thread is None and retired.retired > 0
     _run(work, "request")
     assert _states_named("request") == [retired]
-    assert all(state is not seen[1] for state in RECORDER._states)  # the second is gone too
+    assert all(state is not seen[1] for state in RECORDER.states)  # the second is gone too
     (stats,) = retired.stats.values()
     assert stats.acquisitions == 2
 
@@ -111,7 +111,7 @@ def test_a_fork_while_another_thread_has_the_recorder_does_not_hang_the_child():
         from opentelemetry.sdk.metrics import MeterProvider
         from opentelemetry.sdk.trace import TracerProvider
         from otel_lockwatch import LockwatchInstrumentor
-        from otel_lockwatch.record._recorder import RECORDER
+        from otel_lockwatch._session import RECORDER
         # Made before instrumenting, so never watched: the thread that holds the recorder's
         # own lock waits on one, and a watched wait would come back for that lock.
         inside, leave = threading.Event(), threading.Event()

@@ -19,9 +19,9 @@ import pytest
 import wrapt
 
 from otel_lockwatch import LockwatchInstrumentor
+from otel_lockwatch._session import RECORDER
 from otel_lockwatch.capture import _patches
 from otel_lockwatch.manifest._evaluate import evaluate
-from otel_lockwatch.record._recorder import RECORDER
 
 filelock = pytest.importorskip("filelock")
 pytest.importorskip("redis")

@@ -15,7 +15,8 @@ from collections.abc import Awaitable
 from time import perf_counter_ns as _pc
 from typing import Any
 
-from ..record._recorder import RECORDER, Stats
+from .._session import RECORDER
+from ..record._recorder import Stats
 from ..sections import _asyncio as _array
 from ._bookkeeping import (
     check_order,

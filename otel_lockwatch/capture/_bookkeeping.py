@@ -43,10 +43,10 @@ from typing import Any
 
 from opentelemetry import context as otel_context
 
+from .._session import OUTBOX, RECORDER
 from .._settings import SETTINGS
 from ..record._histogram import bucket_of
-from ..record._outbox import OUTBOX
-from ..record._recorder import RECORDER, STATS_FIELDS, WORKER_FIELDS, Stats, WorkerState
+from ..record._recorder import STATS_FIELDS, WORKER_FIELDS, Stats, WorkerState
 from ..record._sites import UNKNOWN, SiteTable
 from . import _order_check
 from ._collection import defer_collection, resume_collection
@@ -60,7 +60,6 @@ __all__ = [
     "acquire_tracked",
     "caller_frame",
     "check_order",
-    "configure",
     "current_context",
     "discard",
     "entry_site",
@@ -68,6 +67,7 @@ __all__ = [
     "lock_wait",
     "record_try",
     "record_wait",
+    "set_thresholds",
     "stats_of",
     "timed_wait",
     "track_hold",
@@ -86,15 +86,18 @@ try:  # the ContextVar behind opentelemetry.context.get_current(): one C call on
 except Exception:  # another runtime context: the public (slower) call
     current_context = otel_context.get_current
 
-# Thresholds in nanoseconds; set by configure() at instrument(), with the cycle policy
+# Thresholds in nanoseconds; set by set_thresholds() at instrument(), with the cycle policy
 # (_order_check.ON_CYCLE).
 WAIT_SPAN_NS = round(SETTINGS["wait_span_threshold_ms"].default * 1_000_000)
 HOLD_SPAN_NS = round(SETTINGS["hold_span_threshold_ms"].default * 1_000_000)
 HOLD_METRIC_NS = round(SETTINGS["hold_metric_floor_ms"].default * 1_000_000)
 
 
-def configure(*, wait_span_ns: int, hold_span_ns: int, hold_metric_ns: int, on_cycle: str) -> None:
-    """Set the thresholds the wrappers read (called by the instrumentor)."""
+def set_thresholds(
+    *, wait_span_ns: int, hold_span_ns: int, hold_metric_ns: int, on_cycle: str
+) -> None:
+    """Set the thresholds the wrappers read, from the session's options (the instrumentor's
+    ``configure``)."""
     global WAIT_SPAN_NS, HOLD_SPAN_NS, HOLD_METRIC_NS
     WAIT_SPAN_NS = wait_span_ns
     HOLD_SPAN_NS = hold_span_ns

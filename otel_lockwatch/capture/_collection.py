@@ -25,8 +25,8 @@ from __future__ import annotations
 
 import _thread
 import gc
-import os
 
+from .._session import at_fork
 from ._fast_path import speedups
 
 __all__ = ["defer_collection", "resume_collection"]
@@ -73,4 +73,4 @@ if speedups is not None:
 else:
     defer_collection = _defer_collection
     resume_collection = _resume_collection
-    os.register_at_fork(after_in_child=_after_fork_in_child)
+    at_fork("collection", after_in_child=_after_fork_in_child)

@@ -34,8 +34,7 @@ import threading
 from time import perf_counter_ns as _pc
 from typing import Any
 
-from ..record._outbox import OUTBOX
-from ..record._recorder import RECORDER
+from .._session import OUTBOX, RECORDER
 from ._bookkeeping import current_context
 from ._fast_path import speedups
 from ._naming import MACHINERY, LockClass, lock_class, made_by_machinery, watched_site

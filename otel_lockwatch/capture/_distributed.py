@@ -53,11 +53,10 @@ from typing import Any
 
 from opentelemetry import trace
 
+from .._session import DISTRIBUTED, OUTBOX, RECORDER
 from ..exceptions import PotentialDeadlockError
-from ..record._distributed import DISTRIBUTED
 from ..record._order import OVERFLOW
-from ..record._outbox import OUTBOX
-from ..record._recorder import RECORDER, WorkerState
+from ..record._recorder import WorkerState
 from ._bookkeeping import (
     HOLD_FIELDS,
     check_order,

@@ -36,7 +36,7 @@ import threading
 from time import perf_counter_ns as _pc
 from typing import Any
 
-from ..record._outbox import OUTBOX
+from .._session import OUTBOX
 from ._bookkeeping import current_context
 from ._fast_path import speedups
 from ._naming import MACHINERY, class_of_call

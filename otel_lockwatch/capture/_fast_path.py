@@ -42,10 +42,10 @@ The contract between the two, each half declared once beside the Python code it 
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from typing import Any
 
+from .._session import at_fork
 from .._settings import extensions_disabled
 from ..record._recorder import STATS_FIELDS, Stats
 
@@ -71,8 +71,8 @@ speedups = _load()
 SPEEDUPS = speedups is not None
 if speedups is not None:
     # The C path caches each thread's WorkerState: in a forked child, the recorder gives the
-    # forking thread a fresh one (its handler was registered at its import, above: it runs first).
-    os.register_at_fork(after_in_child=speedups.forget_states)
+    # forking thread a fresh one (first in the session's fork order), which it then reads again.
+    at_fork("fast path", after_in_child=speedups.forget_states)
 
 
 def _stats_class() -> Callable[[], Stats]:

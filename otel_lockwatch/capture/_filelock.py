@@ -37,7 +37,7 @@ from _thread import get_ident as _ident
 from collections.abc import Callable
 from typing import Any
 
-from ..record._outbox import OUTBOX
+from .._session import OUTBOX
 from ._distributed import (
     abandon,
     begin,

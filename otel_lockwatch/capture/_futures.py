@@ -47,7 +47,7 @@ import sys
 from time import perf_counter_ns as _pc
 from typing import Any
 
-from ..record._outbox import OUTBOX
+from .._session import OUTBOX
 from ._bookkeeping import current_context
 from ._events import MISS, blocked_wait, ended, stamp
 from ._fast_path import speedups

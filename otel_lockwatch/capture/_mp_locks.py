@@ -30,8 +30,8 @@ import weakref
 from time import perf_counter_ns as _pc
 from typing import Any
 
-from ..record._outbox import OUTBOX
-from ..record._recorder import RECORDER, Stats, WorkerState
+from .._session import OUTBOX, RECORDER, current
+from ..record._recorder import Stats, WorkerState
 from ._bookkeeping import (
     HOLD_FIELDS,
     acquire_tracked,
@@ -51,7 +51,7 @@ __all__ = [
     "semlock_getstate_factory",
     "semlock_init_factory",
     "semlock_setstate_factory",
-    "watch",
+    "untag_all",
 ]
 
 _KINDS = {
@@ -67,13 +67,6 @@ _getframe = sys._getframe
 _tls = RECORDER.tls
 
 
-class _Watching:
-    """Whether new and unpickled locks are tagged (instrumented now)."""
-
-    on = False
-
-
-_WATCHING = _Watching()
 _TAGGED: weakref.WeakSet[Any] = weakref.WeakSet()
 # Semaphore name -> (lock class name, site), learnt while unpickling a watched lock in a child.
 _RECEIVED: dict[str, tuple[str, str]] = {}
@@ -216,15 +209,13 @@ def _untag(lock: Any) -> None:
     lock._make_methods()
 
 
-def watch(on: bool) -> None:
-    """Tag new and unpickled locks from now on (``on``), or stop, and give every watched lock
-    its plain methods back."""
-    _WATCHING.on = on
-    if not on:
-        for lock in list(_TAGGED):
-            with contextlib.suppress(Exception):  # a lock whose semaphore is gone
-                _untag(lock)
-        _TAGGED.clear()
+def untag_all() -> None:
+    """Give every watched lock its plain methods back (``uninstrument()``: new and unpickled
+    locks are tagged only while a session is current)."""
+    for lock in list(_TAGGED):
+        with contextlib.suppress(Exception):  # a lock whose semaphore is gone
+            _untag(lock)
+    _TAGGED.clear()
 
 
 def creation_site(instance: Any) -> str | None:
@@ -256,7 +247,7 @@ def semlock_init_factory(original: Any) -> Any:
     def __init__(wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> None:
         wrapped(*args, **kwargs)
         kind = _KINDS.get(type(instance))
-        if kind is None or not _WATCHING.on:
+        if kind is None or current() is None:
             return
         try:
             site = creation_site(instance)
@@ -311,7 +302,7 @@ def semlock_setstate_factory(original: Any) -> Any:
 
     def __setstate__(wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> None:
         wrapped(*args, **kwargs)
-        if not _WATCHING.on:
+        if current() is None:
             return
         try:
             state = args[0] if args else kwargs.get("state")

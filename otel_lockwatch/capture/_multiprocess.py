@@ -11,9 +11,9 @@ without ``{pid}`` inserts ``.{pid}`` before the suffix: ``lockwatch-manifest.jso
 ``lockwatch-manifest.12345.json``. A child that recorded no lock activity at all (the forkserver
 process, an idle pool worker) writes no manifest.
 
-**fork.** The child inherits the instrumentation. At the fork (``os.register_at_fork``) the child
-marks itself a child and resets the exporter's per-process state (its write lock, the
-manifest-span flag, the checkpoint thread, restarted when an interval is set). A multiprocessing
+**fork.** The child inherits the instrumentation. At the fork (the session's fork handler) the child
+marks itself a child, and the session's exporter resets its per-process state (its write lock,
+the manifest-span flag, the checkpoint thread, restarted when an interval is set). A multiprocessing
 child ends through ``os._exit`` after ``multiprocessing.util._exit_function()``, which runs the
 ``multiprocessing.util.Finalize`` callbacks; ``Process._bootstrap`` clears the finalizers it
 inherited and then runs the ``util.register_after_fork`` callbacks, so the manifest's finalizer
@@ -44,8 +44,7 @@ import multiprocessing.util as _mp_util
 import os
 from typing import Any
 
-from ..record._outbox import OUTBOX
-from ..record._recorder import RECORDER
+from .._session import OUTBOX, PROCESS, RECORDER, Session, at_fork, current
 from . import _mp_locks
 
 __all__ = [
@@ -73,38 +72,15 @@ _OTEL_AUTO_DIR = os.path.join("opentelemetry", "instrumentation", "auto_instrume
 EXIT_PRIORITY = 100
 
 
-class _State:
-    """This module's per-process state (one object, so the at-fork hook and tests see one truth)."""
-
-    active = False  # instrumented now
-    child = False  # a forked or bootstrapped child (parent_process() covers the rest)
-    at_fork_registered = False
-    after_fork_pid = 0  # the pid whose multiprocessing after-fork registry holds our callback
-    added_path = False  # we prepended BOOTSTRAP_DIR to PYTHONPATH
-    created_pythonpath = False  # PYTHONPATH did not exist before
-    set_options = False  # we set CHILD_OPTIONS_ENV
-    exporter: Any = None  # what writes this process's manifest (given by instrument())
-
-
-_STATE = _State()
-
-
-class _Anchor:
-    """A long-lived object for ``multiprocessing.util.register_after_fork`` (weak values)."""
-
-
-_ANCHOR = _Anchor()
-
-
 # -- which process is this, and where does it write -----------------------------------------------
 def is_child() -> bool:
     """True in a multiprocessing child, a bootstrapped interpreter, an ``os.fork()`` child."""
-    return _STATE.child or multiprocessing.parent_process() is not None
+    return PROCESS.child or multiprocessing.parent_process() is not None
 
 
 def mark_child() -> None:
     """Mark this process a child (called by the bootstrap ``sitecustomize``)."""
-    _STATE.child = True
+    PROCESS.child = True
 
 
 def manifest_path(path: str | os.PathLike[str]) -> str:
@@ -124,7 +100,7 @@ def skip_write() -> bool:
     """True for a child that recorded no lock activity at all: it writes no manifest."""
     if not is_child():
         return False
-    return not any(state.stats for state in list(RECORDER._states))
+    return not any(state.stats for state in RECORDER.states)
 
 
 # -- pool sizes -----------------------------------------------------------------------------------
@@ -134,7 +110,7 @@ def pool_init_factory(original: Any, attribute: str) -> Any:
 
     def __init__(wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> None:
         wrapped(*args, **kwargs)
-        if not _STATE.active:
+        if current() is None:
             return
         try:
             if _mp_locks.creation_site(instance) is not None:
@@ -147,42 +123,29 @@ def pool_init_factory(original: Any, attribute: str) -> Any:
 
 # -- processes ------------------------------------------------------------------------------------
 def _after_fork_in_child() -> None:
-    # os.register_at_fork: every fork child, multiprocessing's or a plain os.fork().
-    _STATE.child = True
-    if not _STATE.active:
-        return
-    exporter = _STATE.exporter
-    if exporter is not None:
-        try:
-            exporter._after_fork_in_child()
-        except Exception as exc:
-            OUTBOX.failed(exc)
+    # The session's fork handler: every fork child, multiprocessing's or a plain os.fork().
+    PROCESS.child = True
 
 
-def _on_process_start(anchor: Any) -> None:
+def _on_process_start(process: Any) -> None:
     # multiprocessing.util.register_after_fork: run by Process._bootstrap in every child (fork,
     # spawn and forkserver), after it cleared the finalizers it inherited.
-    if _STATE.active:
+    if current() is not None:
         _mp_util.Finalize(None, write_at_process_end, exitpriority=EXIT_PRIORITY)
 
 
 def write_at_process_end() -> None:
     """The child's final write, run by multiprocessing before ``os._exit``."""
-    exporter = _STATE.exporter
-    if exporter is not None and _STATE.active:
-        exporter.close()
+    session = current()
+    if session is not None and session.exporter is not None:
+        session.exporter.close()
 
 
 def _register_process_hooks() -> None:
-    if not _STATE.at_fork_registered and hasattr(os, "register_at_fork"):
-        os.register_at_fork(
-            after_in_child=_after_fork_in_child
-        )  # can't be unregistered: checks _STATE
-        _STATE.at_fork_registered = True
-    if _STATE.after_fork_pid != os.getpid():
+    if PROCESS.mp_after_fork_pid != os.getpid():
         # Inherited across a fork (the registry is copied); registered afresh in a new interpreter.
-        _mp_util.register_after_fork(_ANCHOR, _on_process_start)
-        _STATE.after_fork_pid = os.getpid()
+        _mp_util.register_after_fork(PROCESS, _on_process_start)  # weakly: the process's
+        PROCESS.mp_after_fork_pid = os.getpid()
 
 
 # -- spawn / forkserver: the bootstrap ------------------------------------------------------------
@@ -201,57 +164,56 @@ def child_options(options: Any) -> dict[str, Any]:
     return values
 
 
-def _install_bootstrap(options: Any) -> None:
+def _install_bootstrap(session: Session) -> None:
     pythonpath = os.environ.get("PYTHONPATH", "")
     if _under_opentelemetry_instrument(pythonpath):
         return  # its sitecustomize instruments every child, with the lockwatch entry point
     entries = [p for p in pythonpath.split(os.pathsep) if p]
     if BOOTSTRAP_DIR not in entries:
-        _STATE.created_pythonpath = "PYTHONPATH" not in os.environ
+        session.created_pythonpath = "PYTHONPATH" not in os.environ
         os.environ["PYTHONPATH"] = os.pathsep.join([BOOTSTRAP_DIR, *entries])
-        _STATE.added_path = True
-    if options is not None:
-        os.environ[CHILD_OPTIONS_ENV] = json.dumps(child_options(options), sort_keys=True)
-        _STATE.set_options = True
+        session.added_pythonpath = True
+    if session.options is not None:
+        os.environ[CHILD_OPTIONS_ENV] = json.dumps(child_options(session.options), sort_keys=True)
+        session.set_child_options = True
 
 
-def _remove_bootstrap() -> None:
-    if _STATE.added_path:
+def _remove_bootstrap(session: Session) -> None:
+    if session.added_pythonpath:
         entries = [
             p
             for p in os.environ.get("PYTHONPATH", "").split(os.pathsep)
             if p and p != BOOTSTRAP_DIR
         ]
-        if entries or not _STATE.created_pythonpath:
+        if entries or not session.created_pythonpath:
             os.environ["PYTHONPATH"] = os.pathsep.join(entries)
         else:
             os.environ.pop("PYTHONPATH", None)
-        _STATE.added_path = False
-    if _STATE.set_options:
+        session.added_pythonpath = False
+    if session.set_child_options:
         os.environ.pop(CHILD_OPTIONS_ENV, None)
-        _STATE.set_options = False
+        session.set_child_options = False
 
 
 # -- instrument / uninstrument --------------------------------------------------------------------
-def instrument(options: Any = None, exporter: Any = None) -> None:
-    """Watch multiprocessing locks and pools, and make every child process report.
+def instrument(session: Session) -> None:
+    """Make every child process report (multiprocessing locks and pools are watched while
+    ``session`` is current).
 
     Args:
-        options: the instrumentor's resolved ``Options`` (handed to spawned children).
-        exporter: the ``ManifestExporter`` that writes this process's manifest, or None.
+        session: the ``instrument()``'s session: its options are handed to spawned children,
+            its exporter writes a forked child's manifest.
     """
-    _STATE.active = True
-    _STATE.exporter = exporter
-    _mp_locks.watch(True)
     _register_process_hooks()
-    _install_bootstrap(options)
+    _install_bootstrap(session)
 
 
-def uninstrument() -> None:
+def uninstrument(session: Session) -> None:
     """Undo :func:`instrument` as far as possible: the watched locks' methods, the ``PYTHONPATH``
-    entry and the options variable. (The at-fork hooks stay, inert; the patch table removes the
-    patches.)"""
-    _STATE.active = False
-    _STATE.exporter = None
-    _mp_locks.watch(False)
-    _remove_bootstrap()
+    entry and the options variable. (The after-fork routines stay, inert without a session;
+    the patch table removes the patches.)"""
+    _mp_locks.untag_all()
+    _remove_bootstrap(session)
+
+
+at_fork("multiprocess", after_in_child=_after_fork_in_child)

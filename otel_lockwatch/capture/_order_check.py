@@ -19,10 +19,10 @@ from typing import Any
 
 from opentelemetry import trace
 
+from .._session import OUTBOX, RECORDER
 from .._settings import SETTINGS
 from ..exceptions import PotentialDeadlockError
-from ..record._outbox import OUTBOX
-from ..record._recorder import RECORDER, WorkerState
+from ..record._recorder import WorkerState
 from ..record._sites import code_site
 from ..record._witness import EdgeWitness, utc_timestamp
 from ._collection import defer_collection, resume_collection
@@ -33,7 +33,7 @@ __all__ = ["check_order", "discard", "entry_site"]
 
 logger = logging.getLogger("otel_lockwatch")
 
-#: The cycle policy: ``warn``, ``raise`` or ``ignore`` (set by ``_bookkeeping.configure()``).
+#: The cycle policy: ``warn``, ``raise`` or ``ignore`` (set by ``_bookkeeping.set_thresholds()``).
 ON_CYCLE = SETTINGS["on_cycle"].default
 
 
@@ -141,7 +141,7 @@ def _new_edge(st: WorkerState, entry: tuple, cls: LockClass, frame: Any, pair: t
         if cycle is not None and ON_CYCLE == "warn":
             text = cycle.format()
             logger.warning("otel-lockwatch: %s", text)
-            OUTBOX.cycle_event(text, cycle.locks)
+            OUTBOX.cycle(text, cycle.locks)
     except PotentialDeadlockError:
         raise
     except Exception as exc:  # never into the host

@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from ..record._recorder import RECORDER
+from .._session import RECORDER
 
 __all__ = ["ordered"]
 

@@ -78,7 +78,7 @@ from typing import Any
 
 import wrapt
 
-from ..record._outbox import OUTBOX
+from .._session import OUTBOX
 from ..sections._asyncio import AsyncStripedSections
 from ..sections._threaded import StripedSections
 from . import (

@@ -33,8 +33,7 @@ import queue
 from time import perf_counter_ns as _pc
 from typing import Any
 
-from ..record._outbox import OUTBOX
-from ..record._recorder import RECORDER
+from .._session import OUTBOX, RECORDER
 from ._bookkeeping import current_context
 from ._naming import LockClass, lock_class, watched_site
 from ._signal_waits import gave, signal_stats, skip_frames_of, thread_state, took, waited

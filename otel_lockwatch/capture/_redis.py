@@ -29,7 +29,7 @@ from collections.abc import Callable
 from time import perf_counter_ns as _pc
 from typing import Any
 
-from ..record._outbox import OUTBOX
+from .._session import OUTBOX
 from ._distributed import (
     abandon,
     begin,

@@ -23,7 +23,8 @@ import threading
 from time import perf_counter_ns as _pc
 from typing import Any
 
-from ..record._recorder import RECORDER, Stats
+from .._session import RECORDER
+from ..record._recorder import Stats
 from ..sections import _threaded as _array
 from ..sections._threaded import StripedSections
 from ._bookkeeping import (

@@ -26,8 +26,8 @@ import functools
 from time import perf_counter_ns as _pc
 from typing import Any
 
-from ..record._outbox import OUTBOX
-from ..record._recorder import RECORDER, WorkerState
+from .._session import OUTBOX, RECORDER
+from ..record._recorder import WorkerState
 from ._bookkeeping import current_context, record_try, stats_of
 from ._fast_path import speedups
 from ._naming import LockClass, lock_class, watched_site

@@ -29,8 +29,8 @@ import threading
 from time import perf_counter_ns as _pc
 from typing import Any
 
-from ..record._outbox import OUTBOX
-from ..record._recorder import RECORDER, WorkerState
+from .._session import OUTBOX, RECORDER
+from ..record._recorder import WorkerState
 from ..record._signals import SIGNAL_FIELDS, SignalStats
 from . import _bookkeeping
 from ._fast_path import new_stats, speedups

@@ -31,7 +31,8 @@ from time import perf_counter_ns as _pc
 from time import sleep as _sleep
 from typing import Any
 
-from ..record._recorder import RECORDER, Stats, WorkerState
+from .._session import RECORDER
+from ..record._recorder import Stats, WorkerState
 from ._bookkeeping import lock_wait
 from ._naming import LockClass
 

@@ -19,8 +19,8 @@ import sys
 import threading
 from typing import TYPE_CHECKING, Any
 
-from ..record._outbox import OUTBOX
-from ..record._recorder import RECORDER, Stats, WorkerState
+from .._session import OUTBOX, RECORDER
+from ..record._recorder import Stats, WorkerState
 from . import _ordered
 from ._bookkeeping import (
     HOLD_FIELDS,

@@ -40,7 +40,7 @@ from typing import IO, Any
 
 from otel_lockwatch._settings import SETTINGS
 
-__all__ = ["DESCRIPTION", "HELP", "configure", "load_workload", "run"]
+__all__ = ["DESCRIPTION", "HELP", "add_arguments", "load_workload", "run"]
 
 HELP = "run a built-in worker pool under lockwatch and print its contention report"
 DESCRIPTION = (
@@ -77,7 +77,7 @@ def _positive_float(text: str) -> float:
     return value
 
 
-def configure(p: argparse.ArgumentParser) -> None:
+def add_arguments(p: argparse.ArgumentParser) -> None:
     """Add the ``demo`` options to its parser.
 
     Args:
@@ -347,12 +347,11 @@ def run(args: argparse.Namespace, out: IO[str], err: IO[str]) -> int:
         CommandError: fewer than 4 workers, a manifest path that cannot be written, an unknown
             OTLP protocol, or lockwatch already instrumenting this process.
     """
+    from otel_lockwatch import _session
     from otel_lockwatch._instrumentor import LockwatchInstrumentor
     from otel_lockwatch.cli import _common as _cli
     from otel_lockwatch.cli import _report_text
     from otel_lockwatch.manifest._io import load_manifest
-    from otel_lockwatch.record._recorder import RECORDER
-    from otel_lockwatch.telemetry import _exit
 
     workload = load_workload()
     if args.workers < workload.MIN_WORKERS:
@@ -379,7 +378,7 @@ def run(args: argparse.Namespace, out: IO[str], err: IO[str]) -> int:
 
     began = time.monotonic()
     with _service_name_default(), _live_findings(progress) as findings:
-        RECORDER.reset()
+        _session.discard()  # the demo's manifest holds the demo's workload only
         instrumentor.instrument(
             tracer_provider=tracer_provider,
             meter_provider=meter_provider,
@@ -391,7 +390,8 @@ def run(args: argparse.Namespace, out: IO[str], err: IO[str]) -> int:
             hot_lock_threshold_pct=DEFAULT_HOT_LOCK_THRESHOLD_PCT,
             starvation_ratio=DEFAULT_STARVATION_RATIO,
         )
-        exporter = _exit.ACTIVE.exporter
+        session = _session.current()
+        exporter = session.exporter if session is not None else None
         try:
             tracer = tracer_provider.get_tracer(WORKLOAD_MODULE)
             box = _work(workload, args.workers, args.seconds, progress, tracer)
@@ -410,7 +410,7 @@ def run(args: argparse.Namespace, out: IO[str], err: IO[str]) -> int:
         why = findings.messages[-1] if findings.messages else "no manifest was written"
         raise _cli.CommandError(f"cannot write the manifest to {args.manifest}: {why}")
     manifest = load_manifest(written).to_dict()
-    RECORDER.reset()  # leave nothing of the demo behind in this process
+    _session.discard()  # leave nothing of the demo behind in this process
 
     counts = pool.counts()
     progress.line(f"{_cli.PROG} demo: done in {elapsed:.1f} s")

@@ -63,7 +63,7 @@ class Subcommand:
     Attributes:
         name: the word on the command line.
         help: one line for the top-level ``--help``.
-        configure: adds the subcommand's arguments to its parser.
+        add_arguments: adds the subcommand's arguments to its parser.
         run: runs it with the parsed arguments and the output streams; returns the exit status,
             or raises :class:`CommandError` (or ``ManifestError``) for a user error.
         description: the subcommand's ``--help`` text (defaults to ``help``).
@@ -71,7 +71,7 @@ class Subcommand:
 
     name: str
     help: str
-    configure: Callable[[argparse.ArgumentParser], None]
+    add_arguments: Callable[[argparse.ArgumentParser], None]
     run: Callable[[argparse.Namespace, IO[str], IO[str]], int]
     description: str | None = None
 
@@ -103,7 +103,7 @@ def _write(path: str, text: str, what: str) -> None:
 # report
 
 
-def _configure_report(p: argparse.ArgumentParser) -> None:
+def _add_report_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("manifest", metavar="MANIFEST", help="a manifest written by otel-lockwatch")
     p.add_argument("--json", action="store_true", help="print the report as JSON (sorted keys)")
     p.add_argument(
@@ -141,7 +141,7 @@ def _run_report(args: argparse.Namespace, out: IO[str], err: IO[str]) -> int:
 # check
 
 
-def _configure_check(p: argparse.ArgumentParser) -> None:
+def _add_check_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("manifest", metavar="MANIFEST", help="the predecessor's manifest")
     p.add_argument(
         "-p",
@@ -165,7 +165,7 @@ def _run_check(args: argparse.Namespace, out: IO[str], err: IO[str]) -> int:
 # merge
 
 
-def _configure_merge(p: argparse.ArgumentParser) -> None:
+def _add_merge_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "manifests",
         metavar="INPUT",
@@ -248,12 +248,12 @@ def _merge(args: argparse.Namespace, out: IO[str]) -> int:
 
 #: The subcommands, in the order ``--help`` lists them.
 SUBCOMMANDS: tuple[Subcommand, ...] = (
-    Subcommand("demo", _demo.HELP, _demo.configure, _demo.run, description=_demo.DESCRIPTION),
-    Subcommand("run", _run.HELP, _run.configure, _run.run, description=_run.DESCRIPTION),
+    Subcommand("demo", _demo.HELP, _demo.add_arguments, _demo.run, description=_demo.DESCRIPTION),
+    Subcommand("run", _run.HELP, _run.add_arguments, _run.run, description=_run.DESCRIPTION),
     Subcommand(
         "report",
         "print a manifest's contention report (--json, --html OUT, --dot OUT)",
-        _configure_report,
+        _add_report_arguments,
         _run_report,
         description=(
             "Print the contention report of a manifest: verdict, pool size, hot locks with "
@@ -265,7 +265,7 @@ SUBCOMMANDS: tuple[Subcommand, ...] = (
     Subcommand(
         "check",
         "may a successor spawn N workers? exit 0 admissible, 1 violation, 2 unreadable manifest",
-        _configure_check,
+        _add_check_arguments,
         _run_check,
         description=(
             "Admission check of a pool size against a manifest: prints the reason "
@@ -276,7 +276,7 @@ SUBCOMMANDS: tuple[Subcommand, ...] = (
     Subcommand(
         "merge",
         "combine the manifests of several processes into one",
-        _configure_merge,
+        _add_merge_arguments,
         _run_merge,
         description=(
             "Combine the manifests of several processes into one (distributions merged "
@@ -306,7 +306,7 @@ def build_parser(subcommands: Sequence[Subcommand] = SUBCOMMANDS) -> argparse.Ar
         p = sub.add_parser(
             command.name, help=command.help, description=command.description or command.help
         )
-        command.configure(p)
+        command.add_arguments(p)
         p.set_defaults(_run=command.run)
     return parser
 

@@ -47,7 +47,7 @@ __all__ = [
     "DESCRIPTION",
     "HELP",
     "child_environment",
-    "configure",
+    "add_arguments",
     "instrument_command",
     "program_name",
     "run",
@@ -68,7 +68,7 @@ _PYTHON_OPTIONS_WITH_VALUE = {"-W", "-X", "--check-hash-based-pycs"}
 _FORWARDED = (signal.SIGINT, signal.SIGTERM)
 
 
-def configure(p: argparse.ArgumentParser) -> None:
+def add_arguments(p: argparse.ArgumentParser) -> None:
     """Add the ``run`` options to its parser.
 
     Args:

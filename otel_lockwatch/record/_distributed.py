@@ -20,7 +20,6 @@ them to the recorder's snapshot: a lock entry gains ``key_templates``, ``lease``
 from __future__ import annotations
 
 import _thread
-import os
 from typing import Any
 
 from ._data import FAILURE_KINDS, LEASE_WORKER_FIELDS, MAX_TEMPLATES, WorkerTotals
@@ -28,7 +27,6 @@ from ._histogram import LogHistogram
 from ._lock_class import LockClass
 
 __all__ = [
-    "DISTRIBUTED",
     "FAILURE_KINDS",
     "LEASE_WORKER_FIELDS",
     "MAX_TEMPLATES",
@@ -83,16 +81,16 @@ def empty_lock(kind: str) -> dict[str, Any]:
 
 
 class DistributedRecord:
-    """The distributed-lock events of this process, per lock class."""
+    """The distributed-lock events of this process, per lock class (the recorder's
+    ``distributed``; ``_session.DISTRIBUTED``)."""
 
     def __init__(self) -> None:
         self._lock = _thread.RLock()
         self._classes: dict[LockClass, _ClassRecord] = {}
         self.leased_classes: set[LockClass] = set()
-        if hasattr(os, "register_at_fork"):
-            os.register_at_fork(after_in_child=self._after_fork_in_child)
 
-    def _after_fork_in_child(self) -> None:
+    def after_fork_in_child(self) -> None:
+        """In a forked child (the session's fork handler)."""
         self._lock = _thread.RLock()  # another thread may have held it at the fork
         self._classes = {}  # the child's manifest holds only the child's work
         self.leased_classes.clear()  # the same set: the acquire path keeps a reference to it
@@ -176,6 +174,3 @@ class DistributedRecord:
                 row = lease["workers"].setdefault(worker, dict.fromkeys(LEASE_WORKER_FIELDS, 0))
                 row["overruns"] += n
                 row["overrun_ns"] += ns
-
-
-DISTRIBUTED = DistributedRecord()

@@ -11,9 +11,8 @@ creating a lock for the ``Queue()`` the user built), an attribute beside the nam
 from __future__ import annotations
 
 import _thread
-import os
 
-__all__ = ["ROLES", "LockClass", "lock_class", "note_role"]
+__all__ = ["ROLES", "LockClass", "after_fork_in_child", "lock_class", "note_role"]
 
 
 class LockClass:
@@ -38,14 +37,11 @@ _classes: dict[tuple[str, str], LockClass] = {}
 _classes_lock = _thread.RLock()
 
 
-def _after_fork_in_child() -> None:
+def after_fork_in_child() -> None:
+    """In a forked child (the session's fork handler)."""
     # Another thread of the parent may have held it at the fork: it would stay held forever.
     global _classes_lock
     _classes_lock = _thread.RLock()
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def lock_class(name: str, kind: str, site: str = "") -> LockClass:

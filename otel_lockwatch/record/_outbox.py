@@ -20,22 +20,21 @@ from __future__ import annotations
 
 import collections
 import logging
-import os
 from _thread import get_ident as _get_ident
 from collections.abc import Callable
 from typing import Any
 
-from opentelemetry import trace
-
 from ._recorder import current_thread_or_none
 
-__all__ = ["OUTBOX", "Outbox"]
+__all__ = ["Outbox"]
 
 logger = logging.getLogger("otel_lockwatch")
 
 
 class Outbox:
-    """The bounded queue of slow-path records, and the internal-error counter."""
+    """The bounded queue of slow-path records, and the internal-error counter (the process's one
+    is ``_session.OUTBOX``). What consumes it hands in its callbacks (``on_first_record``,
+    ``on_cycle``): this layer never calls OpenTelemetry."""
 
     QUEUE_SIZE = 65536
 
@@ -45,6 +44,8 @@ class Outbox:
         self.accepting = False
         #: Called on the first record of a process (the emitter starts its thread there).
         self.on_first_record: Callable[[], None] | None = None
+        #: Called with a newly found cycle's report and locks (the emitter adds a span event).
+        self.on_cycle: Callable[[str, tuple[str, ...]], None] | None = None
         self.dropped = 0
         self.errors = 0
         self._warned = False
@@ -52,11 +53,17 @@ class Outbox:
         #: queue is cleared and ``on_first_record`` runs. A flag the fork hook resets, rather than
         #: the process id: ``os.getpid()`` is a system call, on every record.
         self._started = False
-        if hasattr(os, "register_at_fork"):
-            os.register_at_fork(after_in_child=self._after_fork_in_child)
 
-    def _after_fork_in_child(self) -> None:
+    def after_fork_in_child(self) -> None:
+        """In a forked child (the session's fork handler): its first record starts again."""
         self._started = False
+
+    def reset(self) -> None:
+        """Forget what is queued and counted (``_session.discard``)."""
+        self.queue.clear()
+        self.dropped = 0
+        self.errors = 0
+        self._warned = False
 
     def failed(self, exc: BaseException) -> None:
         """An error inside lockwatch: counted, logged once, never raised into the host."""
@@ -123,14 +130,8 @@ class Outbox:
             (name, cls, t0, t1, ctx, outcome, span, extra, site, thread_name, ident, holder)
         )
 
-    def cycle_event(self, text: str, locks: tuple[str, ...]) -> None:
-        """A span event on the current span for a newly found cycle."""
-        span = trace.get_current_span()
-        if span.is_recording():
-            span.add_event(
-                "lockwatch.potential_deadlock",
-                {"lockwatch.cycle": list(locks), "lockwatch.report": text},
-            )
-
-
-OUTBOX = Outbox()
+    def cycle(self, text: str, locks: tuple[str, ...]) -> None:
+        """A newly found cycle, for the current span (through ``on_cycle``, when set)."""
+        on_cycle = self.on_cycle
+        if on_cycle is not None:
+            on_cycle(text, locks)

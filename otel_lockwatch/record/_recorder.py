@@ -23,7 +23,7 @@ from itertools import chain
 from typing import Any
 
 from ._data import expand_lock_workers, merge_data
-from ._distributed import DISTRIBUTED
+from ._distributed import DistributedRecord
 from ._live import live_counts
 from ._lock_class import ROLES, LockClass
 from ._peak import PeakWorkers
@@ -35,7 +35,6 @@ from ._witness import utc_timestamp
 
 __all__ = [
     "MAX_WORKERS",
-    "RECORDER",
     "STATS_FIELDS",
     "STATS_TABLE",
     "WORKER_FIELDS",
@@ -222,7 +221,8 @@ def current_thread_or_none(ident: int | None = None) -> threading.Thread | None:
 
 
 class Recorder:
-    """The process's recorder: worker states, section arrays, pool size, and the order graph."""
+    """The process's recorder (``_session.RECORDER``): worker states, section arrays, pool size, the
+    order graph and the distributed record."""
 
     def __init__(self) -> None:
         self.tls = threading.local()
@@ -246,15 +246,17 @@ class Recorder:
         self.window_yields = 0  # acquisitions made by yielding: capture._switched_out
         self.peak = PeakWorkers(self._thread_ended)  # the most workers alive at once
         self.timeline = Timeline()  # wait and hold per class per slice of time, sampled
+        # leases, release failures, key templates of the distributed locks (their own lock)
+        self.distributed = DistributedRecord()
         self.reset()
-        if hasattr(os, "register_at_fork"):
-            os.register_at_fork(after_in_child=self._after_fork_in_child)
 
     # -- states ------------------------------------------------------------------------------
     @property
-    def _states(self) -> list[WorkerState]:
+    def states(self) -> list[WorkerState]:
         """Every worker state (a copy, made in one step)."""
         return list(self._by_id.values())
+
+    _states = states
 
     def _keep(self, states: list[WorkerState]) -> None:
         self._by_id = {id(state): state for state in states}
@@ -286,7 +288,7 @@ class Recorder:
             self.window_yields = 0
             self.peak.reset(keep)
             self.timeline.reset()
-            DISTRIBUTED.reset()
+            self.distributed.reset()
 
     def _register(self, worker: str, owner: Any = None) -> WorkerState:
         with self._lock:
@@ -385,7 +387,8 @@ class Recorder:
                 self._task_side[task] = state
         return state
 
-    def _after_fork_in_child(self) -> None:
+    def after_fork_in_child(self) -> None:
+        """In a forked child (the session's fork handler, first of the parts)."""
         # The child has one thread: the one that forked. Locks it holds stay held; every other
         # thread's state is gone, and the child's manifest must hold only the child's work.
         self._lock = _thread.RLock()
@@ -459,7 +462,7 @@ class Recorder:
                 signal_parts(states),
             )
         )
-        DISTRIBUTED.attach(data["locks"])  # key templates, leases, release failures
+        self.distributed.attach(data["locks"])  # key templates, leases, release failures
         expand_lock_workers(data)
         sections = data["sections"]
         for state in states:  # contended waits on a colliding key, joined to the arrays
@@ -480,6 +483,3 @@ class Recorder:
             "end": utc_timestamp(),
         }
         return data
-
-
-RECORDER = Recorder()

@@ -46,7 +46,6 @@ __all__ = [
     "SiteTable",
     "code_attributes",
     "code_site",
-    "configure",
     "merge_points",
     "merge_tables",
     "ranked",
@@ -62,11 +61,11 @@ UNKNOWN = "(unknown)"
 POINT_FIELDS = ("count", "wait_ns")
 NO_SAMPLE = 1 << 62  # the minimum of no sample
 #: The sites kept per lock class, in memory and in a manifest: 4 x the ``contention_points``
-#: setting (:func:`configure`).
+#: setting (:func:`set_contention_points`).
 KEEP = 32
 
 
-def configure(points: int) -> None:
+def set_contention_points(points: int) -> None:
     """Keep ``4 * points`` sites per lock class (called by the instrumentor)."""
     global KEEP
     KEEP = 4 * points

@@ -21,14 +21,14 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from ..record._outbox import OUTBOX
+from .._session import OUTBOX, PROCESS
 
-__all__ = ["STANDBY", "Standby", "run_bounded"]
+__all__ = ["Standby", "run_bounded", "standby"]
 
 
 class Standby:
     """Idle daemon threads, :data:`THREADS` per process, that run the calls handed to them
-    (each by the first thread free)."""
+    (each by the first thread free). The process's one is :func:`standby`."""
 
     THREADS = 2
 
@@ -78,8 +78,10 @@ class Standby:
             calls.get()()  # each call catches its own errors (run_bounded's run)
 
 
-#: The process's standby threads.
-STANDBY = Standby()
+def standby() -> Standby:
+    """The process's standby threads (``_session.PROCESS.standby``), made on first use."""
+    threads: Standby = PROCESS.part("standby", Standby)
+    return threads
 
 
 def run_bounded(fn: Callable[[], Any], timeout_s: float, name: str) -> bool:
@@ -104,6 +106,6 @@ def run_bounded(fn: Callable[[], Any], timeout_s: float, name: str) -> bool:
     try:
         threading.Thread(target=run, name=name, daemon=True).start()
     except RuntimeError:  # the interpreter starts no thread now (shutting down on 3.12, limits)
-        if not STANDBY.submit(run):
+        if not standby().submit(run):
             run()
     return done.wait(max(0.0, timeout_s))

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..record._distributed import DISTRIBUTED
+from .._session import DISTRIBUTED
 
 __all__ = ["distributed_counters"]
 

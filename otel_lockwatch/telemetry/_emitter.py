@@ -48,14 +48,14 @@ from opentelemetry import trace
 from opentelemetry.context import Context
 from opentelemetry.trace import Tracer
 
+from .._session import OUTBOX, RECORDER
 from .._version import __version__
-from ..record._outbox import OUTBOX
 from ..record._sites import code_attributes, code_site
 from ._bounded import run_bounded
 from ._distributed import distributed_counters
-from ._exit_hooks import HOOKS
+from ._exit_hooks import exit_hooks
 
-__all__ = ["TELEMETRY", "Telemetry"]
+__all__ = ["Telemetry"]
 
 logger = logging.getLogger("otel_lockwatch")
 
@@ -89,7 +89,9 @@ DURATION_BUCKETS = (
 
 
 class Telemetry:
-    """The instruments, the tracer, and the thresholds that decide what reaches them."""
+    """The instruments, the tracer, and the thresholds that decide what reaches them: the
+    emitter of a session (``_session.Session.emitter``), from :meth:`enable` (``instrument()``)
+    to :meth:`disable` (``uninstrument()``)."""
 
     INTERVAL_S = 0.05
     #: The emitter's records between two yields of the interpreter lock, in ns of wall time.
@@ -104,16 +106,20 @@ class Telemetry:
         self._emitter_pid = 0
         self._stop = threading.Event()
         self._abandoned = False
-        OUTBOX.on_first_record = self._ensure_emitter
 
     # -- the emitter -----------------------------------------------------------------------
-    def _ensure_emitter(self) -> None:
-        if (
+    @property
+    def running(self) -> bool:
+        """Whether this process's emitter thread runs, and is not told to stop."""
+        return (
             self._emitter is not None
             and self._emitter_pid == os.getpid()
             and self._emitter.is_alive()
             and not self._stop.is_set()  # a stopped emitter may still be alive, about to end
-        ):
+        )
+
+    def _ensure_emitter(self) -> None:
+        if self.running:
             return
         self._stop = threading.Event()
         self._emitter_pid = os.getpid()
@@ -123,8 +129,6 @@ class Telemetry:
         self._emitter.start()
 
     def _run(self) -> None:
-        from ..record._recorder import RECORDER
-
         RECORDER.thread_state().in_lockwatch = True  # nothing lockwatch does here is recorded
         stop = self._stop
         while not stop.wait(self.INTERVAL_S):
@@ -133,7 +137,7 @@ class Telemetry:
                 RECORDER.sample_timeline(periodic=True)  # the timeline, off the lock path
             except Exception as exc:  # never into the host
                 OUTBOX.failed(exc)
-            HOOKS.check_lost_sigterm()
+            exit_hooks().check_lost_sigterm()
 
     def flush(
         self,
@@ -175,8 +179,6 @@ class Telemetry:
         queue.clear()
 
     def _drain_as_lockwatch(self, then: Callable[[], None] | None) -> None:
-        from ..record._recorder import RECORDER
-
         st = RECORDER.thread_state()
         was_in_lockwatch = st.in_lockwatch
         st.in_lockwatch = True  # the SDK's locks taken here are not the host's: not recorded
@@ -212,8 +214,10 @@ class Telemetry:
                 _sleep(0)
                 slice_ends = _pc() + self.SLICE_NS
 
-    def configure(self, tracer_provider: Any, meter_provider: Any, recorder: Any) -> None:
-        """Create the tracer and instruments (None providers: the global ones)."""
+    def enable(self, tracer_provider: Any, meter_provider: Any, recorder: Any) -> None:
+        """Create the tracer and instruments (None providers: the global ones), start the emitter
+        and hand the outbox its callbacks: the first record of a (forked) process starts the
+        emitter, a cycle found becomes a span event."""
         self._abandoned = False
         from opentelemetry import metrics
         from opentelemetry.metrics import CallbackOptions, Observation
@@ -275,6 +279,8 @@ class Telemetry:
             return observe
 
         self._ensure_emitter()
+        OUTBOX.on_first_record = self._ensure_emitter
+        OUTBOX.on_cycle = self.cycle_event
         OUTBOX.accepting = True
         self._observables = [
             meter.create_observable_counter(
@@ -305,13 +311,28 @@ class Telemetry:
         self._observables += distributed_counters(meter)
 
     def disable(self) -> None:
+        """Stop accepting and emitting (what is queued is emitted first); the outbox's callbacks
+        are taken back."""
         OUTBOX.accepting = False
+        if OUTBOX.on_first_record == self._ensure_emitter:
+            OUTBOX.on_first_record = None
+            OUTBOX.on_cycle = None
         self.flush()
         self._stop.set()
         self.tracer = None
         self.wait_hist = None
         self.hold_hist = None
         self._observables = []
+
+    @staticmethod
+    def cycle_event(text: str, locks: tuple[str, ...]) -> None:
+        """A span event on the current span for a newly found cycle (the outbox's ``on_cycle``)."""
+        span = trace.get_current_span()
+        if span.is_recording():
+            span.add_event(
+                "lockwatch.potential_deadlock",
+                {"lockwatch.cycle": list(locks), "lockwatch.report": text},
+            )
 
     # -- the emitter's side ----------------------------------------------------------------
     def _emit(
@@ -403,6 +424,3 @@ def site_attributes(site: str | tuple, prefix: str = "") -> dict[str, Any]:
             _site_attributes.clear()
         attrs = _site_attributes[key] = code_attributes(text, prefix)
     return attrs
-
-
-TELEMETRY = Telemetry()

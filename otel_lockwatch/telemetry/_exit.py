@@ -35,34 +35,35 @@ from opentelemetry import trace
 from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
+from .._session import OUTBOX, RECORDER, current
 from .._settings import SETTINGS
 from ..capture import _multiprocess
 from ..manifest import _evaluate, _io
 from ..manifest._model import Manifest
-from ..record._outbox import OUTBOX
-from ..record._recorder import RECORDER
 from ._bounded import run_bounded
-from ._emitter import TELEMETRY
-from ._exit_hooks import HOOKS as _HOOKS
+from ._emitter import Telemetry
+from ._exit_hooks import ExitHooks, exit_hooks
 from ._fleet import ManifestRecords
 
-__all__ = ["ManifestExporter", "evaluate", "write_manifest"]
+__all__ = ["ManifestExporter", "evaluate_recording", "write_manifest"]
 
 logger = logging.getLogger("otel_lockwatch")
 
 
-class _Active:
-    """What ``instrument()`` configured, set by the instrumentor (None while uninstrumented)."""
-
-    options: Any = None
-    exporter: ManifestExporter | None = None
-
-
-ACTIVE = _Active()
-
-
 def _options() -> Any:
-    return ACTIVE.options
+    """The options of the ``instrument()`` in force (its session's), or None."""
+    session = current()
+    return session.options if session is not None else None
+
+
+def _flush(timeout_s: float, then: Any = None, *, abandon: bool = True) -> bool:
+    """The session's emitter flushed within ``timeout_s`` (then ``then`` called, if given);
+    without an emitter, ``then`` alone, within the same deadline."""
+    session = current()
+    emitter: Telemetry | None = session.emitter if session is not None else None
+    if emitter is not None:
+        return emitter.flush(timeout_s, then, abandon=abandon)
+    return then is None or run_bounded(then, timeout_s, _EXIT_THREAD)
 
 
 def _manifest_path() -> str:
@@ -80,8 +81,10 @@ def _service_name(provider: Any = None) -> str | None:
     return name or os.environ.get("OTEL_SERVICE_NAME") or None
 
 
-def evaluate(data: Any = None, **kwargs: Any) -> Manifest:
-    """The manifest so far, as a :class:`Manifest` object.
+def evaluate_recording(data: Any = None, **kwargs: Any) -> Manifest:
+    """The manifest so far, as a :class:`Manifest` object: the process's recording evaluated
+    with the session's thresholds (the public ``otel_lockwatch.evaluate``; the manifest layer's
+    :func:`..manifest._evaluate.evaluate` evaluates a given data part with given thresholds).
 
     Args:
         data: a recorder snapshot (or a manifest's data part) to evaluate instead of the
@@ -116,7 +119,7 @@ def write_manifest(path: str | os.PathLike[str] | None = None) -> Path:
     Returns:
         The path written.
     """
-    return _io.dump_manifest(evaluate(), _manifest_path() if path is None else path)
+    return _io.dump_manifest(evaluate_recording(), _manifest_path() if path is None else path)
 
 
 class ManifestExporter(SpanExporter):
@@ -168,7 +171,7 @@ class ManifestExporter(SpanExporter):
     # ---------------------------------------------------------------------------------------
     def start(self) -> None:
         """Start the checkpoints (if any) and the exit hooks."""
-        _HOOKS.register(self)
+        exit_hooks().register(self)
         if self._interval and self._interval > 0 and self._checkpointer is None:
             self._checkpointer = threading.Thread(
                 target=self._run, name="otel-lockwatch-checkpoint", daemon=True
@@ -179,10 +182,10 @@ class ManifestExporter(SpanExporter):
         while not self._stop.wait(self._interval):
             self.write(final=False)
 
-    def _after_fork_in_child(self) -> None:
-        """A forked child's own exporter state (``_multiprocess``): a fresh write lock, the
-        manifest span not yet sent, and its own checkpoint thread when an interval is set."""
-        _HOOKS.after_fork_in_child()
+    def after_fork_in_child(self) -> None:
+        """A forked child's own exporter state (the session's fork handler, for its exporter): a
+        fresh write lock, the manifest span not yet sent, and its own checkpoint thread when an
+        interval is set."""
         self._lock = _raw_lock()
         self._tickets = itertools.count(1)
         self._on_disk = 0
@@ -202,10 +205,11 @@ class ManifestExporter(SpanExporter):
 
     def stop(self) -> None:
         """Stop the checkpoints and the exit hooks without writing (``uninstrument()``)."""
-        with _HOOKS.signals_deferred():
+        hooks = exit_hooks()
+        with hooks.signals_deferred():
             self._stop.set()
-            _HOOKS.unregister(self)
-            _HOOKS.uninstall_if_idle()
+            hooks.unregister(self)
+            hooks.uninstall_if_idle()
 
     def close(self) -> None:
         """The final write (idempotent for the span; the file is rewritten with the latest data).
@@ -216,11 +220,12 @@ class ManifestExporter(SpanExporter):
         hook waits up to 30 s per processor). Their later shutdown by the SDK finds them done.
         """
         started = time.monotonic()
-        with _HOOKS.signals_deferred():
+        hooks = exit_hooks()
+        with hooks.signals_deferred():
             self.write(final=True)
             self._stop.set()
-            _HOOKS.unregister(self)
-            if _HOOKS.exiting:
+            hooks.unregister(self)
+            if hooks.exiting:
                 budget = _exit_timeout_s() - (time.monotonic() - started)
                 # The log processors too, unless the final record was flushed in time: then the
                 # logs provider's own exit hook carries what a later final write sends.
@@ -246,18 +251,19 @@ class ManifestExporter(SpanExporter):
         st = RECORDER.thread_state()
         was_in_lockwatch = st.in_lockwatch
         st.in_lockwatch = True
+        hooks = exit_hooks()
         try:
-            with _HOOKS.signals_deferred():
+            with hooks.signals_deferred():
                 ticket = next(self._tickets)
                 name = _service_name(self._provider)
-                manifest = evaluate(service_name=name) if name else evaluate()
+                manifest = evaluate_recording(service_name=name) if name else evaluate_recording()
                 path = (
                     _manifest_path()
                     if self._path is None
                     else _multiprocess.manifest_path(self._path)  # a child's own file
                 )
-                if final and _HOOKS.exiting:
-                    _HOOKS.arm_second_signal()  # a 2nd signal ends it, once the manifest is on disk
+                if final and hooks.exiting:
+                    hooks.arm_second_signal()  # a 2nd signal ends it, once the manifest is on disk
                 with self._lock:
                     newest = ticket > self._on_disk or self.last_path is None
                     if newest:
@@ -266,8 +272,8 @@ class ManifestExporter(SpanExporter):
                         self.writes += 1
                     written = self.last_path  # else a later evaluation is on disk already
                     assert written is not None  # this write's or an earlier one's
-                    if final and _HOOKS.exiting:
-                        _HOOKS.manifest_on_disk()
+                    if final and hooks.exiting:
+                        hooks.manifest_on_disk()
                     if final and not self._span_sent:
                         self._span_sent = True
 
@@ -278,7 +284,7 @@ class ManifestExporter(SpanExporter):
                             _send_manifest_span(manifest, written, self._provider)
                             self._records.send(manifest, ticket, True, _exit_timeout_s())
 
-                        sent = TELEMETRY.flush(_exit_timeout_s(), send)
+                        sent = _flush(_exit_timeout_s(), send)
                         if not sent:
                             logger.warning(
                                 "otel-lockwatch: spans still unsent after %g s were dropped "
@@ -306,7 +312,7 @@ class ManifestExporter(SpanExporter):
             st.in_lockwatch = was_in_lockwatch
 
 
-_HOOKS.exit_work_code = frozenset(
+ExitHooks.exit_work_code = frozenset(
     f.__code__ for f in (ManifestExporter.write, ManifestExporter.close, ManifestExporter.stop)
 )
 
@@ -378,10 +384,10 @@ class FrontProcessor(SpanProcessor):
         if self.exporter is not None:
             self.exporter.shutdown()  # the manifest, then the spans, within the deadline
         else:
-            TELEMETRY.flush(_exit_timeout_s())
+            _flush(_exit_timeout_s())
 
     def force_flush(self, timeout_millis: int = 30000) -> bool:
-        return TELEMETRY.flush(timeout_millis / 1000, abandon=False)
+        return _flush(timeout_millis / 1000, abandon=False)
 
 
 def install_first(provider: Any, exporter: ManifestExporter | None) -> SpanProcessor | None:
@@ -401,7 +407,7 @@ def install_first(provider: Any, exporter: ManifestExporter | None) -> SpanProce
 
 
 def _exit_timeout_s() -> float:
-    options = ACTIVE.options
+    options = _options()
     if options is not None:
         return float(options.exit_timeout_s)
     return float(SETTINGS["exit_timeout_s"].resolve())

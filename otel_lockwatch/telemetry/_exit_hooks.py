@@ -20,13 +20,15 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-from ._bounded import STANDBY
+from .._session import PROCESS, at_fork
+from ._bounded import standby
 
-__all__ = ["HOOKS"]
+__all__ = ["ExitHooks", "exit_hooks"]
 
 
-class _Hooks:
-    """atexit and SIGTERM: one registration for the process, serving the live exporters."""
+class ExitHooks:
+    """atexit and SIGTERM: one registration for the process, serving the live exporters (the
+    process's one is :func:`exit_hooks`)."""
 
     def __init__(self) -> None:
         self._exporters: list[Any] = []  # ManifestExporter
@@ -43,7 +45,7 @@ class _Hooks:
             self._installed = True
             atexit.register(self._at_exit)
             self._install_sigterm()
-        STANDBY.ensure()  # the exit work's helper when no thread can be started then
+        standby().ensure()  # the exit work's helper when no thread can be started then
 
     def unregister(self, exporter: Any) -> None:
         if exporter in self._exporters:
@@ -174,11 +176,16 @@ class _Hooks:
         self._close_wakeup()
         self._wakeup_pid = 0
 
-    def _after_fork_in_parent(self) -> None:
+    def after_fork_in_parent(self) -> None:
+        """After a fork, in the parent (the session's fork handler)."""
         # A child writes into the parent's pipe until its own at-fork hook gives it one.
         self._quiet_until = time.monotonic() + 1.0
 
-    def _after_fork_in_child_wakeup(self) -> None:
+    def after_fork_in_child(self) -> None:
+        """In a forked child (the session's fork handler)."""
+        # The forking thread is the child's main thread; it may not be the one that was busy.
+        self._main_depth = 0
+        self._deferred = None
         # The parent's quiet time is the parent's: the child's pipe is its own (a pool's next
         # worker, forked within a second of the last, ignored a lost SIGTERM and never ended).
         self._quiet_until = 0.0
@@ -221,11 +228,6 @@ class _Hooks:
                 deferred, self._deferred = self._deferred, None
                 if deferred is not None:
                     self._on_sigterm(*deferred)
-
-    def after_fork_in_child(self) -> None:
-        # The forking thread is the child's main thread; it may not be the one that was busy.
-        self._main_depth = 0
-        self._deferred = None
 
     def _inside_exit_work(self, frame: Any) -> bool:
         codes = self.exit_work_code
@@ -272,10 +274,20 @@ class _Hooks:
         self._previous = None
 
 
-#: The process's one registration.
-HOOKS = _Hooks()
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(
-        after_in_parent=HOOKS._after_fork_in_parent,
-        after_in_child=HOOKS._after_fork_in_child_wakeup,
-    )
+def exit_hooks() -> ExitHooks:
+    """The process's one registration (``_session.PROCESS.exit_hooks``), made on first use."""
+    hooks: ExitHooks = PROCESS.part("exit_hooks", ExitHooks)
+    return hooks
+
+
+def _after_fork_in_parent() -> None:
+    if PROCESS.exit_hooks is not None:
+        PROCESS.exit_hooks.after_fork_in_parent()
+
+
+def _after_fork_in_child() -> None:
+    if PROCESS.exit_hooks is not None:
+        PROCESS.exit_hooks.after_fork_in_child()
+
+
+at_fork("exit hooks", after_in_child=_after_fork_in_child, after_in_parent=_after_fork_in_parent)

@@ -24,9 +24,9 @@ from typing import Any
 
 from opentelemetry import _logs
 
+from .._session import OUTBOX
 from ..manifest._fleet import ATTR_EVENT_NAME, EVENT_NAME, record_attributes, record_body
 from ..manifest._model import Manifest
-from ..record._outbox import OUTBOX
 
 __all__ = ["ManifestRecords"]
 

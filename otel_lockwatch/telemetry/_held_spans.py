@@ -30,7 +30,7 @@ class HeldLockSpanProcessor(SpanProcessor):
     """Counts spans started under held locks; the instrumentor adds it to an SDK tracer provider.
 
     Args:
-        recorder: the recorder whose per-thread held stacks are read (``_recorder.RECORDER``).
+        recorder: the recorder whose per-thread held stacks are read (``_session.RECORDER``).
     """
 
     def __init__(self, recorder: Any) -> None:

@@ -31,8 +31,7 @@ from typing import Any
 
 from opentelemetry.test.test_base import TestBase
 
-from otel_lockwatch import LockwatchInstrumentor, write_manifest
-from otel_lockwatch.telemetry._emitter import TELEMETRY
+from otel_lockwatch import LockwatchInstrumentor, _session, write_manifest
 
 mode, out = sys.argv[1], Path(sys.argv[2])
 args = sys.argv[3:]
@@ -95,7 +94,7 @@ elif mode == "file-hot":
 else:
     raise SystemExit(f"unknown mode {mode!r}")
 
-TELEMETRY.flush()
+_session.current().emitter.flush()
 write_manifest(out / f"manifest.{pid}.json")
 (out / f"spans.{pid}.json").write_text(
     "[" + ",".join(s.to_json() for s in spans.get_finished_spans()) + "]", encoding="utf-8"

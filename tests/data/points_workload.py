@@ -17,13 +17,13 @@ import threading
 import time
 
 from otel_lockwatch import LockwatchInstrumentor, StripedSections, name_lock
-from otel_lockwatch.record._recorder import RECORDER
+from otel_lockwatch._session import RECORDER
 
 
 def _blocked(name: str) -> None:
     deadline = time.monotonic() + 30
     while not any(
-        st.waiting is not None and st.waiting.name == name for st in list(RECORDER._states)
+        st.waiting is not None and st.waiting.name == name for st in list(RECORDER.states)
     ):
         if time.monotonic() > deadline:
             raise TimeoutError(f"no worker blocked on {name}")

@@ -15,8 +15,7 @@ import signal
 import sys
 import threading
 
-from otel_lockwatch import LockwatchInstrumentor
-from otel_lockwatch.telemetry import _exit
+from otel_lockwatch import LockwatchInstrumentor, _session
 
 
 class SignalInsideSet(threading.Event):
@@ -33,7 +32,7 @@ def main() -> None:
     instrumentor.instrument(manifest_path=manifest, checkpoint_interval_s=0)
     with threading.Lock():
         pass
-    exporter = _exit.ACTIVE.exporter
+    exporter = _session.current().exporter
     exporter._stop = SignalInsideSet()
     if mode == "close":
         exporter.close()

@@ -16,16 +16,15 @@ import sys
 import threading
 import time
 
-from otel_lockwatch import LockwatchInstrumentor
-from otel_lockwatch.record._recorder import RECORDER
-from otel_lockwatch.telemetry import _exit
+from otel_lockwatch import LockwatchInstrumentor, _session
+from otel_lockwatch._session import RECORDER
 
 
 def main() -> None:
     LockwatchInstrumentor().instrument(manifest_path=sys.argv[1], checkpoint_interval_s=0)
     with threading.Lock():
         pass
-    exporter = _exit.ACTIVE.exporter
+    exporter = _session.current().exporter
     with RECORDER.graph._lock:  # the main thread inside the recorder
         checkpoint = threading.Thread(target=exporter.write, args=(False,), daemon=True)
         checkpoint.start()

@@ -20,12 +20,11 @@ from otel_lockwatch import (
     AsyncStripedSections,
     LockwatchInstrumentor,
     StripedSections,
+    _session,
     name_lock,
 )
+from otel_lockwatch._session import OUTBOX, RECORDER
 from otel_lockwatch.capture import _fast_path
-from otel_lockwatch.record._outbox import OUTBOX
-from otel_lockwatch.record._recorder import RECORDER
-from otel_lockwatch.telemetry._emitter import TELEMETRY
 
 raised: list[str] = []
 
@@ -176,7 +175,7 @@ def main() -> None:
 
     asyncio.run(tasks())
 
-    TELEMETRY.flush()
+    _session.current().emitter.flush()
     snapshot = RECORDER.snapshot()
     locks = {
         name: {
@@ -203,7 +202,7 @@ def main() -> None:
     edges = sorted(
         (w.holding, w.acquiring, w.worker, list(w.sites)) for w in RECORDER.graph.edges()
     )
-    held = [e[0].name for st in RECORDER._states for e in st.held]
+    held = [e[0].name for st in RECORDER.states for e in st.held]
     print(
         json.dumps(
             {

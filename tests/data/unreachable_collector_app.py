@@ -31,13 +31,13 @@ from opentelemetry.sdk.trace.export import (
 )
 
 from otel_lockwatch import LockwatchInstrumentor
-from otel_lockwatch.telemetry._emitter import TELEMETRY
+from otel_lockwatch.telemetry._emitter import Telemetry
 
 mode, port, manifest = sys.argv[1:4]
 provider = TracerProvider()
 if mode == "console":
     provider.add_span_processor(SimpleSpanProcessor(ConsoleSpanExporter()))
-    TELEMETRY.INTERVAL_S = 3600.0  # nothing is emitted before the exit's final flush
+    Telemetry.INTERVAL_S = 3600.0  # nothing is emitted before the exit's final flush
 else:
     processor = SimpleSpanProcessor if mode == "simple" else BatchSpanProcessor
     provider.add_span_processor(

@@ -14,8 +14,7 @@ from opentelemetry.sdk._logs.export import BatchLogRecordProcessor
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 
-from otel_lockwatch import LockwatchInstrumentor, name_lock
-from otel_lockwatch.telemetry import _exit
+from otel_lockwatch import LockwatchInstrumentor, _session, name_lock
 
 endpoint, manifest_path = sys.argv[1:3]
 logs = LoggerProvider(resource=Resource.create({"service.name": "lockwatch-fleet-e2e"}))
@@ -46,7 +45,9 @@ def run_threads(rounds: int) -> None:
 
 
 run_threads(200)
-assert _exit.ACTIVE.exporter is not None
-_exit.ACTIVE.exporter.write(final=False)  # a checkpoint: an earlier record the merge must skip
+assert _session.current().exporter is not None
+_session.current().exporter.write(
+    final=False
+)  # a checkpoint: an earlier record the merge must skip
 run_threads(300)
 print("done", flush=True)

@@ -1,0 +1,215 @@
+"""The session: the one owner of lockwatch's state in a process.
+
+Two kinds of state, both held here and nowhere else:
+
+- **The process's parts**, made once and kept for the life of the process, because the lock
+  paths hold references to them (an acquire reads ``RECORDER`` as a module global: one load,
+  where ``current().recorder`` would be two): :data:`RECORDER` (the worker states, with the
+  lock-order graph and the distributed record) and :data:`OUTBOX` (the slow path's queue and
+  the one error path). :data:`PROCESS` holds the process-wide parts of the layers above (the
+  exit hooks, the standby threads, whether this process is a child), each made on first use
+  by the layer it belongs to.
+- **A session**: what one ``instrument()`` owns, from ``instrument()`` to ``uninstrument()``
+  (:func:`begin`, :func:`end`): the options, the recorder, outbox, order graph and distributed
+  record it records into, the emitter and the manifest exporter the telemetry layer hands it,
+  the span processors it added, what it changed in the environment for child processes.
+  :func:`current` is the one holder of the current session (None while uninstrumented).
+
+Layers talk through the session or through explicit hand-offs: the emitter gives the outbox
+its "first record" and "cycle" callbacks; the record layer never imports OpenTelemetry.
+
+**Fork.** One handler (``os.register_at_fork``, registered here) runs each part's after-fork
+routine in :data:`FORK_ORDER`, whatever order the modules were imported in. The parts of this
+layer and below are registered here; the capture and telemetry parts register theirs by name
+(:func:`at_fork`) when imported, and a name not in the order is refused.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Callable
+from typing import Any
+
+from .record import _lock_class
+from .record._distributed import DistributedRecord
+from .record._outbox import Outbox
+from .record._recorder import Recorder
+
+__all__ = [
+    "DISTRIBUTED",
+    "FORK_ORDER",
+    "OUTBOX",
+    "PROCESS",
+    "RECORDER",
+    "Session",
+    "at_fork",
+    "begin",
+    "current",
+    "discard",
+    "end",
+    "fork_parts",
+]
+
+logger = logging.getLogger("otel_lockwatch")
+
+#: The process's recorder: every worker's state, the lock-order graph, the distributed record.
+RECORDER = Recorder()
+#: The distributed record (the recorder's: leases, release failures, key templates).
+DISTRIBUTED: DistributedRecord = RECORDER.distributed
+#: The slow path's queue to the emitter, and the one error path (``OUTBOX.failed``).
+OUTBOX = Outbox()
+
+
+class Process:
+    """The process-wide parts of the layers above this one, each made on first use by its layer
+    (they outlive a session: an ``atexit`` registration, a signal handler, idle threads)."""
+
+    def __init__(self) -> None:
+        self.exit_hooks: Any = None  # telemetry._exit_hooks.ExitHooks
+        self.standby: Any = None  # telemetry._bounded.Standby
+        self.child = False  # a forked or bootstrapped child process (capture._multiprocess)
+        self.mp_after_fork_pid = 0  # the pid whose multiprocessing after-fork registry has ours
+
+    def part(self, name: str, make: Callable[[], Any]) -> Any:
+        """The part ``name``, made by ``make`` on first use."""
+        part = getattr(self, name)
+        if part is None:
+            part = make()
+            setattr(self, name, part)
+        return part
+
+
+#: The process-wide parts of the upper layers.
+PROCESS = Process()
+
+
+class Session:
+    """What one ``instrument()`` owns (see the module's docstring)."""
+
+    def __init__(self, options: Any) -> None:
+        self.options = options  # _settings.Options
+        self.recorder = RECORDER
+        self.outbox = OUTBOX
+        self.distributed = DISTRIBUTED
+        self.emitter: Any = None  # telemetry._emitter.Telemetry, handed in by the instrumentor
+        self.exporter: Any = None  # telemetry._exit.ManifestExporter, or None (no manifest)
+        self.processors: list[tuple[Any, Any]] = []  # (tracer provider, span processor) added
+        # what capture._multiprocess changed in the environment for child processes, to undo
+        self.added_pythonpath = False
+        self.created_pythonpath = False
+        self.set_child_options = False
+
+    @property
+    def graph(self) -> Any:
+        """The lock-order graph (``record._order.LockOrderGraph``) it records into."""
+        return self.recorder.graph
+
+
+_current: Session | None = None
+
+
+def current() -> Session | None:
+    """The session of the ``instrument()`` in force, or None while uninstrumented."""
+    return _current
+
+
+def begin(options: Any) -> Session:
+    """Begin the session of an ``instrument()`` with its resolved options."""
+    global _current
+    _current = Session(options)
+    return _current
+
+
+def end() -> Session | None:
+    """End the current session (``uninstrument()``); it is returned, for what is left to undo."""
+    global _current
+    session, _current = _current, None
+    return session
+
+
+def discard() -> None:
+    """Forget everything the process recorded: a fresh start (tests, between two sessions)."""
+    RECORDER.reset()  # with its order graph and distributed record
+    OUTBOX.reset()
+
+
+# -- fork ------------------------------------------------------------------------------------------
+#: The order the parts' after-fork routines run in, in a forked child (and after a fork, in the
+#: parent). The recorder first: it gives the forking thread its fresh state, which the C path
+#: reads again once it forgot its cached one; the exit hooks and the exporter last, because
+#: what they restart (a checkpoint thread) may take a lock.
+FORK_ORDER = (
+    "recorder",  # record._recorder: one worker (the forking thread), its held stack kept
+    "lock classes",  # record._lock_class: the interning lock made anew
+    "outbox",  # record._outbox: the child's first record starts its emitter
+    "distributed",  # record._distributed: the child's own leases and failures
+    "fast path",  # capture._fast_path: the C path forgets its cached worker states
+    "collection",  # capture._collection: the parent's threads' collector deferrals closed
+    "multiprocess",  # capture._multiprocess: this process is a child
+    "exit hooks",  # telemetry._exit_hooks: the child's wake-up pipe and signal deferral
+    "exporter",  # telemetry._exit: the session's exporter's write lock and checkpoints
+)
+
+_in_child: dict[str, Callable[[], None]] = {}
+_in_parent: dict[str, Callable[[], None]] = {}
+
+
+def at_fork(
+    part: str,
+    *,
+    after_in_child: Callable[[], None] | None = None,
+    after_in_parent: Callable[[], None] | None = None,
+) -> None:
+    """Have the fork handler run ``part``'s routines at its place in :data:`FORK_ORDER` (a
+    second registration of a part replaces the first).
+
+    Raises:
+        ValueError: ``part`` is not in :data:`FORK_ORDER`.
+    """
+    if part not in FORK_ORDER:
+        raise ValueError(f"no part {part!r} in the fork order {FORK_ORDER}")
+    for table, routine in ((_in_child, after_in_child), (_in_parent, after_in_parent)):
+        if routine is None:
+            table.pop(part, None)
+        else:
+            table[part] = routine
+
+
+def fork_parts() -> tuple[str, ...]:
+    """The parts whose after-fork routine a forked child runs, in the order it runs them."""
+    return tuple(part for part in FORK_ORDER if part in _in_child)
+
+
+def _run(table: dict[str, Callable[[], None]]) -> None:
+    for part in FORK_ORDER:
+        routine = table.get(part)
+        if routine is None:
+            continue
+        try:
+            routine()
+        except Exception as exc:  # one part's trouble: the others still run; never raised
+            OUTBOX.failed(exc)
+
+
+def _after_fork_in_child() -> None:
+    _run(_in_child)
+
+
+def _after_fork_in_parent() -> None:
+    _run(_in_parent)
+
+
+def _exporter_after_fork_in_child() -> None:
+    session = _current
+    if session is not None and session.exporter is not None:
+        session.exporter.after_fork_in_child()
+
+
+at_fork("recorder", after_in_child=RECORDER.after_fork_in_child)
+at_fork("lock classes", after_in_child=_lock_class.after_fork_in_child)
+at_fork("outbox", after_in_child=OUTBOX.after_fork_in_child)
+at_fork("distributed", after_in_child=DISTRIBUTED.after_fork_in_child)
+at_fork("exporter", after_in_child=_exporter_after_fork_in_child)
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child, after_in_parent=_after_fork_in_parent)
