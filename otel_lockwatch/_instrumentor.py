@@ -67,7 +67,7 @@ class LockwatchInstrumentor(BaseInstrumentor):
         session.emitter.enable(
             kwargs.get("tracer_provider"), kwargs.get("meter_provider"), session.recorder
         )
-        _patches.install()
+        session.patches = _patches.install()
         self._add_processors(session, kwargs.get("tracer_provider"))
         self._start_manifest(session, kwargs.get("tracer_provider"), kwargs.get("logger_provider"))
         _multiprocess.instrument(session)
@@ -78,7 +78,7 @@ class LockwatchInstrumentor(BaseInstrumentor):
             return
         _multiprocess.uninstrument(session)
         self._remove_processors(session)
-        _patches.uninstall()
+        _patches.uninstall(session.patches)
         session.emitter.disable()
 
     # -- span processors -------------------------------------------------------------------

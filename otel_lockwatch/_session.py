@@ -95,6 +95,7 @@ class Session:
         self.emitter: Any = None  # telemetry._emitter.Telemetry, handed in by the instrumentor
         self.exporter: Any = None  # telemetry._exit.ManifestExporter, or None (no manifest)
         self.processors: list[tuple[Any, Any]] = []  # (tracer provider, span processor) added
+        self.patches: list[tuple[Any, Any]] = []  # capture._patches.install()'s, to uninstall
         # what capture._multiprocess changed in the environment for child processes, to undo
         self.added_pythonpath = False
         self.created_pythonpath = False

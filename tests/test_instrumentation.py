@@ -15,7 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 from opentelemetry import trace
 
-from otel_lockwatch import LockwatchInstrumentor, name_lock
+from otel_lockwatch import LockwatchInstrumentor, _session, name_lock
 from otel_lockwatch._session import OUTBOX, RECORDER
 from otel_lockwatch.capture import _patches
 from otel_lockwatch.capture._threading import LockProxy, RLockProxy
@@ -97,7 +97,7 @@ def test_every_patch_of_the_table_is_undone_exactly():
         if new is not old
     ]
     assert changed == []
-    assert not _patches.installed()
+    assert _session.current() is None  # the session, and its patches, ended
 
 
 def test_locks_of_opentelemetry_and_lockwatch_are_left_alone(watched):

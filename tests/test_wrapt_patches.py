@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 import wrapt
 
-from otel_lockwatch import LockwatchInstrumentor
+from otel_lockwatch import LockwatchInstrumentor, _session
 from otel_lockwatch._session import RECORDER
 from otel_lockwatch.capture import _patches
 from otel_lockwatch.manifest._evaluate import evaluate
@@ -54,9 +54,9 @@ def label(patch: _patches.Patch) -> str:
 def instrumentor():
     inst = LockwatchInstrumentor()
     yield inst
-    if _patches.installed():
+    if _session.current() is not None:
         inst.uninstrument()
-    RECORDER.reset()
+    _session.discard()
 
 
 def test_the_distributed_and_cross_process_targets_are_wrapped_through_wrapt(instrumentor):
@@ -98,7 +98,7 @@ def test_uninstrument_unwraps_to_the_very_objects_and_instrument_works_again(
         after = attributes(patches)
         changed = [label(p) for p, b, a in zip(patches, before, after, strict=True) if a is not b]
         assert changed == [], f"round {round_}"
-        assert not _patches.installed()
+        assert _session.current() is None  # the session, and its patches, ended
         entry = evaluate(RECORDER.snapshot()).to_dict()["locks"]["round-*.lock"]
         assert entry["acquisitions"] == round_ + 1  # the second round's lock shares the class
     # An attribute patched where it was inherited is inherited again.

@@ -102,10 +102,10 @@ __all__ = [
     "PATCHES",
     "SETATTR",
     "WRAPT",
+    "Installed",
     "Patch",
     "PatchWrapper",
     "install",
-    "installed",
     "uninstall",
 ]
 
@@ -264,9 +264,9 @@ def _optional_targets() -> list[Patch]:
 #: The replacements that pickle by reference, so are named where they are installed.
 _NAMED = (types.FunctionType, *_threading.CREATION_WRAPPERS)
 _ABSENT = object()  # what an attribute that did not exist is restored to: nothing
-# Each installed patch, with what uninstall() needs: the wrapper wrapt installed (WRAPT), or the
-# object that was there (SETATTR).
-_found: list[tuple[Patch, Any]] = []
+#: What :func:`install` made and :func:`uninstall` undoes (the session keeps it: ``patches``):
+#: each patch, with the wrapper wrapt installed (WRAPT) or the object that was there (SETATTR).
+Installed = list[tuple[Patch, Any]]
 
 
 def _name_as_installed(replacement: Any, patch: Patch) -> None:
@@ -280,11 +280,6 @@ def _name_as_installed(replacement: Any, patch: Patch) -> None:
     else:
         replacement.__module__ = owner.__module__
         replacement.__qualname__ = f"{owner.__qualname__}.{patch.name}"
-
-
-def installed() -> bool:
-    """Whether the patches are in place."""
-    return bool(_found)
 
 
 def _apply(patch: Patch) -> Any:
@@ -324,29 +319,29 @@ def _remove(patch: Patch, kept: Any) -> None:
         delattr(owner, name)
 
 
-def install() -> None:
+def install() -> Installed:
     """Patch every attribute of :data:`PATCHES` and of the importable :data:`OPTIONAL`
-    libraries (nothing happens when they are in place).
+    libraries; returns what :func:`uninstall` undoes.
 
     Raises:
         Exception: whatever a patch's build raised; the patches made are undone first.
     """
-    if _found:
-        return
     # The optional libraries are imported before anything is patched: the locks they make at
     # import are their own plumbing, and stay plain.
     targets = [*PATCHES, *_optional_targets()]
+    made: Installed = []
     try:
         for patch in targets:
-            _found.append((patch, _apply(patch)))
+            made.append((patch, _apply(patch)))
     except BaseException:
-        uninstall()
+        uninstall(made)
         raise
+    return made
 
 
-def uninstall() -> None:
-    """Undo every patch :func:`install` made, in reverse order: a wrapper is removed by wrapt, a
-    replaced attribute gets back the object that was there (or is removed, where there was
-    none)."""
-    while _found:
-        _remove(*_found.pop())
+def uninstall(made: Installed) -> None:
+    """Undo the patches :func:`install` made, in reverse order (emptying ``made``): a wrapper is
+    removed by wrapt, a replaced attribute gets back the object that was there (or is removed,
+    where there was none)."""
+    while made:
+        _remove(*made.pop())
