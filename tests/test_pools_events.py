@@ -324,17 +324,20 @@ def test_instrument_uninstrument_restores_events_and_futures():
     import asyncio.base_events
 
     owners = {
-        threading.Event: ("__init__", "wait", "set"),
-        asyncio.Event: ("__init__", "wait", "set"),
+        threading.Event: ("__init__", "wait"),
+        asyncio.Event: ("__init__", "wait"),
         concurrent.futures.Future: ("__init__",),
         asyncio.base_events.BaseEventLoop: ("create_future",),
     }
     before = {(o, n): vars(o)[n] for o, names in owners.items() for n in names}
+    sets = {kind: vars(kind)["set"] for kind in (threading.Event, asyncio.Event)}
     waiting = concurrent.futures.wait
     inst = LockwatchInstrumentor()
     inst.instrument(manifest=False)
     try:
         assert all(vars(o)[n] is not f for (o, n), f in before.items())
+        # an event's set is the class's own: only an event whose wait blocked gets its own
+        assert {kind: vars(kind)["set"] for kind in sets} == sets
         assert threading.Event._lockwatch_class is None and concurrent.futures.wait is not waiting
     finally:
         inst.uninstrument()

@@ -1,0 +1,339 @@
+"""The bookkeeping every hand-off path shares: one routine per step (a wait, a take, a give).
+
+A *hand-off wait* (``Condition.wait``, a blocking queue ``get`` / ``put``, a semaphore's blocking
+``acquire``, an ``Event.wait`` or a future's result that blocked) ends only when another worker
+hands something over: a ``notify``, a ``put``, a ``release``, a ``set``, a ``set_result``. It is
+recorded apart from mutex waits, in the worker's ``signals`` (``record._signals``; the manifest
+calls these waits ``signal_waits``, a published name). The condition, queue, semaphore, event and
+future paths (``_conditions``, ``_queues``, ``_semaphores``, ``_events``, ``_futures``) call these
+after the operation ran, never around it, so the host's object behaves as it always did. Like
+``_bookkeeping``'s, they write only to the calling worker's state (no process-wide lock), and a
+wait that blocked also goes to the outbox, for its ``lock.wait`` span (above the wait threshold,
+with ``lockwatch.wait.kind = "signal"``) and its value of the wait histogram, exactly as a mutex
+wait does. The clock is read for a take or a give (their hold time needs it) and around a wait
+that blocked; never for a call that only passes through.
+
+One routine times a blocked wait on a thread (:func:`blocked_wait`) and one on a task
+(:func:`blocked_wait_async`); each path passes what differs: the ``ended`` callback that records
+the wait's end (its outcome, and whatever the path adds: a permit taken, a hand-off seen).
+
+A worker that touches a class here is a worker of that class in the recorder too (an empty
+``Stats`` entry, written once): it then has an observed time, and the class a lock entry, even
+when it never takes the class's mutex (a queue's mutex is not watched).
+
+Nothing here raises into the host program.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import asyncio.locks
+import queue
+import sys
+import threading
+from collections.abc import Awaitable, Callable
+from time import perf_counter_ns as _pc
+from typing import Any
+
+from ..record._outbox import OUTBOX
+from ..record._recorder import RECORDER, WorkerState
+from ..record._signals import HANDOFF_FIELDS, HandoffStats
+from . import _bookkeeping
+from ._bookkeeping import current_context
+from ._fast_path import new_stats, speedups
+from ._naming import LockClass, excluded_caller, site_of
+
+__all__ = [
+    "HANDOFF_EXTRA",
+    "Ended",
+    "blocked_wait",
+    "blocked_wait_async",
+    "excluded_wait",
+    "gave",
+    "handed",
+    "handoff_stats",
+    "record_wait",
+    "running_task_state",
+    "skip_frames_of",
+    "task_state",
+    "thread_state",
+    "took",
+    "woke",
+]
+
+#: The span attribute of a hand-off wait (its value is a published name).
+HANDOFF_EXTRA = {"lockwatch.wait.kind": "signal"}
+
+#: ``ended(obj, state, lock_class, t0, context, result, raised)``: what a path records when a
+#: blocked wait ends (``result`` the wait's, None when it ``raised``).
+Ended = Callable[[Any, WorkerState, LockClass, int, Any, Any, bool], None]
+
+_tls = RECORDER.tls  # never replaced: Recorder.reset() keeps it
+_current_task = asyncio.current_task
+# Frames that are not the site of a wait: the hand-off paths' own, and the primitives' internals.
+_SKIPPED: set[int] = set()
+
+
+def skip_frames_of(*module_globals: dict) -> None:
+    """Frames running in these modules are never a wait's site (their callers are)."""
+    _SKIPPED.update(id(g) for g in module_globals)
+
+
+def thread_state() -> WorkerState:
+    """The calling thread's ``WorkerState``."""
+    try:
+        return _tls.st
+    except AttributeError:
+        return RECORDER.thread_state()
+
+
+def task_state() -> WorkerState:
+    """The ``WorkerState`` of the running asyncio task (of the thread when there is none)."""
+    try:
+        task = _current_task()
+    except RuntimeError:  # no running loop: a thread calling in
+        task = None
+    return thread_state() if task is None else RECORDER.task_state(task)
+
+
+def running_task_state() -> WorkerState | None:
+    """The ``WorkerState`` of the running asyncio task; None in a loop's callback (no task is
+    running: the hand-over it makes is no worker's) or outside a loop."""
+    try:
+        task = _current_task()
+    except RuntimeError:
+        return None
+    return None if task is None else RECORDER.task_state(task)
+
+
+def handoff_stats(state: WorkerState, lock_class: LockClass) -> HandoffStats:
+    """The worker's statistics for the class (made on first use, with its empty ``Stats``)."""
+    stats = state.signals.get(lock_class)
+    if stats is None:
+        stats = state.signals[lock_class] = HandoffStats()
+        if lock_class not in state.stats:
+            state.stats[lock_class] = new_stats()
+    return stats
+
+
+def blocked_wait(
+    obj: Any,
+    state: WorkerState,
+    lock_class: LockClass,
+    ended: Ended,
+    wait: Any,
+    *args: Any,
+    enrol: bool = True,
+) -> Any:
+    """``wait(*args)``, a call that blocks until a peer hands something over, timed as a
+    hand-off wait of the thread's ``state`` on ``lock_class``; ``ended(obj, ...)`` records its
+    end. ``enrol``: the worker is one of the class's from the start (it counts as alive while it
+    waits), unless the call may raise before it waits (a condition's lock not held), when it is
+    from the wait's end. Its result or exception is the caller's."""
+    if enrol:
+        _enrol(state, lock_class)
+    context = current_context()
+    before, state.waiting = state.waiting, lock_class  # for the live gauges
+    t0 = _pc()
+    try:
+        result = wait(*args)
+    except BaseException:  # interrupted while waiting (a timeout, a KeyboardInterrupt)
+        state.waiting = before
+        _end(ended, obj, state, lock_class, t0, context, None, True)
+        raise
+    state.waiting = before
+    _end(ended, obj, state, lock_class, t0, context, result, False)
+    return result
+
+
+async def blocked_wait_async(
+    obj: Any,
+    state: WorkerState,
+    lock_class: LockClass,
+    ended: Ended,
+    waiting: Awaitable[Any],
+    enrol: bool = True,
+) -> Any:
+    """``await waiting``: :func:`blocked_wait` for a task (``state`` the task's)."""
+    if enrol:
+        _enrol(state, lock_class)
+    context = current_context()
+    before, state.waiting = state.waiting, lock_class  # for the live gauges
+    t0 = _pc()
+    try:
+        result = await waiting
+    except BaseException:  # cancelled (a timeout around it): it gave up
+        state.waiting = before
+        _end(ended, obj, state, lock_class, t0, context, None, True)
+        raise
+    state.waiting = before
+    _end(ended, obj, state, lock_class, t0, context, result, False)
+    return result
+
+
+def _enrol(state: WorkerState, lock_class: LockClass) -> None:
+    """A worker of the class from now: it counts as alive while it waits."""
+    try:
+        handoff_stats(state, lock_class)
+    except Exception as exc:
+        OUTBOX.failed(exc)
+
+
+def _end(ended: Ended, *args: Any) -> None:
+    try:
+        ended(*args)
+    except Exception as exc:  # never into the host
+        OUTBOX.failed(exc)
+
+
+def record_wait(
+    state: WorkerState, lock_class: LockClass, t0: int, t1: int, ok: bool, context: Any, give: bool
+) -> None:
+    """A hand-off wait from ``t0`` to ``t1`` that blocked; ``ok`` False when it gave up;
+    ``give`` True for a wait to give (a ``put`` on a full queue)."""
+    try:
+        stats = handoff_stats(state, lock_class)
+        waited_ns = t1 - t0
+        if give:
+            stats.give_waits += 1
+            stats.give_wait_ns += waited_ns
+        else:
+            stats.waits += 1
+            stats.wait_ns += waited_ns
+        if not ok:
+            stats.timeouts += 1
+        bits = waited_ns.bit_length()
+        bucket = ((bits - 5) << 4) + (waited_ns >> (bits - 5)) if bits > 5 else waited_ns
+        histogram = stats.wait_histogram
+        histogram[bucket] = histogram.get(bucket, 0) + 1
+        if waited_ns > stats.wait_max_ns:
+            stats.wait_max_ns = waited_ns
+        if waited_ns < stats.wait_min_ns:
+            stats.wait_min_ns = waited_ns
+        state.last = t1
+        span_ns = _bookkeeping.WAIT_SPAN_NS
+        state.in_lockwatch = True
+        OUTBOX.wait(
+            lock_class,
+            t0,
+            t1,
+            context,
+            "acquired" if ok else "timed_out",
+            span_ns,
+            HANDOFF_EXTRA,
+            _site() if waited_ns >= span_ns else None,
+        )
+    except Exception as exc:  # never into the host
+        OUTBOX.failed(exc)
+    finally:
+        state.in_lockwatch = False
+
+
+def took(state: WorkerState, lock_class: LockClass, left: int, capacity: int) -> None:
+    """A take (a checkout): ``left`` items or permits remain, of ``capacity`` (-1: unknown)."""
+    try:
+        now = _pc()
+        stats = handoff_stats(state, lock_class)
+        stats.takes += 1
+        stats.pending.append(now)
+        if left < stats.fewest:
+            stats.fewest = left
+        if capacity > stats.most:
+            stats.most = capacity
+        state.last = now
+    except Exception as exc:
+        OUTBOX.failed(exc)
+
+
+def gave(state: WorkerState, lock_class: LockClass, held: int) -> None:
+    """A give (a checkin, a notify): ``held`` items are in the queue now (-1: not a queue)."""
+    try:
+        now = _pc()
+        stats = state.signals.get(lock_class)
+        if stats is None:
+            stats = handoff_stats(state, lock_class)
+        stats.gives += 1
+        pending = stats.pending
+        if pending:
+            held_ns = now - pending.pop()
+            stats.hold_total_ns += held_ns
+            bits = held_ns.bit_length()
+            bucket = ((bits - 5) << 4) + (held_ns >> (bits - 5)) if bits > 5 else held_ns
+            histogram = stats.hold_histogram
+            histogram[bucket] = histogram.get(bucket, 0) + 1
+            if held_ns > stats.hold_max_ns:
+                stats.hold_max_ns = held_ns
+            if held_ns < stats.hold_min_ns:
+                stats.hold_min_ns = held_ns
+        if held > stats.most:
+            stats.most = held
+        state.last = now
+    except Exception as exc:
+        OUTBOX.failed(exc)
+
+
+def woke(find_state: Any, lock_class: LockClass) -> bool:
+    """A give that ended another worker's wait and pairs with no checkout (an event's ``set``,
+    a future's result): one give of the worker ``find_state()`` returns (None: no worker).
+    Returns whether that worker waits on the class itself (a hand-off between peers:
+    :func:`handed`)."""
+    try:
+        state = find_state()
+        if state is None or state.in_lockwatch:
+            return False
+        stats = state.signals.get(lock_class)
+        if stats is None:
+            stats = handoff_stats(state, lock_class)
+        stats.gives += 1
+        state.last = _pc()
+        return stats.waits > 0
+    except Exception as exc:
+        OUTBOX.failed(exc)
+        return False
+
+
+def handed(state: WorkerState, lock_class: LockClass) -> None:
+    """A wait on an event or a future that a peer ended, one that waits on the class too: the
+    waiter is in the pool's chain of hand-offs, and that counts as one give of its own (it will
+    hand on what it was handed, and a hand-on with nobody waiting sets nothing to see)."""
+    try:
+        stats = state.signals.get(lock_class)
+        if stats is None:
+            stats = handoff_stats(state, lock_class)
+        stats.gives += 1
+    except Exception as exc:
+        OUTBOX.failed(exc)
+
+
+if speedups is not None:
+    # A take and a give run on every checkout and checkin: the C path records them alike.
+    speedups.setup_signals(signal_stats=handoff_stats, fields=(HandoffStats, HANDOFF_FIELDS))
+    took = speedups.took  # noqa: F811
+    gave = speedups.gave  # noqa: F811
+
+
+def excluded_wait() -> bool:
+    """Whether the waiting (or handing-over) code, the first frame outside lockwatch's hand-off
+    paths and the primitives' modules, is OpenTelemetry's, ``logging``'s or lockwatch's or
+    called by them (checked when a wait on an object made per request blocks: the naming leaves
+    it to the wait)."""
+    try:
+        frame: Any = sys._getframe(1)
+        while frame is not None and id(frame.f_globals) in _SKIPPED:
+            frame = frame.f_back
+        return excluded_caller(frame)
+    except Exception as exc:  # an odd module (a __name__ that is no str): recorded as any wait
+        OUTBOX.failed(exc)
+        return False
+
+
+def _site() -> str | None:
+    """``module:function:line`` of the code that waited: the first frame outside lockwatch's
+    hand-off paths and the primitives' own modules."""
+    frame: Any = sys._getframe(1)
+    while frame is not None and id(frame.f_globals) in _SKIPPED:
+        frame = frame.f_back
+    return site_of(frame) if frame is not None else None
+
+
+skip_frames_of(globals(), vars(threading), vars(queue), vars(asyncio.locks))
