@@ -22,9 +22,11 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import gc
 import sqlite3
 import threading
 import time
+import weakref
 from collections.abc import Callable, Iterator
 
 import pytest
@@ -520,3 +522,43 @@ def test_an_anyio_event_is_named_where_its_caller_made_it(watched):
     (name,) = [n for n, v in RECORDER.snapshot()["locks"].items() if v["kind"] == "asyncio.Event"]
     assert name.startswith("test_pools_events:main:"), name
     assert RECORDER.snapshot()["locks"][name]["role"].startswith("anyio."), name
+
+
+def test_an_event_or_a_future_nobody_waits_on_is_only_noted(watched):
+    """Made and set with nobody waiting (a request that found a connection free), an event or a
+    future carries the note of its creating call and nothing else: no class yet, and its set is
+    the plain one. The first wait that blocks names it, by where it was made, and gives that
+    one object a set of its own, which holds it weakly: it is freed by reference counting
+    alone."""
+    event, future = threading.Event(), concurrent.futures.Future()
+
+    async def made() -> tuple:
+        return asyncio.Event(), asyncio.get_running_loop().create_future()
+
+    async_event, async_future = asyncio.run(made())
+    for made_here in (event, future, async_event, async_future):
+        assert getattr(made_here, "_lockwatch_class", None) is None, made_here
+    assert "set" not in vars(event) and "set" not in vars(async_event)
+    assert "set_result" not in vars(type(future)) and "set_result" not in vars(type(async_future))
+
+    gone = _waited_on_once(event)
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        del event
+        assert gone() is None
+    finally:
+        if collecting:
+            gc.enable()
+
+
+def _waited_on_once(event: threading.Event) -> weakref.ref:
+    """A thread waits on ``event`` until it is set: named, with a set of its own."""
+    waiting = threading.Thread(target=event.wait)
+    waiting.start()
+    _until(lambda: event._cond._waiters)
+    event.set()
+    waiting.join()
+    assert event._lockwatch_class.name.startswith("test_pools_events:test_an_event_or_a_future")
+    assert "set" in vars(event)
+    return weakref.ref(event)

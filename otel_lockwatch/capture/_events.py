@@ -36,6 +36,7 @@ original. On the C path, the machinery's creations go straight to the original `
 
 from __future__ import annotations
 
+import inspect
 import sys
 import threading
 import weakref
@@ -60,6 +61,7 @@ from ._naming import MACHINERY, WATCHED_FILES, LockClass, class_of_note, creatio
 
 __all__ = [
     "async_wait_factory",
+    "creation_hook",
     "creation_note_of",
     "hand_off_ended",
     "named",
@@ -112,12 +114,43 @@ def note_creation(obj: Any, frame: Any, kind: str) -> bool:
 def tag_init_factory(original: Any, kind: str) -> Any:
     """The patched ``__init__`` of an event: one made by watched code notes its creating call
     (the machinery's go straight to ``original`` on the C path)."""
+    return creation_hook(original, kind, None)
+
+
+def creation_hook(original: Any, kind: str, then: Any) -> Any:
+    """The patched ``__init__`` of an event or a future: ``original``, then the instance notes
+    its creating call (inlined: this runs for every event a pool makes), then ``then(self)``
+    when the instance is watched. Of ``original``'s signature when it takes no argument (the
+    standard library's ``__init__`` do: no argument tuple to build), else of any."""
 
     def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
         original(self, *args, **kwargs)
-        note_creation(self, _getframe(1), kind)
+        if note_creation(self, _getframe(1), kind) and then is not None:
+            then(self)
 
-    return __init__ if speedups is None else speedups.CreationGate(original, __init__, MACHINERY)
+    def __init_no_arguments__(self: Any) -> None:  # note_creation, inlined
+        original(self)
+        frame = _getframe(1)
+        code = frame.f_code
+        module = _watched_file(code.co_filename)
+        if module is None:
+            if note_creation(self, frame, kind) and then is not None:
+                then(self)
+            return
+        try:
+            self._lw_made = code, frame.f_lasti, module
+        except Exception as exc:
+            OUTBOX.failed(exc)
+            return
+        if then is not None:
+            then(self)
+
+    code = getattr(original, "__code__", None)
+    plain = code is not None and code.co_argcount == 1 and not code.co_kwonlyargcount
+    plain = plain and not code.co_flags & (inspect.CO_VARARGS | inspect.CO_VARKEYWORDS)
+    hook = __init_no_arguments__ if plain else __init__
+    hook.__name__, hook.__qualname__ = "__init__", getattr(original, "__qualname__", "__init__")
+    return hook if speedups is None else speedups.CreationGate(original, hook, MACHINERY)
 
 
 def named(obj: Any, kind: str, calls: dict, hooks: Any) -> LockClass | None:

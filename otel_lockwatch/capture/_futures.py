@@ -52,7 +52,7 @@ import weakref
 from time import perf_counter_ns as _pc
 from typing import Any
 
-from ._events import creation_note_of, hand_off_ended, named, note_creation, stamp
+from ._events import creation_hook, creation_note_of, hand_off_ended, named, stamp
 from ._fast_path import speedups
 from ._handoffs import (
     blocked_wait,
@@ -63,7 +63,7 @@ from ._handoffs import (
     task_state,
     thread_state,
 )
-from ._naming import MACHINERY
+from ._naming import MACHINERY, WATCHED_FILES
 
 __all__ = [
     "Future",
@@ -74,6 +74,7 @@ __all__ = [
 ]
 
 _getframe = sys._getframe
+_watched_file = WATCHED_FILES.get
 _FINISHED = (_base.FINISHED, _base.CANCELLED, _base.CANCELLED_AND_NOTIFIED)
 
 
@@ -164,17 +165,12 @@ def future_init_factory(original: Any) -> Any:
     """The patched ``concurrent.futures.Future.__init__``: a future made by watched code (of
     the class itself, not a subclass's) becomes a :class:`ThreadFuture` that notes its creating
     call."""
+    return creation_hook(original, "concurrent.futures.Future", _watch_future)
 
-    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
-        original(self, *args, **kwargs)
-        if type(self) is _base.Future and note_creation(
-            self, _getframe(1), "concurrent.futures.Future"
-        ):
-            self.__class__ = ThreadFuture  # (a subclass keeps its own methods: not watched)
 
-    if speedups is None:
-        return __init__
-    return speedups.CreationGate(original, __init__, MACHINERY)
+def _watch_future(future: Any) -> None:
+    if type(future) is _base.Future:  # a subclass keeps its own methods: not watched
+        future.__class__ = ThreadFuture
 
 
 def _executor_ended(
@@ -317,9 +313,15 @@ def create_future_factory(original: Any) -> Any:
     :class:`Future` that notes its creating call."""
 
     def create_future(self: Any) -> Any:
-        note = creation_note_of(_getframe(1), "asyncio.Future")
-        if note is None:
-            return original(self)
+        frame = _getframe(1)
+        code = frame.f_code
+        module = _watched_file(code.co_filename)
+        if module is None:  # not known to be watched code: the whole rule
+            note = creation_note_of(frame, "asyncio.Future")
+            if note is None:
+                return original(self)
+        else:
+            note = code, frame.f_lasti, module
         future = Future(loop=self)
         future._lw_made = note
         return future
