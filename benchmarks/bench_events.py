@@ -135,7 +135,11 @@ def measure(args: argparse.Namespace) -> dict:
     expected = {"threading.Event", "asyncio.Event", "asyncio.Future", "concurrent.futures.Future"}
     if not expected <= kinds:
         raise SystemExit(f"a blocked wait went unrecorded: recorded {sorted(kinds)}")
-    return {"path": "C" if _fast_path.SPEEDUPS else "Python", "python": sys.version.split()[0], "rows": rows}
+    return {
+        "path": "C" if _fast_path.SPEEDUPS else "Python",
+        "python": sys.version.split()[0],
+        "rows": rows,
+    }
 
 
 def child(env: dict[str, str], argv: list[str]) -> dict:

@@ -145,7 +145,7 @@ def creation_hook(original: Any, kind: str, then: Any) -> Any:
         if then is not None:
             then(self)
 
-    code = getattr(original, "__code__", None)
+    code: Any = getattr(original, "__code__", None)
     plain = code is not None and code.co_argcount == 1 and not code.co_kwonlyargcount
     plain = plain and not code.co_flags & (inspect.CO_VARARGS | inspect.CO_VARKEYWORDS)
     hook = __init_no_arguments__ if plain else __init__

@@ -148,7 +148,9 @@ def _role(frame: Any) -> str:
 
 
 _columns: dict[tuple[Any, int], int | None] = {}  # (code, instruction offset) -> column
-_first_column: dict[tuple[str, int], int | None] = {}  # (file, line) -> first column created at
+_first_column: dict[
+    tuple[str, int | None], int | None
+] = {}  # (file, line) -> first column created at
 
 
 def _column(frame: Any) -> int | None:
