@@ -38,10 +38,10 @@ from ..record._outbox import OUTBOX
 from ..record._recorder import RECORDER, WorkerState
 from ._fast_path import speedups
 from ._handoffs import (
+    add_give,
     blocked_wait,
     blocked_wait_async,
     gave,
-    handoff_stats,
     record_wait,
     skip_frames_of,
     task_state,
@@ -83,8 +83,7 @@ def _notify_hooks(cond: Any, find_state: Any) -> None:
 
     def _notify(*args: Any, **kwargs: Any) -> None:
         notify(*args, **kwargs)  # raises when the lock is not held: then it notified nobody
-        # A give (_handoffs.gave, inlined: a condition never takes, so it has no hold to pair;
-        # this runs on every notify).
+        # A give with no take: a condition never takes, so it has no hold to pair.
         try:
             if find_state is None:
                 try:
@@ -93,13 +92,8 @@ def _notify_hooks(cond: Any, find_state: Any) -> None:
                     state = RECORDER.thread_state()
             else:
                 state = find_state()
-            if state.in_lockwatch:
-                return
-            condition_class = cond._lockwatch_class
-            stats = state.signals.get(condition_class)
-            if stats is None:
-                stats = handoff_stats(state, condition_class)
-            stats.gives += 1  # (no clock: a notify is made under the lock, whose release reads it)
+            if not state.in_lockwatch:
+                add_give(state, cond._lockwatch_class)
         except Exception as exc:
             OUTBOX.failed(exc)
 

@@ -37,25 +37,25 @@ original. On the C path, the machinery's creations go straight to the original `
 from __future__ import annotations
 
 import inspect
+import operator
 import sys
 import threading
-import weakref
 from time import perf_counter_ns as _pc
 from typing import Any
 
 from ..record._outbox import OUTBOX
 from ._fast_path import speedups
 from ._handoffs import (
+    add_give,
     blocked_wait,
     blocked_wait_async,
     excluded_wait,
-    handed,
+    give_hook,
     record_wait,
     running_task_state,
     skip_frames_of,
     task_state,
     thread_state,
-    woke,
 )
 from ._naming import MACHINERY, WATCHED_FILES, LockClass, class_of_note, creation_note
 
@@ -63,11 +63,12 @@ __all__ = [
     "async_wait_factory",
     "creation_hook",
     "creation_note_of",
+    "ended_when",
     "hand_off_ended",
     "named",
     "no_class",
     "note_creation",
-    "stamp",
+    "set_hook",
     "tag_init_factory",
     "threading_wait_factory",
 ]
@@ -182,52 +183,50 @@ def hand_off_ended(
     except Exception:  # a subclass's own __getattr__: no hand-off is seen
         peer = False
     if peer:
-        handed(state, lock_class)
-
-
-def stamp(obj: Any, find_state: Any, lock_class: Any) -> None:
-    """A set that ends a blocked wait on ``obj``: the setter's give, and whether it was a
-    peer's (read by the waiter when it wakes: so stamped before the set wakes it)."""
-    try:
-        obj._lw_peer = not excluded_wait() and woke(find_state, lock_class)
-    except Exception as exc:  # a subclass with no room for it: no hand-off is seen
-        OUTBOX.failed(exc)
+        add_give(state, lock_class)
 
 
 # -- threading.Event ------------------------------------------------------------------------
 _threading_calls: dict = {}
 
 
-def _threading_set_hook(event: Any) -> None:
-    """Give ``event`` its own ``set``: a give when it ends a blocked wait."""
-    ref = weakref.ref(event)
-    set_event = type(event).set  # the class's (a subclass's override runs as before)
-
-    def set() -> None:  # noqa: A001 (the method's own name)
-        event = ref()
-        if event is None:  # nobody can be waiting on it
-            return
-        try:
-            waking = not event._flag and bool(event._cond._waiters)
-        except Exception:  # a subclass without the stdlib's fields
-            waking = False
-        if waking:
-            stamp(event, thread_state, event._lockwatch_class)
-        set_event(event)
-
-    set.__doc__ = set_event.__doc__
-    event.set = set
-
-
-def _threading_ended(
-    event: Any, state: Any, lock_class: Any, t0: int, context: Any, result: Any, raised: bool
-) -> None:
-    t1 = _pc()
+def _threading_waking(event: Any) -> bool:
+    """Whether a ``set`` now ends a blocked wait."""
     try:
-        ok = bool(event.is_set())
-    except Exception:  # a subclass's odd state: count the wait as given up
-        ok = False
-    hand_off_ended(event, state, lock_class, t0, t1, ok, context)
+        return not event._flag and bool(event._cond._waiters)
+    except Exception:  # a subclass without the stdlib's fields
+        return False
+
+
+def set_hook(waking: Any, find_state: Any) -> Any:
+    """``hook(event)``: gives ``event`` its own ``set`` (``_handoffs.give_hook``), a give of
+    the worker ``find_state()`` returns when ``waking(event)``."""
+
+    def hook(event: Any) -> None:
+        give_hook(event, "set", type(event).set, waking, find_state)
+
+    return hook
+
+
+def ended_when(done: Any) -> Any:
+    """The ``ended`` of a thread's blocked wait on an event or a future: set (not given up) when
+    ``done(obj)`` says so after it."""
+
+    def ended(
+        obj: Any, state: Any, lock_class: Any, t0: int, context: Any, result: Any, raised: bool
+    ) -> None:
+        t1 = _pc()
+        try:
+            ok = bool(done(obj))
+        except Exception:  # a subclass's odd state: count the wait as given up
+            ok = False
+        hand_off_ended(obj, state, lock_class, t0, t1, ok, context)
+
+    return ended
+
+
+_threading_set_hook = set_hook(_threading_waking, thread_state)
+_threading_ended = ended_when(operator.methodcaller("is_set"))
 
 
 def threading_wait_factory(original: Any) -> Any:
@@ -251,25 +250,14 @@ def threading_wait_factory(original: Any) -> Any:
 _async_calls: dict = {}
 
 
-def _async_set_hook(event: Any) -> None:
-    """Give ``event`` its own ``set``: a give of the running task when it ends a blocked wait."""
-    ref = weakref.ref(event)
-    set_event = type(event).set
+def _async_waking(event: Any) -> bool:
+    try:
+        return not event._value and bool(event._waiters)
+    except Exception:
+        return False
 
-    def set() -> None:  # noqa: A001
-        event = ref()
-        if event is None:
-            return
-        try:
-            waking = not event._value and bool(event._waiters)
-        except Exception:
-            waking = False
-        if waking:
-            stamp(event, running_task_state, event._lockwatch_class)
-        set_event(event)
 
-    set.__doc__ = set_event.__doc__
-    event.set = set
+_async_set_hook = set_hook(_async_waking, running_task_state)
 
 
 def _async_ended(

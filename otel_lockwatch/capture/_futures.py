@@ -47,19 +47,22 @@ import asyncio
 import asyncio.base_events
 import asyncio.futures
 import concurrent.futures._base as _base
+import operator
 import sys
 import weakref
 from time import perf_counter_ns as _pc
 from typing import Any
 
-from ._events import creation_hook, creation_note_of, hand_off_ended, named, stamp
+from ._events import creation_hook, creation_note_of, ended_when, hand_off_ended, named
 from ._fast_path import speedups
 from ._handoffs import (
     blocked_wait,
     blocked_wait_async,
     excluded_wait,
+    give_hook,
     running_task_state,
     skip_frames_of,
+    stamp,
     task_state,
     thread_state,
 )
@@ -119,15 +122,7 @@ def _blocked(future: Any, wait: Any, *args: Any) -> Any:
     return blocked_wait(future, state, lock_class, _thread_ended, wait, *args)
 
 
-def _thread_ended(
-    future: Any, state: Any, lock_class: Any, t0: int, context: Any, result: Any, raised: bool
-) -> None:
-    t1 = _pc()
-    try:
-        ok = bool(future.done())
-    except Exception:  # a subclass's odd state: count the wait as given up
-        ok = False
-    hand_off_ended(future, state, lock_class, t0, t1, ok, context)
+_thread_ended = ended_when(operator.methodcaller("done"))
 
 
 def _waking(future: Any) -> bool:
@@ -142,23 +137,8 @@ def _waking(future: Any) -> bool:
 def _thread_hooks(future: Any) -> None:
     """Give ``future`` its own ``set_result`` and ``set_exception``: a give when they end a
     blocked wait."""
-    ref = weakref.ref(future)
-
-    def set_result(result: Any) -> None:
-        future = ref()
-        if future is not None:
-            if _waking(future):
-                stamp(future, thread_state, future._lockwatch_class)
-            _cf_set_result(future, result)
-
-    def set_exception(exception: Any) -> None:
-        future = ref()
-        if future is not None:
-            if _waking(future):
-                stamp(future, thread_state, future._lockwatch_class)
-            _cf_set_exception(future, exception)
-
-    future.set_result, future.set_exception = set_result, set_exception
+    give_hook(future, "set_result", _cf_set_result, _waking, thread_state)
+    give_hook(future, "set_exception", _cf_set_exception, _waking, thread_state)
 
 
 def future_init_factory(original: Any) -> Any:
@@ -284,22 +264,20 @@ def _async_hooks(future: Any) -> None:
     ends, and the resolving worker's give."""
     future._lw_waiting = 0
     ref = weakref.ref(future)
+    future.set_result = _resolving(ref, _set_result)
+    future.set_exception = _resolving(ref, _set_exception)
 
-    def set_result(result: Any) -> None:
+
+def _resolving(ref: Any, plain: Any) -> Any:
+    def resolve(value: Any) -> None:
         future = ref()
         if future is not None:
-            _set_result(future, result)
+            plain(future, value)
             if future._lw_waiting:
                 _resolved(future)
 
-    def set_exception(exception: Any) -> None:
-        future = ref()
-        if future is not None:
-            _set_exception(future, exception)
-            if future._lw_waiting:
-                _resolved(future)
-
-    future.set_result, future.set_exception = set_result, set_exception
+    resolve.__name__, resolve.__doc__ = plain.__name__, plain.__doc__
+    return resolve
 
 
 def _resolved(future: Any) -> None:

@@ -31,6 +31,7 @@ import asyncio.locks
 import queue
 import sys
 import threading
+import weakref
 from collections.abc import Awaitable, Callable
 from time import perf_counter_ns as _pc
 from typing import Any
@@ -46,15 +47,17 @@ from ._naming import LockClass, excluded_caller, site_of
 __all__ = [
     "HANDOFF_EXTRA",
     "Ended",
+    "add_give",
     "blocked_wait",
     "blocked_wait_async",
     "excluded_wait",
     "gave",
-    "handed",
+    "give_hook",
     "handoff_stats",
     "record_wait",
     "running_task_state",
     "skip_frames_of",
+    "stamp",
     "task_state",
     "thread_state",
     "took",
@@ -130,19 +133,13 @@ def blocked_wait(
     end. ``enrol``: the worker is one of the class's from the start (it counts as alive while it
     waits), unless the call may raise before it waits (a condition's lock not held), when it is
     from the wait's end. Its result or exception is the caller's."""
-    if enrol:
-        _enrol(state, lock_class)
-    context = current_context()
-    before, state.waiting = state.waiting, lock_class  # for the live gauges
-    t0 = _pc()
+    started = _started(state, lock_class, enrol)
     try:
         result = wait(*args)
     except BaseException:  # interrupted while waiting (a timeout, a KeyboardInterrupt)
-        state.waiting = before
-        _end(ended, obj, state, lock_class, t0, context, None, True)
+        _ended(started, ended, obj, state, lock_class, None, True)
         raise
-    state.waiting = before
-    _end(ended, obj, state, lock_class, t0, context, result, False)
+    _ended(started, ended, obj, state, lock_class, result, False)
     return result
 
 
@@ -155,33 +152,42 @@ async def blocked_wait_async(
     enrol: bool = True,
 ) -> Any:
     """``await waiting``: :func:`blocked_wait` for a task (``state`` the task's)."""
-    if enrol:
-        _enrol(state, lock_class)
+    started = _started(state, lock_class, enrol)
+    try:
+        return_value = await waiting
+    except BaseException:  # cancelled (a timeout around it): it gave up
+        _ended(started, ended, obj, state, lock_class, None, True)
+        raise
+    _ended(started, ended, obj, state, lock_class, return_value, False)
+    return return_value
+
+
+def _started(state: WorkerState, lock_class: LockClass, enrol: bool) -> tuple[Any, Any, int]:
+    """A blocked wait begins: the worker's ``waiting`` before it, the context, the clock."""
+    if enrol:  # a worker of the class from now: it counts as alive while it waits
+        try:
+            handoff_stats(state, lock_class)
+        except Exception as exc:
+            OUTBOX.failed(exc)
     context = current_context()
     before, state.waiting = state.waiting, lock_class  # for the live gauges
-    t0 = _pc()
-    try:
-        result = await waiting
-    except BaseException:  # cancelled (a timeout around it): it gave up
-        state.waiting = before
-        _end(ended, obj, state, lock_class, t0, context, None, True)
-        raise
+    return before, context, _pc()
+
+
+def _ended(
+    started: tuple[Any, Any, int],
+    ended: Ended,
+    obj: Any,
+    state: WorkerState,
+    lock_class: LockClass,
+    result: Any,
+    raised: bool,
+) -> None:
+    """A blocked wait ended: the worker waits no more, and the path records it."""
+    before, context, t0 = started
     state.waiting = before
-    _end(ended, obj, state, lock_class, t0, context, result, False)
-    return result
-
-
-def _enrol(state: WorkerState, lock_class: LockClass) -> None:
-    """A worker of the class from now: it counts as alive while it waits."""
     try:
-        handoff_stats(state, lock_class)
-    except Exception as exc:
-        OUTBOX.failed(exc)
-
-
-def _end(ended: Ended, *args: Any) -> None:
-    try:
-        ended(*args)
+        ended(obj, state, lock_class, t0, context, result, raised)
     except Exception as exc:  # never into the host
         OUTBOX.failed(exc)
 
@@ -202,10 +208,7 @@ def record_wait(
             stats.wait_ns += waited_ns
         if not ok:
             stats.timeouts += 1
-        bits = waited_ns.bit_length()
-        bucket = ((bits - 5) << 4) + (waited_ns >> (bits - 5)) if bits > 5 else waited_ns
-        histogram = stats.wait_histogram
-        histogram[bucket] = histogram.get(bucket, 0) + 1
+        _count(stats.wait_histogram, waited_ns)
         if waited_ns > stats.wait_max_ns:
             stats.wait_max_ns = waited_ns
         if waited_ns < stats.wait_min_ns:
@@ -229,6 +232,13 @@ def record_wait(
         state.in_lockwatch = False
 
 
+def _count(histogram: dict[int, int], ns: int) -> None:
+    """One sample of ``ns`` in a log-linear histogram's buckets (``record._histogram``'s)."""
+    bits = ns.bit_length()
+    bucket = ((bits - 5) << 4) + (ns >> (bits - 5)) if bits > 5 else ns
+    histogram[bucket] = histogram.get(bucket, 0) + 1
+
+
 def took(state: WorkerState, lock_class: LockClass, left: int, capacity: int) -> None:
     """A take (a checkout): ``left`` items or permits remain, of ``capacity`` (-1: unknown)."""
     try:
@@ -236,10 +246,8 @@ def took(state: WorkerState, lock_class: LockClass, left: int, capacity: int) ->
         stats = handoff_stats(state, lock_class)
         stats.takes += 1
         stats.pending.append(now)
-        if left < stats.fewest:
-            stats.fewest = left
-        if capacity > stats.most:
-            stats.most = capacity
+        stats.fewest = min(stats.fewest, left)
+        stats.most = max(stats.most, capacity)
         state.last = now
     except Exception as exc:
         OUTBOX.failed(exc)
@@ -257,10 +265,7 @@ def gave(state: WorkerState, lock_class: LockClass, held: int) -> None:
         if pending:
             held_ns = now - pending.pop()
             stats.hold_total_ns += held_ns
-            bits = held_ns.bit_length()
-            bucket = ((bits - 5) << 4) + (held_ns >> (bits - 5)) if bits > 5 else held_ns
-            histogram = stats.hold_histogram
-            histogram[bucket] = histogram.get(bucket, 0) + 1
+            _count(stats.hold_histogram, held_ns)
             if held_ns > stats.hold_max_ns:
                 stats.hold_max_ns = held_ns
             if held_ns < stats.hold_min_ns:
@@ -272,11 +277,39 @@ def gave(state: WorkerState, lock_class: LockClass, held: int) -> None:
         OUTBOX.failed(exc)
 
 
+def give_hook(obj: Any, name: str, plain: Any, waking: Any, find_state: Any) -> None:
+    """Give ``obj`` a method ``name`` of its own (an instance attribute holding ``obj`` weakly):
+    ``plain(obj, ...)``, after the give of the worker ``find_state()`` returns when
+    ``waking(obj)`` says the call ends a blocked wait (stamped first: the waiter reads it when it
+    wakes). An event's ``set``, a thread's future's ``set_result``."""
+    ref = weakref.ref(obj)
+
+    def hook(*args: Any) -> Any:
+        current = ref()
+        if current is None:  # nobody can be waiting on it
+            return None
+        if waking(current):
+            stamp(current, find_state, current._lockwatch_class)
+        return plain(current, *args)
+
+    hook.__name__, hook.__doc__ = name, plain.__doc__
+    setattr(obj, name, hook)
+
+
+def stamp(obj: Any, find_state: Any, lock_class: LockClass) -> None:
+    """A set that ends a blocked wait on ``obj``: the setter's give, and whether it was a
+    peer's (``obj._lw_peer``, read by the waiter when it wakes)."""
+    try:
+        obj._lw_peer = not excluded_wait() and woke(find_state, lock_class)
+    except Exception as exc:  # a subclass with no room for it: no hand-off is seen
+        OUTBOX.failed(exc)
+
+
 def woke(find_state: Any, lock_class: LockClass) -> bool:
     """A give that ended another worker's wait and pairs with no checkout (an event's ``set``,
     a future's result): one give of the worker ``find_state()`` returns (None: no worker).
     Returns whether that worker waits on the class itself (a hand-off between peers:
-    :func:`handed`)."""
+    :func:`add_give`)."""
     try:
         state = find_state()
         if state is None or state.in_lockwatch:
@@ -292,10 +325,11 @@ def woke(find_state: Any, lock_class: LockClass) -> bool:
         return False
 
 
-def handed(state: WorkerState, lock_class: LockClass) -> None:
-    """A wait on an event or a future that a peer ended, one that waits on the class too: the
-    waiter is in the pool's chain of hand-offs, and that counts as one give of its own (it will
-    hand on what it was handed, and a hand-on with nobody waiting sets nothing to see)."""
+def add_give(state: WorkerState, lock_class: LockClass) -> None:
+    """One give that pairs with no take and needs no clock: a condition's ``notify`` (made under
+    the lock, whose release reads the clock), or a wait on an event or a future that a peer
+    ended, one that waits on the class too (the waiter is in the pool's chain of hand-offs: it
+    will hand on what it was handed, and a hand-on with nobody waiting sets nothing to see)."""
     try:
         stats = state.signals.get(lock_class)
         if stats is None:
