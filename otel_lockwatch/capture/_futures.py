@@ -159,7 +159,7 @@ def _executor_ended(
     t1 = _pc()
     pending, test = futures
     try:
-        ok = test(f.done() for f in pending)
+        ok = test(future.done() for future in pending)
     except Exception:
         ok = False
     hand_off_ended(pending[0], state, lock_class, t0, t1, ok, context)
@@ -171,14 +171,18 @@ def executor_wait_factory(original: Any) -> Any:
 
     def wait(fs: Any, timeout: float | None = None, return_when: str = _base.ALL_COMPLETED) -> Any:
         fs = list(fs)  # read once: the original reads it again (a generator would be spent)
-        pending = [f for f in fs if type(f) is ThreadFuture and f._state not in _FINISHED]
+        pending = [
+            future
+            for future in fs
+            if type(future) is ThreadFuture and future._state not in _FINISHED
+        ]
         state = thread_state() if pending else None
         if state is None or state.in_lockwatch or excluded_wait():
             return original(fs, timeout, return_when)
         pending = [
-            f
-            for f in pending
-            if named(f, "concurrent.futures.Future", _thread_calls, _thread_hooks) is not None
+            future
+            for future in pending
+            if named(future, "concurrent.futures.Future", _thread_calls, _thread_hooks) is not None
         ]
         if not pending:
             return original(fs, timeout, return_when)
