@@ -163,13 +163,17 @@ def named(obj: Any, kind: str, calls: dict, hooks: Any) -> LockClass | None:
         return lock_class
     try:
         lock_class = class_of_note(getattr(obj, "_lw_made", None), kind, calls)
-        if lock_class is not None:
-            hooks(obj)
-            obj._lockwatch_class = lock_class
-        return lock_class
+        if lock_class is None:
+            return None
+        obj._lockwatch_class = lock_class  # first: a hook reads it
     except Exception as exc:  # never into the host: it works unwatched
         OUTBOX.failed(exc)
         return None
+    try:
+        hooks(obj)
+    except Exception as exc:  # a subclass with no room for them: its sets are not seen
+        OUTBOX.failed(exc)
+    return lock_class
 
 
 def hand_off_ended(

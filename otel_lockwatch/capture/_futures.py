@@ -222,7 +222,7 @@ class Future(asyncio.Future):
                 self._asyncio_future_blocking = True
                 yield self  # the task waits for it to be done
             else:
-                self._lw_waiting += 1
+                self._lw_waiting = getattr(self, "_lw_waiting", 0) + 1
                 self._lw_resolved = 0
                 try:
                     waiting = blocked_wait_async(
