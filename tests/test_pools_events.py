@@ -316,6 +316,32 @@ def test_an_idle_executor_and_its_callers_futures_are_low_contention(watched):
 
 
 # -- the capture: what is watched, what a wait and a set record ------------------------------
+_MADE_BEFORE = threading.Event()  # made at import, before any instrument(): never watched
+
+
+def test_a_wait_on_an_event_nobody_watches_does_not_start_a_worker(watched):
+    """A wait on an event that is not watched (made before instrumenting, or the machinery's:
+    a process pool's child starting its threads) does not make the thread a worker: its
+    observed time starts at its first watched acquisition, not at that wait (a spawned child's
+    workers counted their whole start as observed time when it did)."""
+    lock = threading.Lock()
+    _MADE_BEFORE.clear()
+
+    def work() -> None:
+        _MADE_BEFORE.wait()
+        with lock:
+            pass
+
+    waiter = threading.Thread(target=work, name="waits-then-works")
+    waiter.start()
+    _until(lambda: _MADE_BEFORE._cond._waiters)
+    time.sleep(0.3)  # ok: a wait long enough to be told from the observed time of a `with`
+    _MADE_BEFORE.set()
+    waiter.join()
+    observed_ns = RECORDER.snapshot()["workers"]["waits-then-works"]["observed_ns"]
+    assert observed_ns < 300_000_000, observed_ns
+
+
 def _signal_waits(kind: str) -> dict:
     """The one class of ``kind``: its ``signal_waits``."""
     (lock,) = [v for v in RECORDER.snapshot()["locks"].values() if v["kind"] == kind]

@@ -176,6 +176,13 @@ def named(obj: Any, kind: str, calls: dict, hooks: Any) -> LockClass | None:
     return lock_class
 
 
+def _noted(event: Any) -> bool:
+    """Whether ``event`` was made by watched code while instrumented (named, or with its
+    creation noted): any other event's wait runs the original, and its worker is not looked up
+    (a thread that only waits on the machinery's events is no worker)."""
+    return event._lockwatch_class is not None or getattr(event, "_lw_made", None) is not None
+
+
 def hand_off_ended(
     obj: Any, state: Any, lock_class: Any, t0: int, t1: int, ok: bool, context: Any
 ) -> None:
@@ -237,7 +244,7 @@ def threading_wait_factory(original: Any) -> Any:
     """The patched ``threading.Event.wait``."""
 
     def wait(self: Any, timeout: float | None = None) -> bool:
-        if self._flag:
+        if self._flag or not _noted(self):
             return original(self, timeout)
         state = thread_state()
         if state.in_lockwatch or excluded_wait():
@@ -274,7 +281,7 @@ def async_wait_factory(original: Any) -> Any:
     """The patched ``asyncio.Event.wait`` (the worker is the task)."""
 
     async def wait(self: Any) -> bool:
-        if self._value:
+        if self._value or not _noted(self):
             return await original(self)
         state = task_state()
         if state.in_lockwatch or excluded_wait():
