@@ -308,7 +308,7 @@ def test_bad_pool_size_env_is_warned_once_and_ignored(monkeypatch, caplog):
         evaluate(snapshot([("a", "l", 0, 0)]))
     assert m.pool_size_source == "observed"
     assert [r.getMessage() for r in caplog.records] == [
-        "otel-lockwatch: OTEL_PYTHON_LOCKWATCH_POOL_SIZE must be an integer >= 1, got 'lots'; "
+        "otel-lockwatch: OTEL_PYTHON_LOCKWATCH_POOL_SIZE must be an integer in [1, 1048576], got 'lots'; "
         "using the default None"
     ]
 
@@ -316,9 +316,17 @@ def test_bad_pool_size_env_is_warned_once_and_ignored(monkeypatch, caplog):
 @pytest.mark.parametrize(
     ("kwargs", "error", "message"),
     [
-        ({"pool_size": 0}, ValueError, r"^pool_size must be an integer >= 1, got 0$"),
-        ({"pool_size": 2.5}, ValueError, r"^pool_size must be an integer >= 1, got 2\.5$"),
-        ({"pool_size": True}, ValueError, r"^pool_size must be an integer >= 1, got True$"),
+        ({"pool_size": 0}, ValueError, r"^pool_size must be an integer in \[1, 1048576\], got 0$"),
+        (
+            {"pool_size": 2.5},
+            ValueError,
+            r"^pool_size must be an integer in \[1, 1048576\], got 2\.5$",
+        ),
+        (
+            {"pool_size": True},
+            ValueError,
+            r"^pool_size must be an integer in \[1, 1048576\], got True$",
+        ),
         (
             {"hot_lock_threshold_pct": 0},
             ValueError,

@@ -24,7 +24,7 @@ from otel_lockwatch.manifest._check import check_doc
 from otel_lockwatch.manifest._evaluate import evaluate
 from otel_lockwatch.manifest._io import dump_manifest, load_manifest
 from otel_lockwatch.manifest._model import Verdict, compute_digest
-from otel_lockwatch.manifest._pools import POOL_DERIVED_FIELDS, SignalSplit
+from otel_lockwatch.manifest._pools import POOL_DERIVED_FIELDS, HandoffSplit
 from otel_lockwatch.record._histogram import LogHistogram
 
 MS = 1_000_000
@@ -55,7 +55,7 @@ def roomy(kind: str = "semaphore") -> dict:
 def test_a_checkout_that_waits_for_a_slot_is_contention():
     """Every worker gives back what it takes: all of the pool's signal waits are contention."""
     run = PoolRun(16, 2)
-    split = SignalSplit(pool_data(run, "semaphore")["locks"][POOL])
+    split = HandoffSplit(pool_data(run, "semaphore")["locks"][POOL])
     assert split.is_pool and split.idle == {} and split.idle_ns == 0
     assert split.contention_ns == sum(map(sum, run.waits.values())) > 0
     assert set(split.contention) == set(run.names)
@@ -64,7 +64,7 @@ def test_a_checkout_that_waits_for_a_slot_is_contention():
 def test_a_consumer_waiting_for_work_is_idle():
     """Consumers never put: their get-waits are idle, the queue is no resource pool."""
     data = make_producer_consumer()
-    split = SignalSplit(evaluate(data).data["locks"][QUEUE])
+    split = HandoffSplit(evaluate(data).data["locks"][QUEUE])
     assert not split.is_pool
     assert split.contention_ns == 0 and split.idle_ns > 0
     assert set(split.idle) == {f"consumer-{i}" for i in range(4)}

@@ -22,9 +22,11 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import gc
 import sqlite3
 import threading
 import time
+import weakref
 from collections.abc import Callable, Iterator
 
 import pytest
@@ -314,6 +316,32 @@ def test_an_idle_executor_and_its_callers_futures_are_low_contention(watched):
 
 
 # -- the capture: what is watched, what a wait and a set record ------------------------------
+_MADE_BEFORE = threading.Event()  # made at import, before any instrument(): never watched
+
+
+def test_a_wait_on_an_event_nobody_watches_does_not_start_a_worker(watched):
+    """A wait on an event that is not watched (made before instrumenting, or the machinery's:
+    a process pool's child starting its threads) does not make the thread a worker: its
+    observed time starts at its first watched acquisition, not at that wait (a spawned child's
+    workers counted their whole start as observed time when it did)."""
+    lock = threading.Lock()
+    _MADE_BEFORE.clear()
+
+    def work() -> None:
+        _MADE_BEFORE.wait()
+        with lock:
+            pass
+
+    waiter = threading.Thread(target=work, name="waits-then-works")
+    waiter.start()
+    _until(lambda: _MADE_BEFORE._cond._waiters)
+    time.sleep(0.3)  # ok: a wait long enough to be told from the observed time of a `with`
+    _MADE_BEFORE.set()
+    waiter.join()
+    observed_ns = RECORDER.snapshot()["workers"]["waits-then-works"]["observed_ns"]
+    assert observed_ns < 300_000_000, observed_ns
+
+
 def _signal_waits(kind: str) -> dict:
     """The one class of ``kind``: its ``signal_waits``."""
     (lock,) = [v for v in RECORDER.snapshot()["locks"].values() if v["kind"] == kind]
@@ -324,17 +352,20 @@ def test_instrument_uninstrument_restores_events_and_futures():
     import asyncio.base_events
 
     owners = {
-        threading.Event: ("__init__", "wait", "set"),
-        asyncio.Event: ("__init__", "wait", "set"),
+        threading.Event: ("__init__", "wait"),
+        asyncio.Event: ("__init__", "wait"),
         concurrent.futures.Future: ("__init__",),
         asyncio.base_events.BaseEventLoop: ("create_future",),
     }
     before = {(o, n): vars(o)[n] for o, names in owners.items() for n in names}
+    sets = {kind: vars(kind)["set"] for kind in (threading.Event, asyncio.Event)}
     waiting = concurrent.futures.wait
     inst = LockwatchInstrumentor()
     inst.instrument(manifest=False)
     try:
         assert all(vars(o)[n] is not f for (o, n), f in before.items())
+        # an event's set is the class's own: only an event whose wait blocked gets its own
+        assert {kind: vars(kind)["set"] for kind in sets} == sets
         assert threading.Event._lockwatch_class is None and concurrent.futures.wait is not waiting
     finally:
         inst.uninstrument()
@@ -517,3 +548,43 @@ def test_an_anyio_event_is_named_where_its_caller_made_it(watched):
     (name,) = [n for n, v in RECORDER.snapshot()["locks"].items() if v["kind"] == "asyncio.Event"]
     assert name.startswith("test_pools_events:main:"), name
     assert RECORDER.snapshot()["locks"][name]["role"].startswith("anyio."), name
+
+
+def test_an_event_or_a_future_nobody_waits_on_is_only_noted(watched):
+    """Made and set with nobody waiting (a request that found a connection free), an event or a
+    future carries the note of its creating call and nothing else: no class yet, and its set is
+    the plain one. The first wait that blocks names it, by where it was made, and gives that
+    one object a set of its own, which holds it weakly: it is freed by reference counting
+    alone."""
+    event, future = threading.Event(), concurrent.futures.Future()
+
+    async def made() -> tuple:
+        return asyncio.Event(), asyncio.get_running_loop().create_future()
+
+    async_event, async_future = asyncio.run(made())
+    for made_here in (event, future, async_event, async_future):
+        assert getattr(made_here, "_lockwatch_class", None) is None, made_here
+    assert "set" not in vars(event) and "set" not in vars(async_event)
+    assert "set_result" not in vars(type(future)) and "set_result" not in vars(type(async_future))
+
+    gone = _waited_on_once(event)
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        del event
+        assert gone() is None
+    finally:
+        if collecting:
+            gc.enable()
+
+
+def _waited_on_once(event: threading.Event) -> weakref.ref:
+    """A thread waits on ``event`` until it is set: named, with a set of its own."""
+    waiting = threading.Thread(target=event.wait)
+    waiting.start()
+    _until(lambda: event._cond._waiters)
+    event.set()
+    waiting.join()
+    assert event._lockwatch_class.name.startswith("test_pools_events:test_an_event_or_a_future")
+    assert "set" in vars(event)
+    return weakref.ref(event)

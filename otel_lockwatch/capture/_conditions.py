@@ -1,13 +1,13 @@
-"""Watched conditions: ``wait`` is a signal wait, ``notify`` its signal.
+"""Watched conditions: ``wait`` is a hand-off wait, ``notify`` its give.
 
 A pool built on a ``Condition`` (SQLAlchemy's ``QueuePool``, a list guarded by a condition)
 checks a connection out in ``wait()``: the worker waits for a peer to give one back, not for the
 mutex. So time in ``wait()`` / ``wait_for()`` on a watched condition (one created by watched code
-while instrumented) is a signal wait on the condition's class (kind ``threading.Condition`` /
+while instrumented) is a hand-off wait on the condition's class (kind ``threading.Condition`` /
 ``asyncio.Condition``, named by its creation site), with the waits that timed out counted; every
-``notify`` / ``notify_all`` call is a signal of the calling worker. A ``threading.Condition``
+``notify`` / ``notify_all`` call is a give of the calling worker. A ``threading.Condition``
 made without a lock gets a watched ``RLock`` of the condition's own class, so its mutex waits and
-holds and its signal waits are reported together.
+holds and its hand-off waits are reported together.
 
 **Per condition, not per class.** The patched ``__init__`` gives a watched condition its own
 ``wait`` and ``notify`` (instance attributes wrapping what the instance had, so a subclass's
@@ -18,11 +18,11 @@ own, in an ``Event``, a ``Barrier``, a semaphore or a queue) is never touched an
 Like a lock proxy, a condition created while instrumented keeps recording after
 ``uninstrument()``.
 
-**The re-acquire is not a signal wait.** ``wait()`` ends by re-acquiring the condition's lock
+**The re-acquire is not a hand-off wait.** ``wait()`` ends by re-acquiring the condition's lock
 (``_acquire_restore``; for asyncio, the condition's ``acquire``). That re-acquire is a mutex
-wait, recorded as one when the lock is watched, so the signal wait ends where the re-acquire
+wait, recorded as one when the lock is watched, so the hand-off wait ends where the re-acquire
 begins: the re-acquire of a watched condition stamps the wake-up time for the waiting worker.
-The signal wait runs from the call to the wake-up; the re-acquire after it counts once, as the
+The hand-off wait runs from the call to the wake-up; the re-acquire after it counts once, as the
 mutex wait it is (or not at all when the lock is not watched).
 
 The ``*_factory`` functions build what the patch table (``_patches``) installs.
@@ -35,10 +35,19 @@ from time import perf_counter_ns as _pc
 from typing import Any
 
 from .._session import OUTBOX, RECORDER
-from ._bookkeeping import current_context
+from ..record._recorder import WorkerState
 from ._fast_path import speedups
+from ._handoffs import (
+    add_give,
+    blocked_wait,
+    blocked_wait_async,
+    gave,
+    record_wait,
+    skip_frames_of,
+    task_state,
+    thread_state,
+)
 from ._naming import MACHINERY, LockClass, lock_class, made_by_machinery, watched_site
-from ._signal_waits import gave, signal_stats, skip_frames_of, task_state, thread_state, waited
 from ._threading import LockProxy, RLockProxy
 
 __all__ = ["async_condition_init_factory", "condition_init_factory", "watch_condition"]
@@ -53,7 +62,7 @@ _STDLIB_NOTIFY = threading.Condition.notify
 
 
 def _calls_notify(kind: type) -> bool:
-    """Whether ``kind.notify_all`` signals through ``self.notify`` (which then counts it)."""
+    """Whether ``kind.notify_all`` notifies through ``self.notify`` (which then counts it)."""
     known = _through_notify.get(kind)
     if known is None:
         code = getattr(getattr(kind, "notify_all", None), "__code__", None)
@@ -67,30 +76,24 @@ def _is_stdlib_notify(notify: Any) -> bool:
     return getattr(notify, "__func__", None) is _STDLIB_NOTIFY
 
 
-def _signal_hooks(cond: Any, state: Any) -> None:
+def _notify_hooks(cond: Any, find_state: Any) -> None:
     """Give ``cond`` its own ``notify`` (and ``notify_all``, unless it calls ``notify``);
-    ``state`` finds the calling worker's state (None: the calling thread's)."""
+    ``find_state`` finds the calling worker's state (None: the calling thread's)."""
     notify = cond.notify
 
     def _notify(*args: Any, **kwargs: Any) -> None:
-        notify(*args, **kwargs)  # raises when the lock is not held: then it signalled nothing
-        # A signal (_signal_waits.gave, inlined: a condition never takes, so it has no hold to
-        # pair; this runs on every notify).
+        notify(*args, **kwargs)  # raises when the lock is not held: then it notified nobody
+        # A give with no take: a condition never takes, so it has no hold to pair.
         try:
-            if state is None:
+            if find_state is None:
                 try:
-                    st = _tls.st
+                    state = _tls.st
                 except AttributeError:
-                    st = RECORDER.thread_state()
+                    state = RECORDER.thread_state()
             else:
-                st = state()
-            if st.in_lockwatch:
-                return
-            cls = cond._lockwatch_class
-            s = st.signals.get(cls)
-            if s is None:
-                s = signal_stats(st, cls)
-            s.gives += 1  # (no clock: a notify is made under the lock, whose release reads it)
+                state = find_state()
+            if not state.in_lockwatch:
+                add_give(state, cond._lockwatch_class)
         except Exception as exc:
             OUTBOX.failed(exc)
 
@@ -98,7 +101,7 @@ def _signal_hooks(cond: Any, state: Any) -> None:
     # A thread's notify runs in C when it can (the same count); a task's, here.
     cond.notify = (
         _notify
-        if speedups is None or state is not None
+        if speedups is None or find_state is not None
         else speedups.ConditionNotify(notify, _notify, cond, _is_stdlib_notify(notify))
     )
     if not _calls_notify(type(cond)):
@@ -107,9 +110,9 @@ def _signal_hooks(cond: Any, state: Any) -> None:
         def _notify_all() -> None:
             notify_all()
             try:
-                st = thread_state() if state is None else state()
-                if not st.in_lockwatch:
-                    gave(st, cond._lockwatch_class, -1)
+                state = thread_state() if find_state is None else find_state()
+                if not state.in_lockwatch:
+                    gave(state, cond._lockwatch_class, -1)
             except Exception as exc:
                 OUTBOX.failed(exc)
 
@@ -118,9 +121,9 @@ def _signal_hooks(cond: Any, state: Any) -> None:
 
 
 # -- threading.Condition --------------------------------------------------------------------
-def watch_condition(cond: Any, cls: LockClass) -> None:
-    """Make ``cond`` a watched condition of class ``cls`` (called at its creation)."""
-    cond._lockwatch_class = cls
+def watch_condition(cond: Any, condition_class: LockClass) -> None:
+    """Make ``cond`` a watched condition of class ``condition_class`` (called at its creation)."""
+    cond._lockwatch_class = condition_class
     restore = cond._acquire_restore
     wait = cond.wait
     wakes: dict[int, int] = {}  # thread -> when its wait was woken
@@ -130,31 +133,37 @@ def watch_condition(cond: Any, cls: LockClass) -> None:
         return restore(saved)
 
     def _wait(timeout: float | None = None) -> bool:
-        st = thread_state()
-        if st.in_lockwatch:
+        state = thread_state()
+        if state.in_lockwatch:
             return wait(timeout)
-        ctx = current_context()
-        me = _get_ident()
-        wakes.pop(me, None)
-        cls = cond._lockwatch_class
-        before, st.waiting = st.waiting, cls  # for the live gauges, as _bookkeeping.timed_wait
-        t0 = _pc()
-        try:
-            ok = wait(timeout)
-        except BaseException:
-            woken = wakes.pop(me, 0)
-            if woken:  # it waited, then gave up (an exception while waiting)
-                waited(st, cls, t0, woken, False, ctx, False)
-            raise  # else it never waited (the lock was not held)
-        finally:
-            st.waiting = before
-        waited(st, cls, t0, wakes.pop(me, 0) or _pc(), ok, ctx, False)
-        return ok
+        wakes.pop(_get_ident(), None)
+        return blocked_wait(
+            wakes, state, cond._lockwatch_class, _wait_ended, wait, timeout, enrol=False
+        )
 
     _wait.__doc__ = wait.__doc__
     cond._acquire_restore = _acquire_restore
     cond.wait = _wait
-    _signal_hooks(cond, None)
+    _notify_hooks(cond, None)
+
+
+def _wait_ended(
+    wakes: dict,
+    state: WorkerState,
+    condition_class: LockClass,
+    t0: int,
+    context: Any,
+    ok: Any,
+    raised: bool,
+) -> None:
+    """A thread's ``wait`` ended: at its wake-up (stamped by the re-acquire) when it was woken."""
+    now = _pc()
+    woken = wakes.pop(_get_ident(), 0)
+    if raised:
+        if woken:  # it waited, then gave up (an exception while waiting)
+            record_wait(state, condition_class, t0, woken, False, context, False)
+        return  # else it never waited (the lock was not held)
+    record_wait(state, condition_class, t0, woken or now, bool(ok), context, False)
 
 
 def condition_init_factory(original: Any) -> Any:
@@ -163,7 +172,7 @@ def condition_init_factory(original: Any) -> Any:
 
     def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
         lock: Any = args[0] if args else kwargs.get("lock")
-        cls = None
+        condition_class = None
         if lock is None and len(args) + len(kwargs) <= 1:
             try:
                 machinery = made_by_machinery(1)
@@ -176,9 +185,9 @@ def condition_init_factory(original: Any) -> Any:
         try:
             site = watched_site(1)
             if site is not None:
-                cls = lock_class(site, "threading.Condition", site)
+                condition_class = lock_class(site, "threading.Condition", site)
                 if lock is None:
-                    lock = RLockProxy.watch(_plain_rlock(), cls)
+                    lock = RLockProxy.watch(_plain_rlock(), condition_class)
                     args, kwargs = (lock,), {}
         except Exception as exc:  # never into the host: the condition works unwatched
             OUTBOX.failed(exc)
@@ -189,9 +198,9 @@ def condition_init_factory(original: Any) -> Any:
         elif type(lock) is RLockProxy:
             # The real RLock's own answer, without the proxy's Python frame (notify asks it).
             self._is_owned = lock._lw_lock._is_owned
-        if cls is not None:
+        if condition_class is not None:
             try:
-                watch_condition(self, cls)
+                watch_condition(self, condition_class)
             except Exception as exc:
                 OUTBOX.failed(exc)
 
@@ -199,43 +208,51 @@ def condition_init_factory(original: Any) -> Any:
 
 
 # -- asyncio.Condition ----------------------------------------------------------------------
-def _watch_async(cond: Any, cls: LockClass) -> None:
-    cond._lockwatch_class = cls
+def _watch_async(cond: Any, condition_class: LockClass) -> None:
+    cond._lockwatch_class = condition_class
     acquire = cond.acquire  # the lock's, bound by the condition; wait() re-acquires with it
     wait = cond.wait
     wakes: dict[Any, int] = {}  # waiting worker's state -> when its wait was woken (0: not yet)
 
     async def _acquire() -> bool:
-        st = task_state()
-        if st in wakes:  # the re-acquire of a wait (else `async with`): the wait ends here
-            wakes[st] = _pc()
+        state = task_state()
+        if state in wakes:  # the re-acquire of a wait (else `async with`): the wait ends here
+            wakes[state] = _pc()
         return await acquire()
 
     async def _wait() -> bool:
-        st = task_state()
-        if st.in_lockwatch:
+        state = task_state()
+        if state.in_lockwatch:
             return await wait()
-        ctx = current_context()
-        wakes[st] = 0
-        cls = cond._lockwatch_class
-        before, st.waiting = st.waiting, cls  # for the live gauges
-        t0 = _pc()
-        try:
-            result = await wait()
-        except BaseException:  # cancelled (a timeout around it): it gave up
-            woken = wakes.pop(st, 0)
-            if woken:
-                waited(st, cls, t0, woken, False, ctx, False)
-            raise
-        finally:
-            st.waiting = before
-        waited(st, cls, t0, wakes.pop(st, 0) or _pc(), True, ctx, False)
-        return result
+        wakes[state] = 0
+        return await blocked_wait_async(
+            wakes, state, cond._lockwatch_class, _async_wait_ended, wait(), enrol=False
+        )
 
     _wait.__doc__ = wait.__doc__
     cond.acquire = _acquire
     cond.wait = _wait
-    _signal_hooks(cond, task_state)
+    _notify_hooks(cond, task_state)
+
+
+def _async_wait_ended(
+    wakes: dict,
+    state: WorkerState,
+    condition_class: LockClass,
+    t0: int,
+    context: Any,
+    result: Any,
+    raised: bool,
+) -> None:
+    """A task's ``wait`` ended: at its wake-up (stamped by the re-acquire) when it was woken;
+    raised (cancelled, a timeout around it): it gave up."""
+    now = _pc()
+    woken = wakes.pop(state, 0)
+    if raised:
+        if woken:
+            record_wait(state, condition_class, t0, woken, False, context, False)
+        return
+    record_wait(state, condition_class, t0, woken or now, True, context, False)
 
 
 def async_condition_init_factory(original: Any) -> Any:

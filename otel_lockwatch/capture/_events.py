@@ -1,235 +1,297 @@
-"""Watched events: a blocked ``Event.wait`` is a signal wait, the ``set`` that ends it its signal.
+"""Watched events: a blocked ``Event.wait`` is a hand-off wait, the ``set`` that ends it a give.
 
 A pool that hands a connection to a waiter by setting that waiter's own ``threading.Event``
 (httpcore's ``ConnectionPool``, under httpx: one event per queued request, set by the peer that
 gives a connection back) checks out in ``Event.wait()``: the worker waits for a peer, not for a
 mutex, exactly as in a condition's ``wait``. So an event created by watched code while
 instrumented (a ``threading.Event`` or an ``asyncio.Event``: kind ``threading.Event`` /
-``asyncio.Event``) gets a lock class, named by its creation site as a condition is (one class for
-the events made at one site, however many: one per request), and
+``asyncio.Event``) belongs to a lock class, named by its creation site as a condition is (one
+class for the events made at one site, however many: one per request), and
 
-- a ``wait()`` that finds the event not set is a signal wait on that class, to its return (a
+- a ``wait()`` that finds the event not set is a hand-off wait on that class, to its return (a
   ``threading.Event.wait`` that timed out, or an ``asyncio.Event.wait`` cancelled, counted as
   given up); a ``wait()`` on a set event only passes through;
-- a ``set()`` that ends a blocked wait (the event was clear and had waiters) is a signal of the
+- a ``set()`` that ends a blocked wait (the event was clear and had waiters) is a give of the
   calling worker. A ``set()`` nobody waited for is not counted: the evaluation's rule (a waiter
-  that also signals the class waits for its peers: contention, ``manifest._pools``) reads only
-  the signals that ended waits.
+  that also gives to the class waits for its peers: contention, ``manifest._pools``) reads only
+  the gives that ended waits.
 
-**Where it hooks.** ``__init__``, ``wait`` and ``set`` of the two classes, patched on the class
+**Named at the first blocked wait.** Most events a pool makes are set before anyone waits (a
+request that found a connection free), so an event pays almost nothing until a wait on it
+blocks: its creation notes the creating call (``_naming.creation_note``: the code object and
+offset, one lookup of the file; the standard library's creations on a caller's behalf, and a
+library of primitives' such as anyio's, name the caller then, since that frame is gone by the
+wait), and its ``set`` is the class's own. The first ``wait()`` that blocks finds the class of
+that call (``_naming.class_of_note``, remembered per call) and gives that one event a ``set`` of
+its own (an instance attribute holding the event weakly), which stamps the hand-over.
+
+**Where it hooks.** ``__init__`` and ``wait`` of the two classes, patched on the class
 (``_patches``); the class gets ``_lockwatch_class = None``, so an event that is not watched (the
 standard library's own: a thread's ``_started``, a ``Barrier``'s, an executor's; the events made
-before instrumenting or by OpenTelemetry, ``logging`` and lockwatch) is told apart by one
-attribute read and runs the original. The clock is read only for a wait that blocks, and a set
-looks for waiters (the event's own ``_cond._waiters`` / ``_waiters``) only when its event is
-watched. On the C path, the machinery's creations go straight to the original ``__init__``
-(``CreationGate``), as for a condition.
-
-Unlike a watched condition, whose hooks are its own, an event stops recording at
-``uninstrument()`` (the methods are the class's).
+before instrumenting or by OpenTelemetry, ``logging`` and lockwatch) has no note and runs the
+original. On the C path, the machinery's creations go straight to the original ``__init__``
+(``CreationGate``), as for a condition. An event whose wait blocked keeps its own ``set`` after
+``uninstrument()`` (a condition keeps its hooks too); its waits stop recording.
 """
 
 from __future__ import annotations
 
+import inspect
+import operator
 import sys
 import threading
 from time import perf_counter_ns as _pc
 from typing import Any
 
 from .._session import OUTBOX
-from ._bookkeeping import current_context
 from ._fast_path import speedups
-from ._naming import MACHINERY, class_of_call
-from ._signal_waits import (
+from ._handoffs import (
+    add_give,
+    blocked_wait,
+    blocked_wait_async,
     excluded_wait,
-    handed,
+    give_hook,
+    record_wait,
     running_task_state,
-    signal_stats,
-    signalled,
     skip_frames_of,
     task_state,
     thread_state,
-    waited,
 )
+from ._naming import MACHINERY, WATCHED_FILES, LockClass, class_of_note, creation_note
 
 __all__ = [
-    "MISS",
-    "async_set_factory",
     "async_wait_factory",
-    "blocked_wait",
-    "ended",
+    "creation_hook",
+    "creation_note_of",
+    "ended_when",
+    "hand_off_ended",
+    "named",
     "no_class",
-    "stamp",
+    "note_creation",
+    "set_hook",
     "tag_init_factory",
-    "threading_set_factory",
     "threading_wait_factory",
 ]
 
 
 _getframe = sys._getframe
-#: What a creating call not seen yet finds in its kind's cache.
-MISS = object()
+_watched_file = WATCHED_FILES.get
 
 
 def no_class(original: Any) -> None:
     """The class attribute ``_lockwatch_class`` of a watched kind: None (not watched) until an
-    instance's ``__init__`` gives it its own."""
+    instance's first blocked wait gives it its own."""
     return None
 
 
+def creation_note_of(frame: Any, kind: str) -> Any:
+    """How an object is created by the call ``frame`` is making (``_naming.creation_note``;
+    None: not watched): one lookup when the creating code's file is known to be watched code."""
+    try:
+        code = frame.f_code
+        module = _watched_file(code.co_filename)
+        if module is not None:
+            return code, frame.f_lasti, module
+        return creation_note(frame, kind)
+    except Exception as exc:  # never into the host: it works unwatched
+        OUTBOX.failed(exc)
+        return None
+
+
+def note_creation(obj: Any, frame: Any, kind: str) -> bool:
+    """Note on ``obj`` (``_lw_made``) how the call ``frame`` is making created it; returns
+    whether it is watched."""
+    note = creation_note_of(frame, kind)
+    if note is None:
+        return False
+    try:
+        obj._lw_made = note
+        return True
+    except Exception as exc:  # a subclass with no room for it: it works unwatched
+        OUTBOX.failed(exc)
+        return False
+
+
 def tag_init_factory(original: Any, kind: str) -> Any:
-    """The patched ``__init__`` of an event or a future: an instance created by watched code gets
-    its lock class, by creation site, remembered per creating call (``_naming.class_of_call``;
-    the machinery's go straight to ``original`` on the C path)."""
-    calls: dict = {}
+    """The patched ``__init__`` of an event: one made by watched code notes its creating call
+    (the machinery's go straight to ``original`` on the C path)."""
+    return creation_hook(original, kind, None)
+
+
+def creation_hook(original: Any, kind: str, then: Any) -> Any:
+    """The patched ``__init__`` of an event or a future: ``original``, then the instance notes
+    its creating call (inlined: this runs for every event a pool makes), then ``then(self)``
+    when the instance is watched. Of ``original``'s signature when it takes no argument (the
+    standard library's ``__init__`` do: no argument tuple to build), else of any."""
 
     def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
         original(self, *args, **kwargs)
+        if note_creation(self, _getframe(1), kind) and then is not None:
+            then(self)
+
+    def __init_no_arguments__(self: Any) -> None:  # note_creation, inlined
+        original(self)
+        frame = _getframe(1)
+        code = frame.f_code
+        module = _watched_file(code.co_filename)
+        if module is None:
+            if note_creation(self, frame, kind) and then is not None:
+                then(self)
+            return
         try:
-            f = _getframe(1)  # the creating call, looked up here: one call less per creation
-            cls = calls.get((f.f_code, f.f_lasti), MISS)
-            if cls is MISS:
-                cls = class_of_call(1, kind, calls)
-            if cls is not None:
-                self._lockwatch_class = cls
-        except Exception as exc:  # never into the host: it works unwatched
+            self._lw_made = code, frame.f_lasti, module
+        except Exception as exc:
             OUTBOX.failed(exc)
+            return
+        if then is not None:
+            then(self)
 
-    return __init__ if speedups is None else speedups.CreationGate(original, __init__, MACHINERY)
+    code: Any = getattr(original, "__code__", None)
+    plain = code is not None and code.co_argcount == 1 and not code.co_kwonlyargcount
+    plain = plain and not code.co_flags & (inspect.CO_VARARGS | inspect.CO_VARKEYWORDS)
+    hook = __init_no_arguments__ if plain else __init__
+    hook.__name__, hook.__qualname__ = "__init__", getattr(original, "__qualname__", "__init__")
+    return hook if speedups is None else speedups.CreationGate(original, hook, MACHINERY)
 
 
-def blocked_wait(obj: Any, cls: Any, done: Any, wait: Any, *args: Any) -> Any:
-    """``wait(*args)`` on ``obj``, a watched event or future of class ``cls`` that has not
-    happened yet, timed as a signal wait of the calling thread; ``done()`` tells, after it,
-    whether the wait ended by the signal (else it gave up). Its result or exception is the
-    caller's."""
-    st = thread_state()
-    if st.in_lockwatch or excluded_wait():
-        return wait(*args)
-    try:  # a worker of the class from now: it counts as alive while it waits
-        signal_stats(st, cls)
-    except Exception as exc:
-        OUTBOX.failed(exc)
-    ctx = current_context()
-    before, st.waiting = st.waiting, cls  # for the live gauges, as _bookkeeping.timed_wait
-    t0 = _pc()
+def named(obj: Any, kind: str, calls: dict, hooks: Any) -> LockClass | None:
+    """The class of ``obj`` (an event or a future) at a wait that blocks: found from its
+    creation note at the first such wait, which also gives ``obj`` the hooks ``hooks(obj)``
+    installs (its own ``set``, ``set_result``); None when it is not watched."""
+    lock_class = getattr(obj, "_lockwatch_class", None)  # (an asyncio future's slot: unset)
+    if lock_class is not None:
+        return lock_class
     try:
-        result = wait(*args)
-    except BaseException:
-        ended(obj, st, cls, t0, _pc(), _done(done), ctx)
-        raise
-    finally:
-        st.waiting = before
-    ended(obj, st, cls, t0, _pc(), _done(done), ctx)
-    return result
+        lock_class = class_of_note(getattr(obj, "_lw_made", None), kind, calls)
+        if lock_class is None:
+            return None
+        obj._lockwatch_class = lock_class  # first: a hook reads it
+    except Exception as exc:  # never into the host: it works unwatched
+        OUTBOX.failed(exc)
+        return None
+    try:
+        hooks(obj)
+    except Exception as exc:  # a subclass with no room for them: its sets are not seen
+        OUTBOX.failed(exc)
+    return lock_class
 
 
-def ended(obj: Any, st: Any, cls: Any, t0: int, t1: int, ok: bool, ctx: Any) -> None:
+def _noted(event: Any) -> bool:
+    """Whether ``event`` was made by watched code while instrumented (named, or with its
+    creation noted): any other event's wait runs the original, and its worker is not looked up
+    (a thread that only waits on the machinery's events is no worker)."""
+    return event._lockwatch_class is not None or getattr(event, "_lw_made", None) is not None
+
+
+def hand_off_ended(
+    obj: Any, state: Any, lock_class: Any, t0: int, t1: int, ok: bool, context: Any
+) -> None:
     """A blocked wait on ``obj`` from ``t0`` to ``t1`` (``ok``: it was set, not given up), and
     the hand-off when a peer set it (``obj._lw_peer``, stamped by the set)."""
-    waited(st, cls, t0, t1, ok, ctx, False)
+    record_wait(state, lock_class, t0, t1, ok, context, False)
     try:
         peer = ok and getattr(obj, "_lw_peer", False) is True
     except Exception:  # a subclass's own __getattr__: no hand-off is seen
         peer = False
     if peer:
-        handed(st, cls)
-
-
-def _done(done: Any) -> bool:
-    try:
-        return bool(done())
-    except Exception:  # a subclass's odd state: count the wait as given up
-        return False
-
-
-def stamp(obj: Any, state: Any, cls: Any) -> None:
-    """A set that ends a blocked wait on ``obj``: the setter's signal, and whether it was a
-    peer's (read by the waiter when it wakes: so stamped before the set wakes it)."""
-    try:
-        obj._lw_peer = not excluded_wait() and signalled(state, cls)
-    except Exception as exc:  # a subclass with no room for it: no hand-off is seen
-        OUTBOX.failed(exc)
+        add_give(state, lock_class)
 
 
 # -- threading.Event ------------------------------------------------------------------------
+_threading_calls: dict = {}
+
+
+def _threading_waking(event: Any) -> bool:
+    """Whether a ``set`` now ends a blocked wait."""
+    try:
+        return not event._flag and bool(event._cond._waiters)
+    except Exception:  # a subclass without the stdlib's fields
+        return False
+
+
+def set_hook(waking: Any, find_state: Any) -> Any:
+    """``hook(event)``: gives ``event`` its own ``set`` (``_handoffs.give_hook``), a give of
+    the worker ``find_state()`` returns when ``waking(event)``."""
+
+    def hook(event: Any) -> None:
+        give_hook(event, "set", type(event).set, waking, find_state)
+
+    return hook
+
+
+def ended_when(done: Any) -> Any:
+    """The ``ended`` of a thread's blocked wait on an event or a future: set (not given up) when
+    ``done(obj)`` says so after it."""
+
+    def ended(
+        obj: Any, state: Any, lock_class: Any, t0: int, context: Any, result: Any, raised: bool
+    ) -> None:
+        t1 = _pc()
+        try:
+            ok = bool(done(obj))
+        except Exception:  # a subclass's odd state: count the wait as given up
+            ok = False
+        hand_off_ended(obj, state, lock_class, t0, t1, ok, context)
+
+    return ended
+
+
+_threading_set_hook = set_hook(_threading_waking, thread_state)
+_threading_ended = ended_when(operator.methodcaller("is_set"))
+
+
 def threading_wait_factory(original: Any) -> Any:
     """The patched ``threading.Event.wait``."""
 
     def wait(self: Any, timeout: float | None = None) -> bool:
-        cls = self._lockwatch_class
-        if cls is None or self._flag:
+        if self._flag or not _noted(self):
             return original(self, timeout)
-        return blocked_wait(self, cls, self.is_set, original, self, timeout)
+        state = thread_state()
+        if state.in_lockwatch or excluded_wait():
+            return original(self, timeout)
+        lock_class = named(self, "threading.Event", _threading_calls, _threading_set_hook)
+        if lock_class is None:
+            return original(self, timeout)
+        return blocked_wait(self, state, lock_class, _threading_ended, original, self, timeout)
 
     return wait
 
 
-def threading_set_factory(original: Any) -> Any:
-    """The patched ``threading.Event.set``: a signal when it ends a blocked wait."""
-
-    def set(self: Any) -> None:  # noqa: A001 (the method's own name)
-        cls = self._lockwatch_class
-        if cls is None:
-            return original(self)
-        try:
-            waking = not self._flag and bool(self._cond._waiters)
-        except Exception:  # a subclass without the stdlib's fields
-            waking = False
-        if waking:
-            stamp(self, thread_state, cls)
-        original(self)
-
-    return set
-
-
 # -- asyncio.Event --------------------------------------------------------------------------
+_async_calls: dict = {}
+
+
+def _async_waking(event: Any) -> bool:
+    try:
+        return not event._value and bool(event._waiters)
+    except Exception:
+        return False
+
+
+_async_set_hook = set_hook(_async_waking, running_task_state)
+
+
+def _async_ended(
+    event: Any, state: Any, lock_class: Any, t0: int, context: Any, result: Any, raised: bool
+) -> None:
+    hand_off_ended(event, state, lock_class, t0, _pc(), not raised, context)  # raised: cancelled
+
+
 def async_wait_factory(original: Any) -> Any:
     """The patched ``asyncio.Event.wait`` (the worker is the task)."""
 
     async def wait(self: Any) -> bool:
-        cls = self._lockwatch_class
-        if cls is None or self._value:
+        if self._value or not _noted(self):
             return await original(self)
-        st = task_state()
-        if st.in_lockwatch or excluded_wait():
+        state = task_state()
+        if state.in_lockwatch or excluded_wait():
             return await original(self)
-        try:
-            signal_stats(st, cls)
-        except Exception as exc:
-            OUTBOX.failed(exc)
-        ctx = current_context()
-        before, st.waiting = st.waiting, cls  # for the live gauges
-        t0 = _pc()
-        try:
-            result = await original(self)
-        except BaseException:  # cancelled (a timeout around it): it gave up
-            waited(st, cls, t0, _pc(), False, ctx, False)
-            raise
-        finally:
-            st.waiting = before
-        ended(self, st, cls, t0, _pc(), True, ctx)
-        return result
+        lock_class = named(self, "asyncio.Event", _async_calls, _async_set_hook)
+        if lock_class is None:
+            return await original(self)
+        return await blocked_wait_async(self, state, lock_class, _async_ended, original(self))
 
     return wait
-
-
-def async_set_factory(original: Any) -> Any:
-    """The patched ``asyncio.Event.set``: a signal when it ends a blocked wait."""
-
-    def set(self: Any) -> None:  # noqa: A001
-        cls = self._lockwatch_class
-        if cls is None:
-            return original(self)
-        try:
-            waking = not self._value and bool(self._waiters)
-        except Exception:
-            waking = False
-        if waking:
-            stamp(self, running_task_state, cls)
-        original(self)
-
-    return set
 
 
 skip_frames_of(globals(), vars(threading))

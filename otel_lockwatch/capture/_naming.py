@@ -34,8 +34,10 @@ from ..record._lock_class import LockClass, lock_class, note_role
 
 __all__ = [
     "MACHINERY",
+    "WATCHED_FILES",
     "LockClass",
-    "class_of_call",
+    "class_of_note",
+    "creation_note",
     "excluded_caller",
     "lock_class",
     "made_by_machinery",
@@ -146,7 +148,9 @@ def _role(frame: Any) -> str:
 
 
 _columns: dict[tuple[Any, int], int | None] = {}  # (code, instruction offset) -> column
-_first_column: dict[tuple[str, int], int | None] = {}  # (file, line) -> first column created at
+_first_column: dict[
+    tuple[str, int | None], int | None
+] = {}  # (file, line) -> first column created at
 
 
 def _column(frame: Any) -> int | None:
@@ -171,11 +175,14 @@ def _column(frame: Any) -> int | None:
 def creation_site(frame: Any) -> str:
     """The site of a lock created by the call ``frame`` is making: ``module:function:line``, and
     ``:col<N>`` when a lock was created on that line before at another column."""
-    site = site_of(frame)
-    column = _column(frame)
+    return _call_site(_module_of(frame), frame.f_code, frame.f_lineno, _column(frame))
+
+
+def _call_site(module: str, code: Any, line: int | None, column: int | None) -> str:
+    site = f"{module}:{code.co_name}:{line}"
     if column is None:
         return site
-    first = _first_column.setdefault((frame.f_code.co_filename, frame.f_lineno), column)
+    first = _first_column.setdefault((code.co_filename, line), column)
     return site if first == column else f"{site}:col{column}"
 
 
@@ -201,7 +208,12 @@ def watched_site(depth: int = 1) -> str | None:
     Args:
         depth: 1 when the caller of this function is the factory called by the creating code.
     """
-    frame: Any = sys._getframe(depth + 1)
+    return _site_of_call(sys._getframe(depth + 1), True)
+
+
+def _site_of_call(frame: Any, probe: bool) -> str | None:
+    """:func:`watched_site` of the call ``frame`` is making; ``probe``: look for an excluded
+    caller above it too."""
     if _internal(_module_of(frame)):
         return None
     creator = None
@@ -211,13 +223,8 @@ def watched_site(depth: int = 1) -> str | None:
         frame = frame.f_back
         if frame is None or _internal(_module_of(frame)):
             return None  # the standard library's own (no user frame), or its machinery's
-    probe = frame.f_back
-    for _ in range(_EXCLUSION_DEPTH):
-        if probe is None:
-            break
-        if _excluded(_module_of(probe)):
-            return None
-        probe = probe.f_back
+    if probe and excluded_caller(frame.f_back):
+        return None
     site = creation_site(frame)
     if creator is not None:
         note_role(site, _role(creator))
@@ -227,37 +234,56 @@ def watched_site(depth: int = 1) -> str | None:
 _CALL_CACHE_MAX = 4096  # calls remembered per kind (a code object and an offset each)
 
 
-def class_of_call(depth: int, kind: str, cache: dict) -> LockClass | None:
-    """:func:`watched_site`'s class for an object made per request (an event, a future), by
-    the creating call, remembered in ``cache`` per call (its code object and instruction offset:
-    at most :data:`_CALL_CACHE_MAX`). The callers above the creating code are not probed here
-    (that would make a frame object of each, per request): the wait that blocks probes its own
-    (:func:`excluded_caller`). A creation by the standard library on the caller's behalf walks
-    to the caller, as :func:`watched_site` does, every time.
+#: File name -> module name of the files found to hold watched code (neither the standard
+#: library's, a library of primitives', nor the machinery's): an object made per request there
+#: notes its creating call with one lookup (:func:`creation_note`).
+WATCHED_FILES: dict[str, str] = {}
 
-    Args:
-        depth: 1 when the caller of this function is the ``__init__`` or factory called by the
-            creating code.
-        kind: the class's kind.
-        cache: the kind's calls seen so far.
+
+def creation_note(frame: Any, kind: str) -> Any:
+    """What an object made per request (an event, a future) notes at its creation, for its
+    class to be found at its first wait that blocks (:func:`class_of_note`).
+
+    The creating call ``(code, offset, module)`` when ``frame`` (the creating frame) runs
+    watched code, its file then remembered in :data:`WATCHED_FILES`; the class itself when the
+    standard library or a library of primitives made it on its caller's behalf (the caller is
+    found now: its frame is gone by the wait); None when it is not watched (the machinery's,
+    OpenTelemetry's, lockwatch's). The callers above are not probed: the wait that blocks
+    probes its own (:func:`excluded_caller`).
     """
-    frame: Any = sys._getframe(depth + 1)
-    key = (frame.f_code, frame.f_lasti)
+    module = _module_of(frame)
+    if _internal(module):
+        return None
+    if _in_stdlib(frame):
+        site = _site_of_call(frame, False)
+        return None if site is None else lock_class(site, kind, site)
+    code = frame.f_code
+    if not code.co_filename.startswith("<"):  # exec'd code: one file name for many modules
+        WATCHED_FILES[code.co_filename] = module
+    return code, frame.f_lasti, module
+
+
+def class_of_note(note: Any, kind: str, cache: dict) -> LockClass | None:
+    """The class of an object by its :func:`creation_note`: named by its creating call, as
+    :func:`watched_site` names a lock (remembered in ``cache`` per call: at most
+    :data:`_CALL_CACHE_MAX`)."""
+    if note is None or isinstance(note, LockClass):
+        return note
     try:
-        return cache[key]
+        return cache[note]
     except KeyError:
         pass
-    if _internal(_module_of(frame)):
-        cls = None
-    elif _in_stdlib(frame):  # made on someone's behalf: the whole rule, each time
-        site = watched_site(depth + 1)
-        return None if site is None else lock_class(site, kind, site)
-    else:
-        site = creation_site(frame)
-        cls = lock_class(site, kind, site)
+    code, offset, module = note
+    line, column = None, None
+    for i, position in enumerate(code.co_positions()):
+        if i == offset // 2:
+            line, column = position[0], position[2]
+            break
+    site = _call_site(module, code, line, column)
+    found = lock_class(site, kind, site)
     if len(cache) < _CALL_CACHE_MAX:
-        cache[key] = cls
-    return cls
+        cache[note] = found
+    return found
 
 
 def excluded_caller(frame: Any) -> bool:

@@ -45,12 +45,12 @@ What is patched:
 - ``threading.Semaphore`` / ``BoundedSemaphore``, ``asyncio.Lock`` / ``asyncio.Semaphore`` /
   ``BoundedSemaphore``, and ``multiprocessing``'s ``SemLock``: ``__init__`` tags an instance
   created by watched code with its lock class, and the methods record tagged instances only.
-- ``threading.Event`` and ``asyncio.Event`` (``__init__``, ``wait``, ``set``; the class
-  attribute ``_lockwatch_class``, None, is added while instrumented),
+- ``threading.Event`` and ``asyncio.Event`` (``__init__``, ``wait``; the class attribute
+  ``_lockwatch_class``, None, is added while instrumented),
   ``concurrent.futures.Future.__init__`` and ``concurrent.futures.wait``, and
-  ``BaseEventLoop.create_future``: an event or a future created by watched code gets its lock
-  class (a future becomes of a watched subclass), a wait on it that blocks is a signal wait, the
-  set that ends it a signal.
+  ``BaseEventLoop.create_future``: an event or a future created by watched code notes its
+  creating call (a future becomes of a watched subclass); a wait on it that blocks names its
+  lock class and is a hand-off wait, the set that ends it a give.
 - ``ThreadPoolExecutor``, ``ProcessPoolExecutor`` and ``multiprocessing.Pool``: their size is the
   pool's nominal size.
 - Distributed locks, where their library is installed (:data:`OPTIONAL`: the library is imported
@@ -202,7 +202,6 @@ PATCHES: tuple[Patch, ...] = (
     Patch(threading.Event, "_lockwatch_class", _events.no_class),
     Patch(threading.Event, "__init__", _events.tag_init_factory, ("threading.Event",)),
     Patch(threading.Event, "wait", _events.threading_wait_factory),
-    Patch(threading.Event, "set", _events.threading_set_factory),
     Patch(_Future, "__init__", _futures.future_init_factory),
     Patch(concurrent.futures._base, "wait", _futures.executor_wait_factory),
     Patch(concurrent.futures, "wait", _futures.executor_wait_factory),
@@ -220,7 +219,6 @@ PATCHES: tuple[Patch, ...] = (
     Patch(asyncio.locks.Event, "_lockwatch_class", _events.no_class),
     Patch(asyncio.locks.Event, "__init__", _events.tag_init_factory, ("asyncio.Event",)),
     Patch(asyncio.locks.Event, "wait", _events.async_wait_factory),
-    Patch(asyncio.locks.Event, "set", _events.async_set_factory),
     Patch(asyncio.base_events.BaseEventLoop, "create_future", _futures.create_future_factory),
     # multiprocessing
     Patch(_sync.SemLock, "__init__", _mp_locks.semlock_init_factory, (), WRAPT),

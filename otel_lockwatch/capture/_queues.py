@@ -1,4 +1,5 @@
-"""Watched queues: a ``queue.Queue`` is one lock class, its blocking ``get`` / ``put`` signal waits.
+"""Watched queues: a ``queue.Queue`` is one lock class, its blocking ``get`` / ``put`` hand-off
+waits.
 
 A connection pool built on a queue (urllib3's ``HTTPConnectionPool``, redis-py's
 ``BlockingConnectionPool``: a ``LifoQueue`` of connections) checks out with ``get`` and checks in
@@ -8,11 +9,12 @@ instrumented is one lock class, named by where it was created (kind ``queue.Queu
 internals, not classes of their own (the ``queue`` module's locks are never watched, like
 ``threading``'s). The C ``queue.SimpleQueue`` is not patched.
 
-- A ``get`` that finds the queue empty waits on the queue's ``not_empty`` condition: a signal
+- A ``get`` that finds the queue empty waits on the queue's ``not_empty`` condition: a hand-off
   wait (to *take*), ended by a ``put``; a ``put`` that finds a bounded queue full waits on
-  ``not_full``: a signal wait (to *give*), ended by a ``get``. A wait that times out is counted.
+  ``not_full``: a hand-off wait (to *give*), ended by a ``get``. A wait that times out is
+  counted.
 - Every item taken is a take (a checkout): the items left after it, and the hold until the
-  same worker's next ``put``; every item put is a give (a checkin, and the signal of the
+  same worker's next ``put``; every item put is a give (a checkin, and the hand-over to the
   get-waiters): the items held after it (the capacity is the most the queue held).
 
 **Where it hooks: per queue, not per class.** Only ``Queue.__init__`` is patched. A watched
@@ -34,9 +36,9 @@ from time import perf_counter_ns as _pc
 from typing import Any
 
 from .._session import OUTBOX, RECORDER
-from ._bookkeeping import current_context
+from ..record._recorder import WorkerState
+from ._handoffs import blocked_wait, gave, record_wait, skip_frames_of, thread_state, took
 from ._naming import LockClass, lock_class, watched_site
-from ._signal_waits import gave, signal_stats, skip_frames_of, thread_state, took, waited
 
 __all__ = ["queue_init_factory", "watch_queue"]
 
@@ -74,9 +76,9 @@ def queue_init_factory(original: Any) -> Any:
     return __init__
 
 
-def watch_queue(q: Any, cls: LockClass) -> None:
-    """Make ``q`` a watched queue of class ``cls`` (called at its creation)."""
-    q._lockwatch_class = cls
+def watch_queue(q: Any, queue_class: LockClass) -> None:
+    """Make ``q`` a watched queue of class ``queue_class`` (called at its creation)."""
+    q._lockwatch_class = queue_class
     get, put, size = q._get, q._put, q._qsize
     sized = type(q)._qsize in _LEN_OF_QUEUE
 
@@ -84,62 +86,60 @@ def watch_queue(q: Any, cls: LockClass) -> None:
         item = get()
         try:  # a checkout; this runs on every get
             try:
-                st = _tls.st
+                state = _tls.st
             except AttributeError:
-                st = RECORDER.thread_state()
-            if not st.in_lockwatch:
-                took(st, q._lockwatch_class, len(q.queue) if sized else size(), -1)
+                state = RECORDER.thread_state()
+            if not state.in_lockwatch:
+                took(state, q._lockwatch_class, len(q.queue) if sized else size(), -1)
         except Exception as exc:
             OUTBOX.failed(exc)
         return item
 
     def _put(item: Any) -> None:
         put(item)
-        try:  # a checkin and a signal; this runs on every put. Every item came in through a
-            # watched put: the most it held is the capacity seen.
+        try:  # a checkin and a hand-over; this runs on every put. Every item came in through
+            # a watched put: the most it held is the capacity seen.
             try:
-                st = _tls.st
+                state = _tls.st
             except AttributeError:
-                st = RECORDER.thread_state()
-            if not st.in_lockwatch:
-                gave(st, q._lockwatch_class, len(q.queue) if sized else size())
+                state = RECORDER.thread_state()
+            if not state.in_lockwatch:
+                gave(state, q._lockwatch_class, len(q.queue) if sized else size())
         except Exception as exc:
             OUTBOX.failed(exc)
 
     q._get = _get
     q._put = _put
-    _time_waits(q.not_empty, q, give=False)
-    _time_waits(q.not_full, q, give=True)
+    _time_waits(q.not_empty, q, _take_wait_ended)
+    _time_waits(q.not_full, q, _give_wait_ended)
 
 
-def _time_waits(cond: Any, q: Any, give: bool) -> None:
-    """Time every ``wait`` on one of the queue's conditions as a signal wait of the queue."""
-    wait = cond.wait
+def _time_waits(condition: Any, q: Any, ended: Any) -> None:
+    """Time every ``wait`` on one of the queue's conditions as a hand-off wait of the queue."""
+    wait = condition.wait
 
     def _wait(timeout: float | None = None) -> bool:
-        st = thread_state()
-        if st.in_lockwatch:
+        state = thread_state()
+        if state.in_lockwatch:
             return wait(timeout)
-        cls = q._lockwatch_class
-        try:  # a worker of the class from now: it counts as alive while it waits
-            signal_stats(st, cls)
-        except Exception as exc:
-            OUTBOX.failed(exc)
-        ctx = current_context()
-        before, st.waiting = st.waiting, cls  # for the live gauges, as _bookkeeping.timed_wait
-        t0 = _pc()
-        try:
-            ok = wait(timeout)
-        except BaseException:  # interrupted while waiting: it gave up
-            waited(st, cls, t0, _pc(), False, ctx, give)
-            raise
-        finally:
-            st.waiting = before
-        waited(st, cls, t0, _pc(), ok, ctx, give)
-        return ok
+        return blocked_wait(q, state, q._lockwatch_class, ended, wait, timeout)
 
     _wait.__doc__ = wait.__doc__
-    cond.wait = _wait
+    condition.wait = _wait
+
+
+def _take_wait_ended(
+    q: Any, state: WorkerState, queue_class: LockClass, t0: int, context: Any, ok: Any, raised: bool
+) -> None:
+    """A ``get`` waited on an empty queue (``ok``: the condition's answer; raised: it gave up)."""
+    record_wait(state, queue_class, t0, _pc(), not raised and bool(ok), context, False)
+
+
+def _give_wait_ended(
+    q: Any, state: WorkerState, queue_class: LockClass, t0: int, context: Any, ok: Any, raised: bool
+) -> None:
+    """A ``put`` waited on a full queue."""
+    record_wait(state, queue_class, t0, _pc(), not raised and bool(ok), context, True)
 
 
 skip_frames_of(globals())

@@ -1,5 +1,5 @@
-"""Watched semaphores: pools of permits. A blocking ``acquire`` that waits is a signal wait,
-``release`` its signal.
+"""Watched semaphores: pools of permits. A blocking ``acquire`` that waits is a hand-off wait,
+``release`` its give.
 
 A ``BoundedSemaphore(2)`` guarding two connections is a pool of capacity 2: a worker blocked in
 ``acquire`` waits for a peer's ``release``, not for a mutex. A ``threading`` or ``asyncio``
@@ -9,10 +9,10 @@ class (named by its creation site) and its capacity (its initial value) from the
 
 - every successful ``acquire`` is counted (``acquisitions``; a try that found no permit is
   ``skipped``) and is a checkout, with the permits left after it;
-- a blocking ``acquire`` that had to wait is a signal wait (to take), the ones that gave up
+- a blocking ``acquire`` that had to wait is a hand-off wait (to take), the ones that gave up
   counted: the try-acquire comes first, and the clock is read only when it failed. It is not a
   mutex wait: it appears in no ``wait_ns`` of the lock's;
-- every ``release`` is a checkin and a signal (the hold runs from the worker's acquire to its
+- every ``release`` is a checkin and a give (the hold runs from the worker's acquire to its
   next release).
 
 A semaphore has no owner (any worker may release it), so it has no hold of its own and takes no
@@ -28,17 +28,19 @@ from typing import Any
 
 from .._session import OUTBOX, RECORDER
 from ..record._recorder import WorkerState
-from ._bookkeeping import current_context, record_try, stats_of
+from ._bookkeeping import record_try, stats_of
 from ._fast_path import speedups
-from ._naming import LockClass, lock_class, watched_site
-from ._signal_waits import (
+from ._handoffs import (
+    blocked_wait,
+    blocked_wait_async,
     gave,
-    signal_stats,
+    handoff_stats,
+    record_wait,
     skip_frames_of,
     task_state,
     took,
-    waited,
 )
+from ._naming import LockClass, lock_class, watched_site
 
 __all__ = [
     "async_acquire_factory",
@@ -68,27 +70,37 @@ def semaphore_init_factory(original: Any, kind: str) -> Any:
     return __init__
 
 
-def _took_permit(sem: Any, st: WorkerState, cls: LockClass) -> None:
+def _took_permit(sem: Any, state: WorkerState, semaphore_class: LockClass) -> None:
     """A checkout of a permit of ``sem`` (the permits left read after it)."""
     try:
         left, capacity = sem._value, getattr(sem, "_lw_capacity", -1)
     except Exception as exc:  # a subclass without the stdlib's fields
         OUTBOX.failed(exc)
         return
-    took(st, cls, left, capacity)
+    took(state, semaphore_class, left, capacity)
 
 
-def _waited_for_permit(
-    sem: Any, st: WorkerState, cls: LockClass, t0: int, t1: int, ok: bool, ctx: Any
+def _permit_wait_ended(
+    sem: Any,
+    state: WorkerState,
+    semaphore_class: LockClass,
+    t0: int,
+    context: Any,
+    result: Any,
+    raised: bool,
 ) -> None:
-    """A blocking acquire that waited from ``t0`` to ``t1`` (``ok``: it got a permit)."""
-    waited(st, cls, t0, t1, ok, ctx, False)
+    """A blocking acquire that waited from ``t0`` (``result``: whether it got a permit)."""
+    t1 = _pc()
+    ok = not raised and bool(result)
     if ok:
-        _took_permit(sem, st, cls)
+        stats_of(state, semaphore_class).acquisitions += 1
+    record_wait(state, semaphore_class, t0, t1, ok, context, False)
+    if ok:
+        _took_permit(sem, state, semaphore_class)
         return
     try:  # it gave up: the capacity is known all the same
-        s = signal_stats(st, cls)
-        s.most = max(s.most, getattr(sem, "_lw_capacity", -1))
+        stats = handoff_stats(state, semaphore_class)
+        stats.most = max(stats.most, getattr(sem, "_lw_capacity", -1))
     except Exception as exc:
         OUTBOX.failed(exc)
 
@@ -98,38 +110,30 @@ def threading_acquire_factory(original: Any) -> Any:
     """The patched ``threading.Semaphore.acquire`` (and ``__enter__``)."""
 
     def acquire(self: Any, blocking: bool = True, timeout: float | None = None) -> bool:
-        cls = getattr(self, "_lockwatch_class", None)
-        if cls is None or (timeout is not None and not blocking):
+        semaphore_class = getattr(self, "_lockwatch_class", None)
+        if semaphore_class is None or (timeout is not None and not blocking):
             return original(self, blocking, timeout)
         try:
-            st = _tls.st
+            state = _tls.st
         except AttributeError:
-            st = RECORDER.thread_state()
-        if st.in_lockwatch:
+            state = RECORDER.thread_state()
+        if state.in_lockwatch:
             return original(self, blocking, timeout)
-        s = st.stats.get(cls)
-        if s is None:
-            s = stats_of(st, cls)
+        stats = state.stats.get(semaphore_class)
+        if stats is None:
+            stats = stats_of(state, semaphore_class)
         if not blocking:
-            ok = record_try(s, original(self, False))
+            ok = record_try(stats, original(self, False))
             if ok:
-                _took_permit(self, st, cls)
+                _took_permit(self, state, semaphore_class)
             return ok
         if original(self, False):
-            s.acquisitions += 1
-            _took_permit(self, st, cls)
+            stats.acquisitions += 1
+            _took_permit(self, state, semaphore_class)
             return True
-        ctx = current_context()
-        before, st.waiting = st.waiting, cls  # for the live gauges, as _bookkeeping.timed_wait
-        t0 = _pc()
-        try:
-            ok = original(self, True, timeout)
-        finally:
-            st.waiting = before
-        if ok:
-            s.acquisitions += 1
-        _waited_for_permit(self, st, cls, t0, _pc(), ok, ctx)
-        return ok
+        return blocked_wait(
+            self, state, semaphore_class, _permit_wait_ended, original, self, True, timeout
+        )
 
     functools.update_wrapper(acquire, original)  # its errors name the original, as in C
     # The C path takes `with sem:` / `acquire()` with a free permit; everything else runs here.
@@ -141,16 +145,16 @@ def threading_release_factory(original: Any) -> Any:
 
     def release(self: Any, n: int = 1) -> None:
         original(self, n)  # raises when a bounded semaphore is released too often: no checkin
-        cls = getattr(self, "_lockwatch_class", None)
-        if cls is None:
+        semaphore_class = getattr(self, "_lockwatch_class", None)
+        if semaphore_class is None:
             return
         try:
-            st = _tls.st
+            state = _tls.st
         except AttributeError:
-            st = RECORDER.thread_state()
-        if st.in_lockwatch:
+            state = RECORDER.thread_state()
+        if state.in_lockwatch:
             return
-        gave(st, cls, -1)  # a checkin
+        gave(state, semaphore_class, -1)  # a checkin
 
     functools.update_wrapper(release, original)
     return release if speedups is None else speedups.SemaphoreRelease(original, release)
@@ -161,31 +165,21 @@ def async_acquire_factory(original: Any) -> Any:
     """The patched ``asyncio.Semaphore.acquire`` (the worker is the task)."""
 
     async def acquire(self: Any) -> bool:
-        cls = getattr(self, "_lockwatch_class", None)
-        if cls is None:
+        semaphore_class = getattr(self, "_lockwatch_class", None)
+        if semaphore_class is None:
             return await original(self)
-        st = task_state()
-        if st.in_lockwatch:
+        state = task_state()
+        if state.in_lockwatch:
             return await original(self)
-        s = stats_of(st, cls)
+        stats = stats_of(state, semaphore_class)
         if not self.locked():
             result = await original(self)
-            s.acquisitions += 1
-            _took_permit(self, st, cls)
+            stats.acquisitions += 1
+            _took_permit(self, state, semaphore_class)
             return result
-        ctx = current_context()
-        before, st.waiting = st.waiting, cls  # for the live gauges
-        t0 = _pc()
-        try:
-            result = await original(self)
-        except BaseException:  # cancelled (a timeout around it): it gave up
-            _waited_for_permit(self, st, cls, t0, _pc(), False, ctx)
-            raise
-        finally:
-            st.waiting = before
-        s.acquisitions += 1
-        _waited_for_permit(self, st, cls, t0, _pc(), True, ctx)
-        return result
+        return await blocked_wait_async(
+            self, state, semaphore_class, _permit_wait_ended, original(self)
+        )
 
     return acquire
 
@@ -195,11 +189,11 @@ def async_release_factory(original: Any) -> Any:
 
     def release(self: Any) -> None:
         original(self)
-        cls = getattr(self, "_lockwatch_class", None)
-        if cls is not None:
-            st = task_state()
-            if not st.in_lockwatch:
-                gave(st, cls, -1)
+        semaphore_class = getattr(self, "_lockwatch_class", None)
+        if semaphore_class is not None:
+            state = task_state()
+            if not state.in_lockwatch:
+                gave(state, semaphore_class, -1)
 
     return release
 

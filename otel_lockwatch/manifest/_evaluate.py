@@ -44,7 +44,7 @@ from ..record._histogram import RELATIVE_ERROR, LogHistogram
 from ._data import normalize
 from ._distributed import distributed_reports
 from ._model import SCHEMA, Manifest, Verdict
-from ._pools import SignalSplit, pool_reports, split_signal_waits
+from ._pools import HandoffSplit, pool_reports, split_handoff_waits
 from ._sizing import SIZING_MIN_COST_PCT, apart_report, pool_workers, size_pool
 
 __all__ = [
@@ -166,7 +166,7 @@ def evaluate(
 def _starving(
     locks: dict[str, Any],
     workers: dict[str, Any],
-    splits: dict[str, SignalSplit],
+    splits: dict[str, HandoffSplit],
     worker_wait: dict[str, int],
     ratio: float,
 ) -> list[tuple[int, str, str, int]]:
@@ -246,7 +246,7 @@ def evaluate_normalized(
     workers: dict[str, Any] = norm["workers"]
 
     # A lock's wait is its mutex wait plus its contention signal wait; so is a worker's.
-    splits = split_signal_waits(locks)
+    splits = split_handoff_waits(locks)
     lock_wait = {name: lock["wait_ns"].sum for name, lock in locks.items()}
     worker_wait = {worker: w["wait_ns"] for worker, w in workers.items()}
     for name, split in splits.items():

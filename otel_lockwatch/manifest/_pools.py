@@ -1,20 +1,22 @@
-"""Signal waits and resource pools: which waits are contention, and what a pool supports.
+"""Hand-off waits and resource pools: which waits are contention, and what a pool supports.
 
 A worker pool often waits without waiting on a mutex: a connection pool's checkout blocks in
-``Condition.wait()``, a queue's ``get()`` or a semaphore's ``acquire()`` until another worker
-gives a connection back. Those are *signal waits*, waits that end only when another worker
-signals (``notify``, a queue ``put`` or ``get``, a semaphore ``release``). The recorder keeps
-them apart from mutex waits, per lock class (``signal_waits``, with per worker its ``waits``,
-``wait_ns`` and ``signals``), and for queues and semaphores the pool they guard (``pool``:
-capacity, peak in use, checkouts, the checkout -> checkin ``hold_ns``). Whether such a wait is
-contention cannot be read from the wait alone: a consumer blocked on an empty work queue waits
-as long as a worker blocked on an exhausted connection pool. The rule reads it from who signals.
+``Condition.wait()``, a queue's ``get()``, a semaphore's ``acquire()`` or an event's ``wait()``
+until another worker gives a connection back. Those are *hand-off waits*, waits that end only
+when another worker hands something over (a ``notify``, a queue ``put`` or ``get``, a semaphore
+``release``, an event's ``set``): a *give*. The recorder keeps them apart from mutex waits, per
+lock class, under the manifest's published names (``signal_waits``, with per worker its
+``waits``, ``wait_ns`` and ``signals``, its gives that end waits), and for queues and semaphores
+the pool they guard (``pool``: capacity, peak in use, checkouts, the checkout -> checkin
+``hold_ns``). Whether such a wait is contention cannot be read from the wait alone: a consumer
+blocked on an empty work queue waits as long as a worker blocked on an exhausted connection
+pool. The rule reads it from who gives.
 
-**The rule.** A signal wait by worker ``W`` on a class is *contention* when ``W`` also signals
-that class (``W`` gives back what it takes, so it waits for what its peers hold: every
-checkout / checkin pool); it is *idle* when ``W`` never signals it (a consumer waiting for work
+**The rule.** A hand-off wait by worker ``W`` on a class is *contention* when ``W`` also gives
+to that class (``W`` gives back what it takes, so it waits for what its peers hold: every
+checkout / checkin pool); it is *idle* when ``W`` never gives to it (a consumer waiting for work
 nobody produced yet, a producer held back by a bounded queue). A class is a **resource pool**
-when contention is at least half of its signal-wait time; a class nobody waited on is one when
+when contention is at least half of its hand-off-wait time; a class nobody waited on is one when
 its checkouts came back to it (its ``pool.hold_ns`` has samples). Contention counts like a mutex
 wait everywhere: in the lock's wait share (hot locks), in the worker's wait (effective
 throughput), in starvation. Idle waits never do; they are reported on their own
@@ -38,7 +40,8 @@ utilisation on average and still queues at bursts. ``workers_supported`` is null
 capacity is unknown, both are null when the hold time is (a bare ``Condition`` has neither).
 
 This module checks the new fields of a data part (:func:`with_pool_fields`, called by the
-normalizer), splits each class's signal waits (:func:`split_signal_waits`) for the evaluation,
+normalizer), splits each class's hand-off waits (:func:`split_handoff_waits`) for the
+evaluation,
 and builds the derived ``resource_pools`` and ``idle_waits`` (:func:`pool_reports`).
 """
 
@@ -56,9 +59,9 @@ from ..record._histogram import LogHistogram
 
 __all__ = [
     "POOL_DERIVED_FIELDS",
-    "SignalSplit",
+    "HandoffSplit",
     "pool_reports",
-    "split_signal_waits",
+    "split_handoff_waits",
     "with_pool_fields",
 ]
 
@@ -99,7 +102,8 @@ def _histogram(v: object, where: str) -> LogHistogram:
         raise ValueError(f"{where}: {e}") from None
 
 
-def _signal_waits(v: object, where: str) -> dict[str, Any]:
+def _checked_waits(v: object, where: str) -> dict[str, Any]:
+    """Check and copy a class's ``signal_waits`` field (its hand-off waits)."""
     v = _mapping(v, where)
     out: dict[str, Any] = {k: _count(v.get(k), f"{where}.{k}") for k in ("count", "timeouts")}
     if out["timeouts"] > out["count"]:
@@ -107,14 +111,14 @@ def _signal_waits(v: object, where: str) -> dict[str, Any]:
             f"{where}.timeouts must be at most its count {out['count']}, got {out['timeouts']}"
         )
     out["wait_ns"] = _histogram(v.get("wait_ns"), f"{where}.wait_ns")
-    out["workers"] = _signal_workers(v.get("workers", {}), f"{where}.workers")
+    out["workers"] = _checked_waiters(v.get("workers", {}), f"{where}.workers")
     return out
 
 
-_GET_SIGNAL_WORKER = operator.itemgetter(*SIGNAL_WORKER_FIELDS)
+_GET_WAITER_FIELDS = operator.itemgetter(*SIGNAL_WORKER_FIELDS)
 
 
-def _signal_workers(per_worker: object, where: str) -> dict[str, dict[str, int]]:
+def _checked_waiters(per_worker: object, where: str) -> dict[str, dict[str, int]]:
     """Check and copy ``{worker: {waits, wait_ns, signals}}``; extra keys are dropped.
 
     The common case is checked with C-level loops (itemgetter, set of types, min); only a
@@ -122,7 +126,7 @@ def _signal_workers(per_worker: object, where: str) -> dict[str, dict[str, int]]
     """
     per_worker = _mapping(per_worker, where)
     try:
-        rows = list(map(_GET_SIGNAL_WORKER, per_worker.values()))
+        rows = list(map(_GET_WAITER_FIELDS, per_worker.values()))
         values = list(chain.from_iterable(rows))
         fast = (
             set(map(type, values)) <= {int}
@@ -137,12 +141,12 @@ def _signal_workers(per_worker: object, where: str) -> dict[str, dict[str, int]]
             for worker, r in zip(per_worker, rows, strict=True)
         }
     out: dict[str, dict[str, int]] = {}
-    for worker, w in per_worker.items():
+    for worker, fields in per_worker.items():
         if not isinstance(worker, str):
             raise ValueError(f"{where} keys must be worker names, got {worker!r}")
-        w = _mapping(w, f"{where}[{worker!r}]")
+        fields = _mapping(fields, f"{where}[{worker!r}]")
         out[worker] = {
-            k: _count(w.get(k), f"{where}[{worker!r}].{k}") for k in SIGNAL_WORKER_FIELDS
+            k: _count(fields.get(k), f"{where}[{worker!r}].{k}") for k in SIGNAL_WORKER_FIELDS
         }
     return out
 
@@ -187,7 +191,7 @@ def with_pool_fields(data: Mapping[str, Any], norm: dict[str, Any]) -> dict[str,
                 raise ValueError(f"{where}.role must be a str or null, got {role!r}")
             lock["role"] = role
         if "signal_waits" in entry:
-            lock["signal_waits"] = _signal_waits(entry["signal_waits"], f"{where}.signal_waits")
+            lock["signal_waits"] = _checked_waits(entry["signal_waits"], f"{where}.signal_waits")
         if "pool" in entry:
             lock["pool"] = _pool(entry["pool"], f"{where}.pool")
     pool = data.get("pool", {})
@@ -197,16 +201,16 @@ def with_pool_fields(data: Mapping[str, Any], norm: dict[str, Any]) -> dict[str,
 
 
 # --------------------------------------------------------------------------------------------
-# Splitting signal waits
+# Splitting hand-off waits
 
 
-class SignalSplit:
-    """One class's signal waits split by the rule of the module docstring.
+class HandoffSplit:
+    """One class's hand-off waits split by the rule of the module docstring.
 
     Attributes:
-        contention: ``{worker: (waits, wait_ns)}`` for every worker that signals the class
-            (waits may be 0): its signal waits are contention.
-        idle: ``{worker: (waits, wait_ns)}`` for the workers that waited but never signal.
+        contention: ``{worker: (waits, wait_ns)}`` for every worker that gives to the class
+            (waits may be 0): its hand-off waits are contention.
+        idle: ``{worker: (waits, wait_ns)}`` for the workers that waited but never give.
         contention_ns: the contention wait of the class.
         idle_ns: its idle wait.
         is_pool: the class is a resource pool.
@@ -217,15 +221,15 @@ class SignalSplit:
     def __init__(self, lock: Mapping[str, Any]) -> None:
         contention: dict[str, tuple[int, int]] = {}
         idle: dict[str, tuple[int, int]] = {}
-        for worker, w in lock["signal_waits"]["workers"].items():
-            if w["signals"] > 0:
-                contention[worker] = (w["waits"], w["wait_ns"])
-            elif w["waits"] > 0 or w["wait_ns"] > 0:
-                idle[worker] = (w["waits"], w["wait_ns"])
+        for worker, waiter in lock["signal_waits"]["workers"].items():
+            if waiter["signals"] > 0:  # (the published name of its gives)
+                contention[worker] = (waiter["waits"], waiter["wait_ns"])
+            elif waiter["waits"] > 0 or waiter["wait_ns"] > 0:
+                idle[worker] = (waiter["waits"], waiter["wait_ns"])
         self.contention = contention
         self.idle = idle
-        self.contention_ns = sum(wn for _, wn in contention.values())
-        self.idle_ns = sum(wn for _, wn in idle.values())
+        self.contention_ns = sum(wait_ns for _, wait_ns in contention.values())
+        self.idle_ns = sum(wait_ns for _, wait_ns in idle.values())
         if self.contention_ns + self.idle_ns > 0:
             self.is_pool = self.contention_ns >= self.idle_ns
         else:  # nobody waited: a pool when its checkouts came back to it
@@ -235,14 +239,14 @@ class SignalSplit:
     def __repr__(self) -> str:
         kind = "pool" if self.is_pool else "not a pool"
         return (
-            f"<SignalSplit {kind}: contention {self.contention_ns} ns by "
+            f"<HandoffSplit {kind}: contention {self.contention_ns} ns by "
             f"{len(self.contention)} workers, idle {self.idle_ns} ns by {len(self.idle)}>"
         )
 
 
-def split_signal_waits(locks: Mapping[str, Any]) -> dict[str, SignalSplit]:
-    """The :class:`SignalSplit` of every normalized lock class that has ``signal_waits``."""
-    return {name: SignalSplit(lock) for name, lock in locks.items() if "signal_waits" in lock}
+def split_handoff_waits(locks: Mapping[str, Any]) -> dict[str, HandoffSplit]:
+    """The :class:`HandoffSplit` of every normalized lock class that has ``signal_waits``."""
+    return {name: HandoffSplit(lock) for name, lock in locks.items() if "signal_waits" in lock}
 
 
 # --------------------------------------------------------------------------------------------
@@ -255,20 +259,27 @@ def _ms(ns: int) -> float:
 
 def _workers_list(rows: Mapping[str, tuple[int, int]]) -> list[dict[str, Any]]:
     """``[{worker, waits, wait_ms}]`` of the workers that waited, longest wait first."""
-    waited = [(wn, worker, n) for worker, (n, wn) in rows.items() if n > 0 or wn > 0]
-    waited.sort(key=lambda t: (-t[0], t[1]))
-    return [{"worker": worker, "waits": n, "wait_ms": _ms(wn)} for wn, worker, n in waited]
+    waited = [
+        (wait_ns, worker, waits)
+        for worker, (waits, wait_ns) in rows.items()
+        if waits > 0 or wait_ns > 0
+    ]
+    waited.sort(key=lambda row: (-row[0], row[1]))
+    return [
+        {"worker": worker, "waits": waits, "wait_ms": _ms(wait_ns)}
+        for wait_ns, worker, waits in waited
+    ]
 
 
 def _utilization(
-    lock: Mapping[str, Any], split: SignalSplit, workers: Mapping[str, Mapping[str, int]]
+    lock: Mapping[str, Any], split: HandoffSplit, workers: Mapping[str, Mapping[str, int]]
 ) -> Fraction | None:
     """``u = H / (T - C)`` of the module docstring, or None when a term is unknown."""
     pool = lock.get("pool")
     if pool is None or pool["hold_ns"].sum == 0:
         return None
     users = split.contention.keys() | split.idle.keys()
-    observed = sum(workers[w]["observed_ns"] for w in users if w in workers)
+    observed = sum(workers[user]["observed_ns"] for user in users if user in workers)
     busy = observed - split.contention_ns
     if busy <= 0:
         return None
@@ -277,7 +288,7 @@ def _utilization(
 
 def pool_reports(
     norm: Mapping[str, Any],
-    splits: Mapping[str, SignalSplit],
+    splits: Mapping[str, HandoffSplit],
     total_wait: int,
     hot: set[str],
     nominal: int,
@@ -287,7 +298,7 @@ def pool_reports(
 
     Args:
         norm: the normalized data part.
-        splits: :func:`split_signal_waits` of its locks.
+        splits: :func:`split_handoff_waits` of its locks.
         total_wait: the aggregate wait (mutex waits and contention), the hot locks' yardstick.
         hot: the names of the hot locks.
         nominal: the nominal pool size (the workers ``capacity_needed`` is for).
@@ -302,7 +313,7 @@ def pool_reports(
     idle: list[tuple[int, str, dict[str, Any]]] = []
     for name, split in splits.items():
         lock = locks[name]
-        signal = lock["signal_waits"]
+        waits_field = lock["signal_waits"]
         if split.idle:
             idle.append(
                 (
@@ -312,7 +323,7 @@ def pool_reports(
                         "name": name,
                         "kind": lock["kind"],
                         "role": lock.get("role"),
-                        "count": sum(n for n, _ in split.idle.values()),
+                        "count": sum(waits for waits, _ in split.idle.values()),
                         "total_ms": _ms(split.idle_ns),
                         "workers": _workers_list(split.idle),
                     },
@@ -321,8 +332,8 @@ def pool_reports(
         if not split.is_pool:
             continue
         pool = lock.get("pool") or {}
-        h: LogHistogram = signal["wait_ns"]
-        wait_p50, wait_p95 = h.percentiles((0.5, 0.95))
+        wait_histogram: LogHistogram = waits_field["wait_ns"]
+        wait_p50, wait_p95 = wait_histogram.percentiles((0.5, 0.95))
         hold_h: LogHistogram | None = pool.get("hold_ns")
         hold = None
         if hold_h is not None and hold_h.count:
@@ -352,13 +363,13 @@ def pool_reports(
                     "in_use_peak": pool.get("in_use_peak"),
                     "checkouts": pool.get("checkouts"),
                     "waits": {
-                        "count": sum(n for n, _ in split.contention.values()),
+                        "count": sum(waits for waits, _ in split.contention.values()),
                         "total_ms": _ms(split.contention_ns),
                         "p50_ms": _ms(wait_p50),
                         "p95_ms": _ms(wait_p95),
-                        "max_ms": _ms(h.max),
+                        "max_ms": _ms(wait_histogram.max),
                     },
-                    "timeouts": signal["timeouts"],
+                    "timeouts": waits_field["timeouts"],
                     "hold": hold,
                     "workers": _workers_list(split.contention),
                     "wait_share_pct": share,

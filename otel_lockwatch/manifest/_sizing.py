@@ -57,7 +57,7 @@ from fractions import Fraction
 from typing import Any
 
 from ._model import Verdict
-from ._pools import SignalSplit
+from ._pools import HandoffSplit
 
 __all__ = [
     "SIZING_HEADROOM_PCT",
@@ -197,7 +197,7 @@ def _fallback(verdict: Verdict, nominal: int) -> int:
 
 
 def _capacity(
-    name: str, lock: Mapping[str, Any], split: SignalSplit | None, hold_ns: int, elapsed: Fraction
+    name: str, lock: Mapping[str, Any], split: HandoffSplit | None, hold_ns: int, elapsed: Fraction
 ) -> tuple[int | None, str, int]:
     """``(capacity, where it comes from, samples)`` of a class, its capacity None when unknown."""
     pool = lock.get("pool")
@@ -215,7 +215,7 @@ def _capacity(
 
 def size_pool(
     norm: Mapping[str, Any],
-    splits: Mapping[str, SignalSplit],
+    splits: Mapping[str, HandoffSplit],
     lock_wait: Mapping[str, int],
     worker_wait: Mapping[str, int],
     workers: set[str],
@@ -226,7 +226,7 @@ def size_pool(
 
     Args:
         norm: the normalized data part.
-        splits: its signal waits split (``_pools.split_signal_waits``).
+        splits: its hand-off waits split (``_pools.split_handoff_waits``).
         lock_wait: each class's contention (mutex waits and contention signal waits), ns.
         worker_wait: each worker's contention, ns.
         workers: the pool's workers (:func:`pool_workers`).

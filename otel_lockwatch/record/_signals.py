@@ -1,17 +1,18 @@
-"""Signal waits and the pools they guard, per worker: what the condition, queue and semaphore
-paths leave behind.
+"""Hand-off waits and the pools they guard, per worker: what the condition, queue, semaphore,
+event and future paths leave behind.
 
-A *signal wait* ends only when another worker signals: ``Condition.wait`` ends at a ``notify``,
-a ``get`` on an empty queue at a ``put`` (a ``put`` on a full one at a ``get``), a semaphore's
-blocking ``acquire`` at a ``release``. The mutex paths record into the worker's ``Stats``; these
-paths record into the worker's ``signals``, one :class:`SignalStats` per lock class, kept apart so
-that a signal wait is never a mutex wait (the evaluation decides which signal waits are
-contention: ``manifest._pools``).
+A *hand-off wait* ends only when another worker hands something over: ``Condition.wait`` ends at
+a ``notify``, a ``get`` on an empty queue at a ``put`` (a ``put`` on a full one at a ``get``), a
+semaphore's blocking ``acquire`` at a ``release``, an event's ``wait`` at its ``set``. The mutex
+paths record into the worker's ``Stats``; these paths record into the worker's ``signals``, one
+:class:`HandoffStats` per lock class, kept apart so that a hand-off wait is never a mutex wait
+(the evaluation decides which are contention: ``manifest._pools``). The data parts keep the
+published names: ``signal_waits``, and each worker's ``signals`` (its gives that end waits).
 
 Every operation is seen from two sides, a *take* and a *give*:
 
 ==============  ==============================  ==============================
-class           take (a checkout; may wait)     give (a signal; may wait)
+class           take (a checkout; may wait)     give (a hand-over; may wait)
 ==============  ==============================  ==============================
 Condition       ``wait`` (not counted as take)  ``notify`` / ``notify_all``
 queue           ``get``                         ``put`` (waits when full)
@@ -33,6 +34,9 @@ peak in use is computed: one worker may only ever put, another only ever get.
 
 A worker's statistics are written by that worker only, like its ``Stats``; :func:`signal_parts`
 turns every worker's into data parts when a snapshot is asked for.
+
+(``SignalStats``, ``SIGNAL_FIELDS``, ``merge_signals`` and ``signal_parts`` are the former
+names, kept for ``record._recorder``'s uses.)
 """
 
 from __future__ import annotations
@@ -44,12 +48,12 @@ from typing import Any
 from ._histogram import LogHistogram, from_buckets
 
 __all__ = [
+    "HANDOFF_FIELDS",
     "PENDING_MAX",
     "POOLED_KINDS",
-    "SIGNAL_FIELDS",
-    "SignalStats",
-    "merge_signals",
-    "signal_parts",
+    "HandoffStats",
+    "handoff_parts",
+    "merge_handoffs",
 ]
 
 #: Takes remembered per worker and class for their hold time.
@@ -65,9 +69,9 @@ POOLED_KINDS = (
     "asyncio.BoundedSemaphore",
 )
 _NONE = 1 << 62  # the minimum of no sample
-#: A :class:`SignalStats`'s fields. The leading nine (to ``hold_max_ns``) are those a take and
+#: A :class:`HandoffStats`'s fields. The leading nine (to ``hold_max_ns``) are those a take and
 #: a give write, which the C path (``capture._speedups``) addresses in this order.
-SIGNAL_FIELDS = (
+HANDOFF_FIELDS = (
     "takes",
     "gives",
     "most",
@@ -88,18 +92,18 @@ SIGNAL_FIELDS = (
 )
 
 
-class SignalStats:
-    """One worker's signal waits and pool use on one lock class."""
+class HandoffStats:
+    """One worker's hand-off waits and pool use on one lock class."""
 
-    __slots__ = SIGNAL_FIELDS
+    __slots__ = HANDOFF_FIELDS
 
     def __init__(self) -> None:
-        self.waits = 0  # blocked signal waits to take (Condition.wait, get on empty, acquire)
+        self.waits = 0  # blocked hand-off waits to take (Condition.wait, get on empty, acquire)
         self.wait_ns = 0  # their total
-        self.give_waits = 0  # blocked signal waits to give (put on a full queue)
+        self.give_waits = 0  # blocked hand-off waits to give (put on a full queue)
         self.give_wait_ns = 0
         self.timeouts = 0  # waits (either way) that gave up
-        self.wait_histogram: dict[int, int] = {}  # every blocked signal wait: bucket -> count
+        self.wait_histogram: dict[int, int] = {}  # every blocked hand-off wait: bucket -> count
         self.wait_min_ns = _NONE
         self.wait_max_ns = 0
         self.takes = 0  # gets, acquires
@@ -112,7 +116,7 @@ class SignalStats:
         self.hold_min_ns = _NONE
         self.hold_max_ns = 0
 
-    def merge(self, other: SignalStats) -> None:
+    def merge(self, other: HandoffStats) -> None:
         """Add ``other``'s counts to these (an ended worker folded into a retired state)."""
         for name in (
             "waits",
@@ -138,8 +142,9 @@ class SignalStats:
         self.most = max(self.most, other.most)
         self.fewest = min(self.fewest, other.fewest)
 
-    def signals(self) -> int:
-        """The worker's signals by the rule of the module docstring."""
+    def gives_ending_waits(self) -> int:
+        """The worker's gives that end waits (its ``signals`` in the data), by the rule of the
+        module docstring."""
         if self.waits and self.give_waits:
             if self.takes and self.gives:
                 return self.takes + self.gives
@@ -147,13 +152,13 @@ class SignalStats:
         return self.takes if self.give_waits else self.gives
 
 
-def merge_signals(into: dict[Any, SignalStats], other: dict[Any, SignalStats]) -> None:
-    """Add a worker's signal statistics (lock class -> :class:`SignalStats`) to ``into``'s."""
-    for cls, s in list(other.items()):
-        mine = into.get(cls)
+def merge_handoffs(into: dict[Any, HandoffStats], other: dict[Any, HandoffStats]) -> None:
+    """Add a worker's hand-off statistics (lock class -> :class:`HandoffStats`) to ``into``'s."""
+    for lock_class, theirs in list(other.items()):
+        mine = into.get(lock_class)
         if mine is None:
-            mine = into[cls] = SignalStats()
-        mine.merge(s)
+            mine = into[lock_class] = HandoffStats()
+        mine.merge(theirs)
 
 
 def _empty_lock(kind: str) -> dict[str, Any]:
@@ -169,8 +174,8 @@ def _empty_lock(kind: str) -> dict[str, Any]:
     }
 
 
-def signal_parts(states: Iterable[Any]) -> Iterator[dict[str, Any]]:
-    """The data parts of every worker's signal waits and pool use (merged by ``merge_data``).
+def handoff_parts(states: Iterable[Any]) -> Iterator[dict[str, Any]]:
+    """The data parts of every worker's hand-off waits and pool use (merged by ``merge_data``).
 
     One part per (worker, class) with that worker's ``signal_waits`` (and ``pool`` checkouts and
     holds); then one part per pooled class with its ``capacity`` and ``in_use_peak``, from the
@@ -181,26 +186,21 @@ def signal_parts(states: Iterable[Any]) -> Iterator[dict[str, Any]]:
     """
     extent: dict[Any, list[int]] = {}  # pooled class -> [most, fewest]
     for state in states:
-        for cls, s in list(state.signals.items()):
-            pooled = cls.kind in POOLED_KINDS
-            waits = s.waits + s.give_waits
-            signals = s.signals()
-            lock = _empty_lock(cls.kind)
+        for lock_class, stats in list(state.signals.items()):
+            pooled = lock_class.kind in POOLED_KINDS
+            waits = stats.waits + stats.give_waits
+            gives = stats.gives_ending_waits()
+            wait_ns = stats.wait_ns + stats.give_wait_ns
+            lock = _empty_lock(lock_class.kind)
             lock["signal_waits"] = {
                 "count": waits,
-                "timeouts": s.timeouts,
+                "timeouts": stats.timeouts,
                 "wait_ns": from_buckets(
-                    s.wait_histogram, s.wait_ns + s.give_wait_ns, s.wait_min_ns, s.wait_max_ns
+                    stats.wait_histogram, wait_ns, stats.wait_min_ns, stats.wait_max_ns
                 ),
                 "workers": (
-                    {
-                        state.worker: {
-                            "waits": waits,
-                            "wait_ns": s.wait_ns + s.give_wait_ns,
-                            "signals": signals,
-                        }
-                    }
-                    if waits or signals
+                    {state.worker: {"waits": waits, "wait_ns": wait_ns, "signals": gives}}
+                    if waits or gives
                     else {}
                 ),
             }
@@ -208,23 +208,33 @@ def signal_parts(states: Iterable[Any]) -> Iterator[dict[str, Any]]:
                 lock["pool"] = {
                     "capacity": None,
                     "in_use_peak": None,
-                    "checkouts": s.takes,
+                    "checkouts": stats.takes,
                     "hold_ns": from_buckets(
-                        s.hold_histogram, s.hold_total_ns, s.hold_min_ns, s.hold_max_ns
+                        stats.hold_histogram,
+                        stats.hold_total_ns,
+                        stats.hold_min_ns,
+                        stats.hold_max_ns,
                     ),
                 }
-                known = extent.setdefault(cls, [-1, _NONE])
-                known[0] = max(known[0], s.most)
-                known[1] = min(known[1], s.fewest)
-            yield {"locks": {cls.name: lock}}
-    for cls, (most, fewest) in extent.items():
+                known = extent.setdefault(lock_class, [-1, _NONE])
+                known[0] = max(known[0], stats.most)
+                known[1] = min(known[1], stats.fewest)
+            yield {"locks": {lock_class.name: lock}}
+    for lock_class, (most, fewest) in extent.items():
         capacity = most if most >= 0 else None
         in_use = None if capacity is None or fewest == _NONE else max(0, capacity - fewest)
-        lock = _empty_lock(cls.kind)
+        lock = _empty_lock(lock_class.kind)
         lock["pool"] = {
             "capacity": capacity,
             "in_use_peak": in_use,
             "checkouts": 0,
             "hold_ns": LogHistogram(),
         }
-        yield {"locks": {cls.name: lock}}
+        yield {"locks": {lock_class.name: lock}}
+
+
+# The former names (record._recorder's uses).
+SignalStats = HandoffStats
+SIGNAL_FIELDS = HANDOFF_FIELDS
+merge_signals = merge_handoffs
+signal_parts = handoff_parts
