@@ -11,6 +11,7 @@ import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 from opentelemetry import trace
@@ -106,6 +107,49 @@ def test_locks_of_opentelemetry_and_lockwatch_are_left_alone(watched):
     with tracer.start_as_current_span("task") as span:
         assert type(span._lock) is not LockProxy  # the SDK's own per-span lock
     assert not any(name.startswith("opentelemetry") for name in locks_of(RECORDER.snapshot()))
+
+
+def test_an_exporters_own_pool_is_left_alone_where_a_users_is_watched(watched):
+    """The OTLP/HTTP exporter (the package's dependency) makes a urllib3 pool nine frames below
+    its own code, deeper than the callers probed; the SDK suppresses instrumentation around
+    every export, and what is made or waited on there is not watched. The same library's pool
+    made by the program is."""
+    import urllib3
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
+    received = threading.Event()
+
+    class Collector(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:  # noqa: N802 (the http.server name)
+            self.rfile.read(int(self.headers.get("Content-Length", 0)))
+            received.set()  # before the answer the exporter waits for
+            self.send_response(200)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Collector)
+    serving = threading.Thread(target=server.serve_forever, daemon=True)
+    serving.start()
+    endpoint = f"http://127.0.0.1:{server.server_address[1]}/v1/traces"
+    processor = BatchSpanProcessor(OTLPSpanExporter(endpoint=endpoint, timeout=10))
+    watched.tracer_provider.add_span_processor(processor)
+    try:
+        with watched.tracer_provider.get_tracer("t").start_as_current_span("task"):
+            pass
+        assert processor.force_flush(10)
+        assert received.is_set()  # the export happened, through the exporter's pool
+        assert not any("urllib3" in name for name in locks_of(RECORDER.snapshot()))
+        users = urllib3.PoolManager(maxsize=1, block=True)
+        assert users.request("POST", endpoint, body=b"x").status == 200
+    finally:
+        processor.shutdown()  # before the server goes: no export is left to retry
+        server.shutdown()
+        server.server_close()
+    assert any(name.startswith("urllib3.") for name in locks_of(RECORDER.snapshot()))
 
 
 def test_lock_semantics_kept(watched):

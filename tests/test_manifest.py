@@ -308,8 +308,8 @@ def test_bad_pool_size_env_is_warned_once_and_ignored(monkeypatch, caplog):
         evaluate(snapshot([("a", "l", 0, 0)]))
     assert m.pool_size_source == "observed"
     assert [r.getMessage() for r in caplog.records] == [
-        "otel-lockwatch: OTEL_PYTHON_LOCKWATCH_POOL_SIZE must be an integer in [1, 1048576], got 'lots'; "
-        "using the default None"
+        "otel-lockwatch: OTEL_PYTHON_LOCKWATCH_POOL_SIZE must be an integer in [1, 1048576], "
+        "got 'lots'; using the default None"
     ]
 
 

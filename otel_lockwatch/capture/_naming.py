@@ -30,6 +30,8 @@ import sys
 import sysconfig
 from typing import Any, TypeVar
 
+from opentelemetry.instrumentation.utils import is_instrumentation_enabled
+
 from ..record._lock_class import LockClass, lock_class, note_role
 
 __all__ = [
@@ -288,14 +290,20 @@ def class_of_note(note: Any, kind: str, cache: dict) -> LockClass | None:
 
 def excluded_caller(frame: Any) -> bool:
     """Whether OpenTelemetry, ``logging`` or lockwatch is among the few callers from ``frame``
-    up (an exporter waiting on a pool): such a wait is not recorded."""
+    up (an exporter waiting on a pool), or OpenTelemetry's instrumentation is suppressed in the
+    current context: such a creation is not watched, such a wait not recorded.
+
+    The SDK suppresses instrumentation around every export (its span, metric and log
+    processors), as contrib instrumentations honour: an exporter's own pools are made and
+    waited on there, further down than the callers probed (the OTLP/HTTP exporter's urllib3
+    pool is made nine frames below it)."""
     for _ in range(_EXCLUSION_DEPTH):
         if frame is None:
-            return False
+            break
         if _excluded(_module_of(frame)):
             return True
         frame = frame.f_back
-    return False
+    return not is_instrumentation_enabled()
 
 
 def name_lock(lock: T, name: str) -> T:
