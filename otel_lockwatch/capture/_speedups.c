@@ -2,36 +2,11 @@
  *
  * The pure-Python path (_bookkeeping.py, _threading.py, _sections.py) is the reference
  * implementation and stays in use for everything unusual; this module only takes over the common
- * case, where a Python function call costs more than the bookkeeping it runs:
- *
- * - LockBase: the base class of _threading.LockProxy (RLockBase: of RLockProxy). acquire() /
- *   __enter__ with the default timeout, release() / __exit__. Any other call (a timeout, a thread
- *   whose state does not exist yet, lockwatch itself running on this thread, no Python caller)
- *   is handed, unchanged, to the Python implementation, which sees the same caller frame (a C
- *   call pushes no frame).
- * - SectionAcquire / SectionRelease: the instrumented StripedSections._acquire and _release.
- *   They bind like functions (a method descriptor) and carry the original in __wrapped__.
- * - The signal paths (semaphores, queues, conditions as pools): took() / gave(), every checkout
- *   and checkin; SemaphoreAcquire / SemaphoreRelease, a watched threading.Semaphore's acquire
- *   and release with a free permit; ConditionNotify, a watched condition's notify.
- *
- * The slow paths (a lock-order check, a wait, a hold at or above the metric floor) call back into
- * the Python functions the pure-Python path calls, so both paths record the same thing: the tests
- * run the core suites against both (LOCKWATCH_DISABLE_EXTENSIONS).
- *
- * The contract (see _fast_path.py) is given at import by four calls: setup() from
- * _bookkeeping.py, setup_locks() from _threading.py, setup_sections() from _sections.py,
- * setup_signals() from _signal_waits.py. The
- * Python objects' field names come with them, as tables; this file addresses the fields by their
- * position in those tables and never names them.
- *
- * Rules kept from the Python path: the lock's own results and exceptions pass through unchanged;
- * an error in the bookkeeping after the lock is taken or released goes to OUTBOX.failed, never to
- * the host; every field a release needs is read before the raw release (another thread may take
- * the lock, and overwrite them, the moment it is free).
- *
- * The clock is CLOCK_MONOTONIC, which is time.perf_counter_ns() on Linux (the only platform this
- * is built on: see setup.py); the Python slow paths read the same clock.
+ * case, where a Python function call costs more than the bookkeeping it runs. The contract
+ * between the two (what this file takes over and hands back, what it calls back, the held stack's
+ * entries and their push point, the fields it reads and writes, what it owns, its clock, its
+ * state) is written once, in the docstring of capture/_fast_path.py: read it first.
+ * tests/test_fast_path_contract.py holds both paths to it.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -98,6 +73,52 @@ now_ns(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (long long)ts.tv_sec * 1000000000LL + (long long)ts.tv_nsec;
+}
+
+/* -- a held-stack entry: _fast_path.HELD_ENTRY_FIELDS, in order -----------------------------
+ * A struct sequence (a tuple whose fields have names, as os.stat_result): made here without a
+ * call, read by name in Python. The pure path's PyHeldEntry has the same fields. */
+enum { ENTRY_LOCK_CLASS, ENTRY_FRAME, ENTRY_LASTI, ENTRY_LOCK, ENTRY_CANONICAL, ENTRY_FIELDS };
+static PyStructSequence_Field held_entry_fields[] = {
+    [ENTRY_LOCK_CLASS] = {"lock_class", "The lock's class (LockClass)."},
+    [ENTRY_FRAME] = {"frame", "The frame that acquired it."},
+    [ENTRY_LASTI] = {"lasti", "Its instruction offset then (f_lasti)."},
+    [ENTRY_LOCK] = {"lock", "The object that keeps the hold (its identity)."},
+    [ENTRY_CANONICAL] = {"canonical", "Taken by lock_many in canonical order."},
+    [ENTRY_FIELDS] = {NULL, NULL},
+};
+static PyStructSequence_Desc held_entry_desc = {
+    "otel_lockwatch.capture._speedups.HeldEntry",
+    "HeldEntry((lock_class, frame, lasti, lock, canonical)): a held-stack entry "
+    "(_fast_path.HELD_ENTRY_FIELDS).",
+    held_entry_fields,
+    ENTRY_FIELDS,
+};
+static PyTypeObject *g_held_entry_type;
+
+#define ENTRY_GET(entry, field) PyStructSequence_GET_ITEM((entry), (field))
+
+/* A new entry (what HeldEntry((cls, f, f.f_lasti, lock, canonical)) makes), or NULL with an
+ * error. */
+static PyObject *
+new_entry(PyObject *cls, PyObject *f, PyObject *lock, PyObject *canonical)
+{
+    PyObject *lasti = PyLong_FromLong(PyFrame_GetLasti((PyFrameObject *)f));
+    if (lasti == NULL)
+        return NULL;
+    PyObject *entry = PyStructSequence_New(g_held_entry_type);
+    if (entry == NULL) {
+        Py_DECREF(lasti);
+        return NULL;
+    }
+    PyStructSequence_SET_ITEM(entry, ENTRY_LOCK_CLASS, Py_NewRef(cls));
+    PyStructSequence_SET_ITEM(entry, ENTRY_FRAME, Py_NewRef(f));
+    PyStructSequence_SET_ITEM(entry, ENTRY_LASTI, lasti);
+    PyStructSequence_SET_ITEM(entry, ENTRY_LOCK, Py_NewRef(lock));
+    PyStructSequence_SET_ITEM(entry, ENTRY_CANONICAL, Py_NewRef(canonical));
+    if (!PyObject_GC_IsTracked(entry)) /* it refers to its lock, which refers to it */
+        PyObject_GC_Track(entry);
+    return entry;
 }
 
 /* -- the cyclic collector held off while lockwatch allocates under a lock ------------------
@@ -1137,12 +1158,12 @@ is_default_timeout(PyObject *timeout)
 static inline PyObject *
 reused_entry(PyObject *entry, PyObject *cls, PyObject *f, PyObject *self)
 {
-    if (entry == NULL || !PyTuple_CheckExact(entry) || PyTuple_GET_SIZE(entry) != 5 ||
-        PyTuple_GET_ITEM(entry, 0) != cls || PyTuple_GET_ITEM(entry, 3) != self ||
-        PyTuple_GET_ITEM(entry, 4) != Py_False || Py_REFCNT(entry) != 1)
+    if (entry == NULL || Py_TYPE(entry) != g_held_entry_type ||
+        ENTRY_GET(entry, ENTRY_LOCK_CLASS) != cls || ENTRY_GET(entry, ENTRY_LOCK) != self ||
+        ENTRY_GET(entry, ENTRY_CANONICAL) != Py_False || Py_REFCNT(entry) != 1)
         return NULL;
     int lasti = PyFrame_GetLasti((PyFrameObject *)f);
-    PyObject *had = PyTuple_GET_ITEM(entry, 2);
+    PyObject *had = ENTRY_GET(entry, ENTRY_LASTI);
     int overflow;
     if (!PyLong_CheckExact(had) || PyLong_AsLongAndOverflow(had, &overflow) != lasti ||
         overflow) {
@@ -1151,17 +1172,15 @@ reused_entry(PyObject *entry, PyObject *cls, PyObject *f, PyObject *self)
             PyErr_Clear();
             return NULL;
         }
-        PyTuple_SET_ITEM(entry, 2, now);
+        PyStructSequence_SET_ITEM(entry, ENTRY_LASTI, now);
         Py_DECREF(had);
     }
-    PyObject *was = PyTuple_GET_ITEM(entry, 1);
+    PyObject *was = ENTRY_GET(entry, ENTRY_FRAME);
     Py_INCREF(entry); /* ours while the old frame goes: whatever its locals' finalizers do */
     if (was != f) {
-        PyTuple_SET_ITEM(entry, 1, Py_NewRef(f));
+        PyStructSequence_SET_ITEM(entry, ENTRY_FRAME, Py_NewRef(f));
         Py_DECREF(was);
     }
-    if (!PyObject_GC_IsTracked(entry))
-        PyObject_GC_Track(entry);
     return entry;
 }
 
@@ -1180,12 +1199,11 @@ order_known(PyObject *st, PyObject *held, PyObject *cls, PyObject *obj)
     int known = PySet_CheckExact(chain);
     for (Py_ssize_t i = 0; known && i < PyList_GET_SIZE(held); i++) {
         PyObject *entry = PyList_GET_ITEM(held, i);
-        if (!PyTuple_CheckExact(entry) || PyTuple_GET_SIZE(entry) != 5 ||
-            PyTuple_GET_ITEM(entry, 3) == obj) {
+        if (Py_TYPE(entry) != g_held_entry_type || ENTRY_GET(entry, ENTRY_LOCK) == obj) {
             known = 0;
             break;
         }
-        PyObject *pair = PyTuple_Pack(2, PyTuple_GET_ITEM(entry, 0), cls);
+        PyObject *pair = PyTuple_Pack(2, ENTRY_GET(entry, ENTRY_LOCK_CLASS), cls);
         int r = pair != NULL ? PySet_Contains(chain, pair) : -1;
         Py_XDECREF(pair);
         if (r != 1) {
@@ -1287,9 +1305,7 @@ lock_acquire_fast(LockBase *self, int blocking)
                 collection_defer();
                 deferred = 1;
             }
-            PyObject *lasti = PyLong_FromLong(PyFrame_GetLasti((PyFrameObject *)f));
-            entry = lasti ? PyTuple_Pack(5, cls, f, lasti, (PyObject *)self, Py_False) : NULL;
-            Py_XDECREF(lasti);
+            entry = new_entry(cls, f, (PyObject *)self, Py_False);
         }
         if (entry == NULL || PyList_Append(held, entry) < 0) {
             Py_XDECREF(entry);
@@ -1844,8 +1860,7 @@ section_acquire(SectionFn *fn, PyObject *const *args, size_t nargsf, PyObject *k
         deferred = 1;
     }
     {
-        PyObject *slots = NULL, *slot = NULL, *entry = NULL, *lasti = NULL, *ctx = NULL,
-                 *counter = NULL;
+        PyObject *slots = NULL, *slot = NULL, *entry = NULL, *ctx = NULL, *counter = NULL;
         slots = slot_get(&TRACK[TRACK_SLOTS], track);
         if (slots == NULL)
             goto track_failed;
@@ -1859,10 +1874,7 @@ section_acquire(SectionFn *fn, PyObject *const *args, size_t nargsf, PyObject *k
             if (slot == NULL || PyObject_SetItem(slots, index, slot) < 0)
                 goto track_failed;
         }
-        lasti = PyLong_FromLong(PyFrame_GetLasti((PyFrameObject *)f));
-        if (lasti == NULL)
-            goto track_failed;
-        entry = PyTuple_Pack(5, cls, f, lasti, arr, canonical);
+        entry = new_entry(cls, f, arr, canonical);
         if (entry == NULL || PyList_Append(held, entry) < 0)
             goto track_failed;
         ctx = current_context();
@@ -1892,7 +1904,6 @@ section_acquire(SectionFn *fn, PyObject *const *args, size_t nargsf, PyObject *k
         Py_XDECREF(slots);
         Py_XDECREF(slot);
         Py_XDECREF(entry);
-        Py_XDECREF(lasti);
         Py_XDECREF(ctx);
         Py_XDECREF(counter);
     }
@@ -2846,12 +2857,16 @@ PyInit__speedups(void)
         PyType_Ready(&SemaphoreRelease_Type) < 0 || PyType_Ready(&ConditionNotify_Type) < 0 ||
         PyType_Ready(&CreationGate_Type) < 0 || creation_call_ready() < 0)
         return NULL;
+    g_held_entry_type = PyStructSequence_NewType(&held_entry_desc);
+    if (g_held_entry_type == NULL)
+        return NULL;
     PyObject *m = PyModule_Create(&speedups_module);
     if (m == NULL)
         return NULL;
     if (PyModule_AddObjectRef(m, "LockBase", (PyObject *)&LockBase_Type) < 0 ||
         PyModule_AddObjectRef(m, "RLockBase", (PyObject *)&RLockBase_Type) < 0 ||
         PyModule_AddObjectRef(m, "StatsBase", (PyObject *)&StatsBase_Type) < 0 ||
+        PyModule_AddObjectRef(m, "HeldEntry", (PyObject *)g_held_entry_type) < 0 ||
         PyModule_AddObjectRef(m, "SectionAcquire", (PyObject *)&SectionAcquire_Type) < 0 ||
         PyModule_AddObjectRef(m, "SectionRelease", (PyObject *)&SectionRelease_Type) < 0 ||
         PyModule_AddObjectRef(m, "SemaphoreAcquire", (PyObject *)&SemaphoreAcquire_Type) < 0 ||

@@ -120,7 +120,7 @@ class Stats:
 
 
 #: The fields of :class:`WorkerState`. The C fast path is given the names and addresses the
-#: leading four by position (``WORKER_*``): rename freely; append.
+#: leading eight by position (``WORKER_*``): rename freely; append.
 WORKER_FIELDS = (
     "held",  # held-stack entries, in acquisition order
     "stats",  # lock class -> Stats
