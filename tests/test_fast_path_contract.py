@@ -122,8 +122,22 @@ let_go.set()
 waiter_took.wait()
 h.join()
 w.join()
+# The per-thread state, the per-class statistics and a lock's hold, as this path makes them.
+from otel_lockwatch.capture._bookkeeping import HOLD_FIELDS
+from otel_lockwatch.record._recorder import STATS_FIELDS, WORKER_FIELDS
+
+stats = _fast_path.new_stats()
+worker = RECORDER.thread_state()
+fields_of = {
+    "stats": [name for name in STATS_FIELDS if hasattr(stats, name)],
+    "worker": [name for name in WORKER_FIELDS if hasattr(worker, name)],
+    "hold": [name for name in HOLD_FIELDS if hasattr(proxy, name)],
+}
+c_reads = _fast_path.speedups.direct_slots() if _fast_path.SPEEDUPS else {}
 print(json.dumps({
     "c": _fast_path.SPEEDUPS,
+    "fields_of": fields_of,
+    "c_reads": c_reads,
     "contract_fields": list(_fast_path.HELD_ENTRY_FIELDS),
     "entry": fields,
     "after_release": after_release,
@@ -188,3 +202,64 @@ def test_a_blocked_worker_is_waiting_and_holds_nothing_for_it(observed: dict) ->
     the lock's class and its held stack does not list the lock (the live gauges count it as a
     waiter, not a holder)."""
     assert observed["while_blocked"] == {"listed": 0, "waiting": True}
+
+
+def test_state_statistics_and_holds_have_the_tables_fields(observed: dict) -> None:
+    """The per-thread state, a worker's statistics for a class (on the C path, a ``StatsBase``
+    whose counters are C integers) and a lock's hold have every field of their tables, by name;
+    and every field the C path reads is one of its class's table, read at its slot's offset."""
+    from otel_lockwatch.capture._bookkeeping import HOLD_FIELDS
+    from otel_lockwatch.capture._sections import ARRAY_FIELDS, TRACK_FIELDS
+    from otel_lockwatch.record._recorder import STATS_FIELDS, WORKER_FIELDS
+    from otel_lockwatch.record._signals import SIGNAL_FIELDS
+
+    assert observed["fields_of"] == {
+        "stats": list(STATS_FIELDS),
+        "worker": list(WORKER_FIELDS),
+        "hold": list(HOLD_FIELDS),
+    }
+    tables = {
+        "WorkerState": WORKER_FIELDS,
+        "Stats": STATS_FIELDS,
+        "Hold": HOLD_FIELDS,
+        "ArrayTrack": TRACK_FIELDS,
+        "StripedSections": ARRAY_FIELDS,
+        "SignalStats": SIGNAL_FIELDS,
+    }
+    for key, direct in observed["c_reads"].items():
+        cls, name = key.split(".", 1)
+        assert name in tables[cls], key
+        assert direct, key
+    assert bool(observed["c_reads"]) is observed["c"]
+
+
+# What may be declared `static` at file level in the C file: CPython's declaration tables (which
+# its API takes as non-const pointers), constants, and functions. Anything else is state.
+_DECLARATIONS = (
+    "PyMethodDef",
+    "PyMemberDef",
+    "PyGetSetDef",
+    "PyType_Slot",
+    "PyType_Spec",
+    "PyModuleDef_Slot",
+    "struct PyModuleDef",
+)
+
+
+def test_the_c_file_keeps_no_state_at_file_level() -> None:
+    """Every mutable thing the C path keeps is in its module's state (PEP 489), so that a
+    subinterpreter, and the free-threaded build, get state of their own: no file-level variable
+    that is not a constant or one of CPython's declaration tables, and no thread-local."""
+    source = (ROOT / "otel_lockwatch" / "capture" / "_speedups.c").read_text()
+    offenders = []
+    for line in source.splitlines():
+        if "__thread" in line or "thread_local" in line:
+            offenders.append(line)
+        if not line.startswith("static ") or line.startswith("static const "):
+            continue
+        declared = line[len("static ") :]
+        if not any(mark in declared for mark in ";=["):
+            continue  # a function's return type (its name and parameters on the next line)
+        if not declared.startswith(_DECLARATIONS):
+            offenders.append(line)
+    assert offenders == []

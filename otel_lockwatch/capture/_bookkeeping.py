@@ -242,8 +242,8 @@ def lock_wait(
 
 
 #: What an object that keeps a hold notes at the acquisition, for the release. The C fast path
-#: reads and writes them on a :class:`Hold`, and gives its ``LockBase`` members of these names,
-#: addressing both by position (``HOLD_*`` in ``_speedups.c``): rename freely, add at the end.
+#: reads and writes them on a :class:`Hold`, and its ``LockBase`` has members of these names
+#: (named in C too: ``tests/test_fast_path_contract.py`` holds the two to one list).
 #: (Prefixed: a lock proxy keeps them beside the names of the lock it wraps.)
 HOLD_FIELDS = (
     "_lw_holder",  # the holder's WorkerState while the hold is tracked, else None

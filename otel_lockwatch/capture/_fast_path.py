@@ -41,27 +41,33 @@ The contract:
   after its release. The C path makes no new entry for a ``Lock`` whose last entry nothing else
   refers to (its frame and offset are set in place).
 - What it reads and writes: every field a release needs is read before the raw release (another
-  thread may take the lock, and overwrite them, the moment it is free). It reads and writes the
-  ``__slots__`` of ``WorkerState``, ``Stats``, ``Hold``, ``ArrayTrack``, ``StripedSections`` and
-  ``SignalStats``, at the offsets of their member descriptors, as the interpreter does, for
-  objects of exactly those classes (any other object takes ordinary attribute access). The field
-  names come from the tables those calls pass (``record._recorder.WORKER_FIELDS`` and
-  ``STATS_FIELDS``, ``_bookkeeping.HOLD_FIELDS``, ``_sections.TRACK_FIELDS`` and
-  ``ARRAY_FIELDS``, ``record._signals.SIGNAL_FIELDS``), never from C, and C addresses the leading
-  fields of each table by position: renaming a field is one edit of its table.
-- What it owns: the counters a pair writes, as C integers of ``_speedups.StatsBase`` (the base of
-  :func:`new_stats`'s class on this path), named from the ``Stats`` table, with the hold
+  thread may take the lock, and overwrite them, the moment it is free). It reads and writes
+  fields of ``WorkerState``, ``Stats``, ``Hold``, ``ArrayTrack``, ``StripedSections`` and
+  ``SignalStats`` by name (each named once in C, beside the constant it is read by; the setup
+  calls pass the classes, with their tables of field names, which must name each: a field's
+  place in its table does not matter), at the offsets of their member descriptors, as the
+  interpreter does, for objects of exactly those classes (any other object takes ordinary
+  attribute access). A C proxy keeps its hold in members of :data:`_bookkeeping.HOLD_FIELDS`'
+  names, as a Python hold does. ``speedups.direct_slots()`` lists what it reads.
+- What it owns: the counters a pair writes (``_speedups.STATS_OWNED``, by name), as C integers
+  of ``_speedups.StatsBase`` (the base of :func:`new_stats`'s class on this path), with the hold
   histogram's first 512 buckets counted in a fixed C array (``hold_histogram`` reads a new dict
   of them and the rest, and an assignment replaces both); and each thread's ``WorkerState``,
-  cached in a C thread-local, read once from ``RECORDER.tls`` per thread (and thread state),
-  again after ``forget_states()`` (a forked child: see below); an ended thread's entry is
-  released by the next thread that reads its own.
+  cached under a pthread key, read once from ``RECORDER.tls`` per thread (and thread state),
+  again after ``forget_states()``; an ended thread's entry is released by the next thread that
+  reads its own.
+- Its state is its module's (PEP 489: ``PyModule_GetState``; every type made from a spec; a lock
+  proxy and a section function keep a pointer to it, which their type keeps alive): no mutable
+  state at file level. A subinterpreter imports a module of its own, with its own state, and
+  runs the C path on it.
+- A fork: the child calls ``speedups.forget_states()`` after the recorder's own after-fork
+  routine, before any watched lock is taken there (every thread reads its ``WorkerState`` anew,
+  and the deferrals of the threads the fork left behind are closed). It is registered here.
 - On 3.11 and 3.12 it takes a ``_thread.lock`` or ``_thread.RLock`` (by a thread that does not
   own it) without calling its ``acquire``: what ``acquire(False)`` does, on the lock object's
   fields (CPython's layout, checked on a real lock at import; on a mismatch, and from 3.13, the
   method is called).
 - Its clock is ``CLOCK_MONOTONIC``, which is ``time.perf_counter_ns()`` on Linux.
-- One interpreter owns it (``claim()``): a subinterpreter gets the Python path.
 """
 
 from __future__ import annotations
@@ -100,16 +106,15 @@ class PyHeldEntry(tuple):
 
 
 def _load() -> Any:
-    """The C fast path, or None: not built (no compiler, another interpreter or platform), turned
-    off with ``LOCKWATCH_DISABLE_EXTENSIONS=1``, or owned by another interpreter."""
+    """The C fast path, or None: not built (no compiler, another interpreter or platform), or
+    turned off with ``LOCKWATCH_DISABLE_EXTENSIONS=1``."""
     if extensions_disabled():
         return None
     try:
         from . import _speedups
     except ImportError:
         return None
-    # Its state is process-wide: one interpreter has it, a subinterpreter runs in Python.
-    return _speedups if _speedups.claim() else None
+    return _speedups
 
 
 #: The ``_speedups`` module when the uncontended path runs in C, else None.
@@ -127,15 +132,15 @@ if speedups is not None:
 
 def _stats_class() -> Callable[[], Stats]:
     """What makes a worker's :class:`Stats` on this path: the class itself, or on the C path its
-    variant whose leading fields (the counters a pair writes) are C integers of ``StatsBase``,
-    named from the table by ``setup()``, the rest of the table slots."""
+    variant whose counters a pair writes (``_speedups.STATS_OWNED``) are C integers of
+    ``StatsBase``, the rest of the table slots."""
     if speedups is None:
         return Stats
 
     base: Any = speedups.StatsBase
 
     class CStats(base):
-        __slots__ = STATS_FIELDS[speedups.STATS_OWNED :]
+        __slots__ = tuple(name for name in STATS_FIELDS if name not in speedups.STATS_OWNED)
         __init__ = Stats.__init__
         merge = Stats.merge
 

@@ -54,8 +54,8 @@ _tls = RECORDER.tls  # never replaced: Recorder.reset() keeps it
 # Frames of the array's own entry points (lock(), __enter__, ...): not the acquisition site.
 _ARRAY_GLOBALS = vars(_array)
 
-#: The fields of :class:`ArrayTrack`. The C fast path receives them at setup and addresses the
-#: leading five by position (``TRACK_*`` in ``_speedups.c``): rename freely, add at the end.
+#: The fields of :class:`ArrayTrack`. The C fast path receives the class with this table at setup,
+#: names the fields it reads and checks that the table has them (``capture._fast_path``).
 TRACK_FIELDS = (
     "slots",  # per section: its Hold, or None before its first use
     "held_sections",  # one item per section held now (append, pop and len are atomic)
@@ -64,7 +64,7 @@ TRACK_FIELDS = (
     "name",  # the array's name when this was made (a rename makes a new ArrayTrack)
     "count",  # the number of sections
 )
-#: What the mirrored fast path reads of a ``StripedSections`` (C: ``ARRAY_*``), by position.
+#: What the mirrored fast path reads of a ``StripedSections`` (C: ``ARRAY_NAMES``), by name.
 ARRAY_FIELDS = ("_lw", "_name", "_locks", "_owners", "_keys")
 
 

@@ -51,7 +51,7 @@ MAX_WORKERS = 1024
 
 
 #: The fields of :class:`Stats`, each with how two workers' values merge. The C fast path is given
-#: the names and addresses the leading ones by position (``STATS_*``): rename freely; append.
+#: the class with this table; it names the fields it reads and checks that this table has them.
 STATS_TABLE: tuple[tuple[str, str], ...] = (
     ("acquisitions", "sum"),  # successful acquisitions (blocking and try)
     ("try_acquisitions", "sum"),  # successful try-acquires
@@ -119,8 +119,8 @@ class Stats:
                 setattr(self, name, mine + theirs)
 
 
-#: The fields of :class:`WorkerState`. The C fast path is given the names and addresses the
-#: leading eight by position (``WORKER_*``): rename freely; append.
+#: The fields of :class:`WorkerState`. The C fast path is given the class with this table; it names
+#: the fields it reads and checks that this table has them (``capture._fast_path``).
 WORKER_FIELDS = (
     "held",  # held-stack entries, in acquisition order
     "stats",  # lock class -> Stats
