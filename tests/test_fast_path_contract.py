@@ -134,7 +134,34 @@ fields_of = {
     "hold": [name for name in HOLD_FIELDS if hasattr(proxy, name)],
 }
 c_reads = _fast_path.speedups.direct_slots() if _fast_path.SPEEDUPS else {}
+
+# The slow paths' events: the C path's types, and the receivers given exactly the contract's
+# fields (an object with those attributes and no others).
+from types import SimpleNamespace
+from otel_lockwatch.capture import _bookkeeping
+
+events = {}
+if _fast_path.SPEEDUPS:
+    events["Acquisition"] = list(_fast_path.speedups.Acquisition.__match_args__)
+    events["Release"] = list(_fast_path.speedups.Release.__match_args__)
+free = threading._allocate_lock()
+acquisition = dict.fromkeys(_fast_path.ACQUISITION_FIELDS)
+acquisition.update(
+    worker=RECORDER.thread_state(), stats=_fast_path.new_stats(),
+    lock_class=proxy._lockwatch_class, frame=sys._getframe(), lock=free, hold=proxy,
+    canonical=False, timeout=-1,
+)
+received = {
+    "order": _bookkeeping.check_order_event(SimpleNamespace(**acquisition)),
+    "wait": _bookkeeping.lock_wait_event(SimpleNamespace(**acquisition)),
+}
+free.release()
+release = dict.fromkeys(_fast_path.RELEASE_FIELDS)
+release.update(worker=RECORDER.thread_state(), entry=entry, start_ns=0, end_ns=1)
+received["hold"] = _bookkeeping.record_hold_event(SimpleNamespace(**release))
 print(json.dumps({
+    "events": events,
+    "received": received,
     "c": _fast_path.SPEEDUPS,
     "fields_of": fields_of,
     "c_reads": c_reads,
@@ -263,3 +290,14 @@ def test_the_c_file_keeps_no_state_at_file_level() -> None:
         if not declared.startswith(_DECLARATIONS):
             offenders.append(line)
     assert offenders == []
+
+
+def test_slow_paths_take_one_event_with_the_contracts_fields(observed: dict) -> None:
+    """The C path calls each slow path with one event (``Acquisition``, ``Release``) whose
+    fields are the contract's, in its order; the receivers read no other field."""
+    if observed["c"]:
+        assert observed["events"] == {
+            "Acquisition": list(_fast_path.ACQUISITION_FIELDS),
+            "Release": list(_fast_path.RELEASE_FIELDS),
+        }
+    assert observed["received"] == {"order": None, "wait": True, "hold": None}

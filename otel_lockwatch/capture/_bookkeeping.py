@@ -381,14 +381,38 @@ def record_hold(st: WorkerState, entry: Any, t0: int, t1: int, ctx: Any, index: 
         st.in_lockwatch = False
 
 
+# -- the C path's slow paths: one event each (``_fast_path``'s contract) ----------------------
+def check_order_event(event: Any) -> None:
+    """:func:`check_order` for the C path (an ``Acquisition``)."""
+    check_order(event.worker, event.lock_class, event.frame, event.hold, event.canonical)
+
+
+def lock_wait_event(event: Any) -> bool:
+    """:func:`lock_wait` for the C path (an ``Acquisition``)."""
+    return lock_wait(
+        event.lock,
+        event.worker,
+        event.stats,
+        event.lock_class,
+        event.frame,
+        event.timeout,
+        event.hold,
+    )
+
+
+def record_hold_event(event: Any) -> None:
+    """:func:`record_hold` for the C path (a ``Release``)."""
+    record_hold(event.worker, event.entry, event.start_ns, event.end_ns, event.context, event.index)
+
+
 if speedups is not None:
     speedups.setup(
         tls=_tls,
         context=current_context,
         failed=OUTBOX.failed,
-        check_order=check_order,
-        lock_wait=lock_wait,
-        record_hold=record_hold,
+        check_order=check_order_event,
+        lock_wait=lock_wait_event,
+        record_hold=record_hold_event,
         worker_state=(WorkerState, WORKER_FIELDS),
         stats=(Stats, STATS_FIELDS),
         hold=(Hold, HOLD_FIELDS),

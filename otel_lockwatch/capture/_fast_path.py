@@ -20,14 +20,19 @@ The contract:
   a worker whose state does not exist yet, lockwatch itself running on the worker, no Python
   caller) is handed, arguments unchanged, to the Python implementation, which finds the same
   caller (a C call pushes no frame).
-- What it calls back: the slow paths only (the lock-order check on a chain-cache miss, a wait, a
-  hold at or above the metric floor, a worker's first ``SignalStats`` of a class), the current
-  OpenTelemetry context when it is not the SDK's ``ContextVar``, and the one error path
-  (``OUTBOX.failed``: an error in its bookkeeping after the lock changed hands goes there, never
-  to the host; the lock's own results and exceptions pass through unchanged). Each module passes
-  its own: ``_bookkeeping`` to ``setup()``, ``_threading`` to ``setup_locks()``, ``_sections``
-  to ``setup_sections()``, ``_signal_waits`` to ``setup_signals()``; each call runs when its
-  module is imported, before anything of that module can be used.
+- What it calls back: the slow paths only, each with one event whose fields have names (a
+  struct sequence, never an argument list whose order both sides must agree on): the
+  lock-order check on a chain-cache miss and a wait get an ``Acquisition``
+  (:data:`ACQUISITION_FIELDS`; a field a path has no use for is None), a hold at or above the
+  metric floor a ``Release`` (:data:`RELEASE_FIELDS`); ``_bookkeeping``'s and ``_sections``'
+  ``*_event`` functions receive them and call the Python path's routines. Besides: a worker's
+  first ``SignalStats`` of a class (``signal_stats(st, cls)``), the current OpenTelemetry
+  context when it is not the SDK's ``ContextVar``, and the one error path (``OUTBOX.failed``:
+  an error in its bookkeeping after the lock changed hands goes there, never to the host; the
+  lock's own results and exceptions pass through unchanged). Each module passes its own:
+  ``_bookkeeping`` to ``setup()``, ``_threading`` to ``setup_locks()``, ``_sections`` to
+  ``setup_sections()``, ``_signal_waits`` to ``setup_signals()``; each call runs when its module
+  is imported, before anything of that module can be used.
 - The held stack (``WorkerState.held``): one :data:`HeldEntry` per hold, in acquisition order,
   read by field name (:data:`HELD_ENTRY_FIELDS`; the C path's is a struct sequence, the Python
   path's :class:`PyHeldEntry`, both made as ``HeldEntry((lock_class, frame, lasti, lock,
@@ -80,10 +85,37 @@ from typing import Any
 from .._settings import extensions_disabled
 from ..record._recorder import STATS_FIELDS, Stats
 
-__all__ = ["HELD_ENTRY_FIELDS", "SPEEDUPS", "HeldEntry", "PyHeldEntry", "new_stats", "speedups"]
+__all__ = [
+    "ACQUISITION_FIELDS",
+    "HELD_ENTRY_FIELDS",
+    "RELEASE_FIELDS",
+    "SPEEDUPS",
+    "HeldEntry",
+    "PyHeldEntry",
+    "new_stats",
+    "speedups",
+]
 
 #: The fields of a held-stack entry, in order (``HeldEntry``): read by name everywhere.
 HELD_ENTRY_FIELDS = ("lock_class", "frame", "lasti", "lock", "canonical")
+#: The fields of the event the C path passes to a slow path of an acquisition (the order check,
+#: a wait): ``_speedups.Acquisition``.
+ACQUISITION_FIELDS = (
+    "worker",  # the worker's WorkerState
+    "stats",  # its Stats for the lock's class (None for the order check)
+    "lock_class",
+    "frame",  # the acquisition site's frame
+    "lock",  # the raw lock to wait on (None for a section, and for the order check)
+    "hold",  # the object that keeps the hold: a lock proxy, or a section array
+    "canonical",  # taken by lock_many in canonical order
+    "timeout",  # a wait's timeout
+    "index",  # a section's wait: the section's index, its key and the array's own _acquire
+    "key",
+    "original",
+)
+#: The fields of the event the C path passes to the slow path of a release (a hold at or above
+#: the metric floor): ``_speedups.Release``.
+RELEASE_FIELDS = ("worker", "entry", "start_ns", "end_ns", "context", "index")
 
 
 class PyHeldEntry(tuple):

@@ -244,9 +244,25 @@ def section_release_factory(original: Any, mirror: bool = True) -> Any:
     return _release
 
 
+def section_wait_event(event: Any) -> bool:
+    """:func:`section_wait` for the C path (an ``Acquisition``: ``_fast_path``'s contract)."""
+    return section_wait(
+        event.original,
+        event.hold,
+        event.index,
+        event.key,
+        event.timeout,
+        event.canonical,
+        event.worker,
+        event.stats,
+        event.lock_class,
+        event.frame,
+    )
+
+
 if speedups is not None:
     speedups.setup_sections(
-        section_wait=section_wait,
+        section_wait=section_wait_event,
         track=(ArrayTrack, TRACK_FIELDS),
         array=(StripedSections, ARRAY_FIELDS),
     )

@@ -137,9 +137,9 @@ typedef struct ModuleState {
     PyObject *context;      /* the current OpenTelemetry context: context() */
     PyObject *context_var;  /* the ContextVar whose get() context is, else NULL */
     PyObject *failed;       /* OUTBOX.failed(exc) */
-    PyObject *check_order;  /* check_order(st, cls, frame, obj, canonical) */
-    PyObject *lock_wait;    /* lock_wait(lock, st, s, cls, frame, -1, hold) -> bool */
-    PyObject *record_hold;  /* record_hold(st, entry, t0, t1, ctx, index or None) */
+    PyObject *check_order;  /* check_order(Acquisition) */
+    PyObject *lock_wait;    /* lock_wait(Acquisition) -> bool */
+    PyObject *record_hold;  /* record_hold(Release) */
     int ready;
     /* setup_locks(), from _threading.py */
     PyObject *python_acquire;       /* the Python LockProxy.acquire */
@@ -147,7 +147,7 @@ typedef struct ModuleState {
     PyObject *skip_frames;          /* module globals whose frames are not a lock's site */
     int locks_ready;
     /* setup_sections(), from _sections.py */
-    PyObject *section_wait; /* section_wait(original, arr, ...) -> bool */
+    PyObject *section_wait; /* section_wait(Acquisition) -> bool */
     int sections_ready;
     /* setup_signals(), from _signal_waits.py */
     PyObject *signal_stats; /* signal_stats(st, cls): the SignalStats, made on first use */
@@ -181,7 +181,7 @@ typedef struct ModuleState {
         array[ARRAY_USED], signal[SIGNAL_USED];
     Table tables[TABLE_COUNT];
     /* the types */
-    PyTypeObject *held_entry_type, *stats_base_type, *lock_base_type, *rlock_base_type,
+    PyTypeObject *held_entry_type, *acquisition_type, *release_type, *stats_base_type, *lock_base_type, *rlock_base_type,
         *section_acquire_type, *section_release_type, *semaphore_acquire_type,
         *semaphore_release_type, *condition_notify_type, *creation_gate_type, *creation_call_type;
 } ModuleState;
@@ -245,6 +245,68 @@ new_entry(ModuleState *S, PyObject *cls, PyObject *f, PyObject *lock, PyObject *
     if (!PyObject_GC_IsTracked(entry)) /* it refers to its lock, which refers to it */
         PyObject_GC_Track(entry);
     return entry;
+}
+
+/* -- the slow paths' events: _fast_path.ACQUISITION_FIELDS and RELEASE_FIELDS ----------------
+ * A slow path (the order check on a chain-cache miss, a wait, a hold at or above the metric
+ * floor) is called with one event whose fields have names (a struct sequence), never with an
+ * argument list whose order both sides would have to agree on. A field a path has no use for is
+ * None. */
+enum {
+    ACQ_WORKER, ACQ_STATS, ACQ_LOCK_CLASS, ACQ_FRAME, ACQ_LOCK, ACQ_HOLD, ACQ_CANONICAL,
+    ACQ_TIMEOUT, ACQ_INDEX, ACQ_KEY, ACQ_ORIGINAL, ACQ_FIELDS
+};
+static const PyStructSequence_Field acquisition_fields[] = {
+    [ACQ_WORKER] = {"worker", "The worker's WorkerState."},
+    [ACQ_STATS] = {"stats", "Its Stats for the lock's class (None for the order check)."},
+    [ACQ_LOCK_CLASS] = {"lock_class", "The lock's class."},
+    [ACQ_FRAME] = {"frame", "The acquisition site's frame."},
+    [ACQ_LOCK] = {"lock", "The raw lock to wait on (None for a section or the order check)."},
+    [ACQ_HOLD] = {"hold", "The object that keeps the hold: a lock proxy, or a section array."},
+    [ACQ_CANONICAL] = {"canonical", "Taken by lock_many in canonical order."},
+    [ACQ_TIMEOUT] = {"timeout", "The acquire's timeout (a wait)."},
+    [ACQ_INDEX] = {"index", "The section's index (a section's wait)."},
+    [ACQ_KEY] = {"key", "The section's key (a section's wait)."},
+    [ACQ_ORIGINAL] = {"original", "The array's own _acquire (a section's wait)."},
+    [ACQ_FIELDS] = {NULL, NULL},
+};
+static const PyStructSequence_Desc acquisition_desc = {
+    "otel_lockwatch.capture._speedups.Acquisition",
+    "An acquisition that takes a slow path (_fast_path.ACQUISITION_FIELDS).",
+    (PyStructSequence_Field *)acquisition_fields,
+    ACQ_FIELDS,
+};
+enum { REL_WORKER, REL_ENTRY, REL_START_NS, REL_END_NS, REL_CONTEXT, REL_INDEX, REL_FIELDS };
+static const PyStructSequence_Field release_fields[] = {
+    [REL_WORKER] = {"worker", "The worker's WorkerState."},
+    [REL_ENTRY] = {"entry", "The hold's HeldEntry."},
+    [REL_START_NS] = {"start_ns", "When the hold began (perf_counter_ns)."},
+    [REL_END_NS] = {"end_ns", "When it ended."},
+    [REL_CONTEXT] = {"context", "The OpenTelemetry context at the acquisition."},
+    [REL_INDEX] = {"index", "The section's index, or None."},
+    [REL_FIELDS] = {NULL, NULL},
+};
+static const PyStructSequence_Desc release_desc = {
+    "otel_lockwatch.capture._speedups.Release",
+    "A release whose hold takes the slow path (_fast_path.RELEASE_FIELDS).",
+    (PyStructSequence_Field *)release_fields,
+    REL_FIELDS,
+};
+
+/* fn(event), the event of `type` made of `values` (NULL: None); the result, or NULL. */
+static PyObject *
+call_with_event(PyObject *fn, PyTypeObject *type, PyObject *const *values, int n)
+{
+    PyObject *event = PyStructSequence_New(type);
+    if (event == NULL)
+        return NULL;
+    for (int i = 0; i < n; i++)
+        PyStructSequence_SET_ITEM(event, i, Py_NewRef(values[i] != NULL ? values[i] : Py_None));
+    if (!PyObject_GC_IsTracked(event))
+        PyObject_GC_Track(event);
+    PyObject *r = PyObject_CallOneArg(fn, event);
+    Py_DECREF(event);
+    return r;
 }
 
 /* -- the cyclic collector held off while lockwatch allocates under a lock ------------------
@@ -1116,9 +1178,11 @@ untrack(ModuleState *S, PyObject *st, PyObject *entry, PyObject *s, long long t0
     if (h >= S->hold_metric_ns) {
         PyObject *a = PyLong_FromLongLong(t0), *b = PyLong_FromLongLong(t1);
         PyObject *r = NULL;
+        PyObject *release[REL_FIELDS] = {[REL_WORKER] = st, [REL_ENTRY] = entry,
+                                         [REL_START_NS] = a, [REL_END_NS] = b,
+                                         [REL_CONTEXT] = ctx, [REL_INDEX] = index};
         if (a != NULL && b != NULL)
-            r = PyObject_CallFunctionObjArgs(S->record_hold, st, entry, a, b, ctx,
-                                             index != NULL ? index : Py_None, NULL);
+            r = call_with_event(S->record_hold, S->release_type, release, REL_FIELDS);
         Py_XDECREF(a);
         Py_XDECREF(b);
         if (r == NULL)
@@ -1363,8 +1427,10 @@ lock_acquire_fast(LockBase *self, int blocking)
     }
     if (blocking) {
         if (PyList_GET_SIZE(held) > 0 && !order_known(S, st, held, cls, (PyObject *)self)) {
-            PyObject *r = PyObject_CallFunctionObjArgs(S->check_order, st, cls, f,
-                                                       (PyObject *)self, Py_False, NULL);
+            PyObject *order[ACQ_FIELDS] = {[ACQ_WORKER] = st, [ACQ_LOCK_CLASS] = cls,
+                                           [ACQ_FRAME] = f, [ACQ_HOLD] = (PyObject *)self,
+                                           [ACQ_CANONICAL] = Py_False};
+            PyObject *r = call_with_event(S->check_order, S->acquisition_type, order, ACQ_FIELDS);
             if (r == NULL)
                 goto error;
             Py_DECREF(r);
@@ -1382,12 +1448,12 @@ lock_acquire_fast(LockBase *self, int blocking)
                 deferred = 0;
             }
             /* the wait is charged to the holder this proxy keeps (its HOLD_* members) */
-            PyObject *forever = PyLong_FromLong(-1);
-            if (forever == NULL)
-                goto error;
-            PyObject *r = PyObject_CallFunctionObjArgs(S->lock_wait, lock, st, s, cls, f, forever,
-                                                       (PyObject *)self, NULL);
-            Py_DECREF(forever);
+            PyObject *wait[ACQ_FIELDS] = {[ACQ_WORKER] = st,      [ACQ_STATS] = s,
+                                          [ACQ_LOCK_CLASS] = cls, [ACQ_FRAME] = f,
+                                          [ACQ_LOCK] = lock,      [ACQ_HOLD] = (PyObject *)self,
+                                          [ACQ_CANONICAL] = Py_False,
+                                          [ACQ_TIMEOUT] = S->minus_one};
+            PyObject *r = call_with_event(S->lock_wait, S->acquisition_type, wait, ACQ_FIELDS);
             if (r == NULL)
                 goto error;
             if (!consume_truth(S, r)) {
@@ -1935,8 +2001,10 @@ section_acquire(SectionFn *fn, PyObject *const *args, size_t nargsf, PyObject *k
     if (b) {
         if (PyList_GET_SIZE(held) > 0 &&
             !(canonical == Py_False && order_known(S, st, held, cls, arr))) {
-            PyObject *r =
-                PyObject_CallFunctionObjArgs(S->check_order, st, cls, f, arr, canonical, NULL);
+            PyObject *order[ACQ_FIELDS] = {[ACQ_WORKER] = st, [ACQ_LOCK_CLASS] = cls,
+                                           [ACQ_FRAME] = f,   [ACQ_HOLD] = arr,
+                                           [ACQ_CANONICAL] = canonical};
+            PyObject *r = call_with_event(S->check_order, S->acquisition_type, order, ACQ_FIELDS);
             if (r == NULL)
                 goto error;
             Py_DECREF(r);
@@ -1962,9 +2030,12 @@ section_acquire(SectionFn *fn, PyObject *const *args, size_t nargsf, PyObject *k
                 collection_resume(S);
                 deferred = 0;
             }
-            PyObject *call[10] = {fn->original, arr, index, key, timeout, canonical,
-                                  st, s, cls, f};
-            PyObject *r = PyObject_Vectorcall(S->section_wait, call, 10, NULL);
+            PyObject *wait[ACQ_FIELDS] = {
+                [ACQ_WORKER] = st, [ACQ_STATS] = s,     [ACQ_LOCK_CLASS] = cls,
+                [ACQ_FRAME] = f,   [ACQ_HOLD] = arr,    [ACQ_CANONICAL] = canonical,
+                [ACQ_TIMEOUT] = timeout, [ACQ_INDEX] = index, [ACQ_KEY] = key,
+                [ACQ_ORIGINAL] = fn->original};
+            PyObject *r = call_with_event(S->section_wait, S->acquisition_type, wait, ACQ_FIELDS);
             if (r == NULL)
                 goto error;
             if (!consume_truth(S, r)) {
@@ -2794,7 +2865,7 @@ static PyMethodDef speedups_methods[] = {
     X(rlock_type) X(rlock_acquire) X(rlock_release) X(false_args) X(one) X(minus_one)          \
     X(str_dunder_name) X(str_st) X(str_acquire) X(str_release) X(str_append) X(str_pop)        \
     X(str_lockwatch_class) X(str_value) X(str_lw_capacity) X(str_waiters) X(str_is_owned)     \
-    X(held_entry_type) X(stats_base_type) X(lock_base_type) X(rlock_base_type)                 \
+    X(held_entry_type) X(acquisition_type) X(release_type) X(stats_base_type) X(lock_base_type) X(rlock_base_type)                 \
     X(section_acquire_type) X(section_release_type) X(semaphore_acquire_type)                  \
     X(semaphore_release_type) X(condition_notify_type) X(creation_gate_type)                   \
     X(creation_call_type)
@@ -2937,8 +3008,12 @@ speedups_exec(PyObject *m)
     check_lock_layout(S);
     check_rlock_layout(S);
     S->held_entry_type = PyStructSequence_NewType((PyStructSequence_Desc *)&held_entry_desc);
-    if (S->held_entry_type == NULL ||
-        PyModule_AddObjectRef(m, "HeldEntry", (PyObject *)S->held_entry_type) < 0)
+    S->acquisition_type = PyStructSequence_NewType((PyStructSequence_Desc *)&acquisition_desc);
+    S->release_type = PyStructSequence_NewType((PyStructSequence_Desc *)&release_desc);
+    if (S->held_entry_type == NULL || S->acquisition_type == NULL || S->release_type == NULL ||
+        PyModule_AddObjectRef(m, "HeldEntry", (PyObject *)S->held_entry_type) < 0 ||
+        PyModule_AddObjectRef(m, "Acquisition", (PyObject *)S->acquisition_type) < 0 ||
+        PyModule_AddObjectRef(m, "Release", (PyObject *)S->release_type) < 0)
         return -1;
     if ((S->lock_base_type = add_type(m, &LockBase_spec, NULL)) == NULL ||
         (S->rlock_base_type = add_type(m, &RLockBase_spec, S->lock_base_type)) == NULL ||
