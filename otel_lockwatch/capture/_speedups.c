@@ -840,7 +840,10 @@ refresh_state(ModuleState *S, PyThreadState *ts)
 }
 
 /* The calling thread's WorkerState (borrowed: valid until the next Python code runs on this
- * thread), or NULL (no error set) when it has none yet. */
+ * thread), or NULL (no error set) when it has none yet. The cache is found under the module's
+ * pthread key rather than in a file-level __thread variable (one per process, which a second
+ * module object, a subinterpreter's, would share): pthread_getspecific costs 17 instructions a
+ * call (callgrind, 50,000 pairs), about 0.6 % of an instrumented `L.acquire(); L.release()`. */
 static inline PyObject *
 thread_state(ModuleState *S)
 {
@@ -1065,7 +1068,7 @@ check_rlock_layout(ModuleState *S)
 }
 
 /* lock.acquire(False) as a C truth value: 1 taken, 0 not, -1 error. */
-static int
+static inline __attribute__((always_inline)) int
 try_acquire(ModuleState *S, PyObject *lock)
 {
     PyObject *args[2] = {lock, Py_False};
@@ -1321,19 +1324,20 @@ is_default_timeout(PyObject *timeout)
     return 0;
 }
 
-/* The lock's last held-stack entry (new reference), made to say what a new one would: same class
- * and lock, its frame and instruction set in place when they differ. An entry is compared by
- * identity only while on a held stack, and a Lock's entry leaves the stack at its release; when
- * nothing else refers to it (a witness keeps what it needs of it) it can serve again, as
- * enumerate's result tuple does: no tuple (none for the collector to count) and no integer
- * allocated per acquisition, whichever frame acquires (a pool's task is a new frame each time).
- * Else NULL (no error). */
+/* The hold's last held-stack entry (new reference), made to say what a new one would: same class,
+ * lock and `canonical`, its frame and instruction set in place when they differ. An entry is
+ * compared by identity only while on a held stack, and it leaves the stack at its release; when
+ * nothing else refers to it (the hold's note of it aside: a witness keeps what it needs of it)
+ * it can serve again, as enumerate's result tuple does: no object (none for the collector to
+ * count) and no integer allocated per acquisition, whichever frame acquires (a pool's task is a
+ * new frame each time). `entry` is borrowed. Else NULL (no error). */
 static inline PyObject *
-reused_entry(ModuleState *S, PyObject *entry, PyObject *cls, PyObject *f, PyObject *self)
+reused_entry(ModuleState *S, PyObject *entry, PyObject *cls, PyObject *f, PyObject *self,
+             PyObject *canonical)
 {
     if (entry == NULL || Py_TYPE(entry) != S->held_entry_type ||
         ENTRY_GET(entry, ENTRY_LOCK_CLASS) != cls || ENTRY_GET(entry, ENTRY_LOCK) != self ||
-        ENTRY_GET(entry, ENTRY_CANONICAL) != Py_False || Py_REFCNT(entry) != 1)
+        ENTRY_GET(entry, ENTRY_CANONICAL) != canonical || Py_REFCNT(entry) != 1)
         return NULL;
     int lasti = PyFrame_GetLasti((PyFrameObject *)f);
     PyObject *had = ENTRY_GET(entry, ENTRY_LASTI);
@@ -1475,7 +1479,7 @@ lock_acquire_fast(LockBase *self, int blocking)
     /* Taken: track the hold (_bookkeeping.track_hold). From here on nothing reaches the host
      * but True. */
     {
-        PyObject *entry = reused_entry(S, self->entry, cls, f, (PyObject *)self);
+        PyObject *entry = reused_entry(S, self->entry, cls, f, (PyObject *)self, Py_False);
         if (entry == NULL) {
             if (!deferred) { /* a new entry, under the lock just taken */
                 collection_defer(S);
@@ -2079,7 +2083,13 @@ section_acquire(SectionFn *fn, PyObject *const *args, size_t nargsf, PyObject *k
             if (slot == NULL || PyObject_SetItem(slots, index, slot) < 0)
                 goto track_failed;
         }
-        entry = new_entry(S, cls, f, arr, canonical);
+        /* the section's last entry, when nothing else refers to it (as a Lock's) */
+        PyObject *last = Py_TYPE(slot) == S->hold[HOLD_ENTRY].type
+                             ? *(PyObject **)((char *)slot + S->hold[HOLD_ENTRY].offset)
+                             : NULL;
+        entry = reused_entry(S, last, cls, f, arr, canonical);
+        if (entry == NULL)
+            entry = new_entry(S, cls, f, arr, canonical);
         if (entry == NULL || PyList_Append(held, entry) < 0)
             goto track_failed;
         ctx = current_context(S);
