@@ -280,6 +280,8 @@ def test_the_c_file_keeps_no_state_at_file_level() -> None:
     source = (ROOT / "otel_lockwatch" / "capture" / "_speedups.c").read_text()
     offenders = []
     for line in source.splitlines():
+        if line.lstrip().startswith(("/*", "*")):
+            continue  # a comment
         if "__thread" in line or "thread_local" in line:
             offenders.append(line)
         if not line.startswith("static ") or line.startswith("static const "):
