@@ -85,9 +85,9 @@ def definitions() -> dict[str, frozenset[str]]:
                 names.add(node.value)
         key = _module_key(path)
         found[key] = found.get(key, frozenset()) | frozenset(names)
-    for path in PACKAGE.rglob("*.c"):  # its types (tp_name) and its module's functions
+    for path in PACKAGE.rglob("*.c"):  # its types (their qualified names) and its functions
         source = path.read_text(encoding="utf-8")
-        names = set(re.findall(r'\.tp_name = "[\w.]*\.(\w+)"', source))
+        names = set(re.findall(r'"otel_lockwatch\.[\w.]*\.(\w+)"', source))
         names |= set(re.findall(r'\{"(\w+)",\s*\w+,\s*METH_', source))
         key = _module_key(path)
         found[key] = found.get(key, frozenset()) | frozenset(names)

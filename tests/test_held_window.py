@@ -112,13 +112,15 @@ def _run(code: str, pure: bool) -> dict:
 
 def test_pure_path_held_window_holds_only_the_clock_reads():
     """Between the raw acquire and the raw release of a watched Lock, the pure-Python path calls
-    only ``perf_counter_ns`` and the proxy's own ``__exit__`` (the held-stack push, the context,
-    the order check come before the acquire; the histogram after the release); a section adds
-    the held-sections count (its ``append`` and ``len``) and the array's own exit."""
+    only the held stack's ``append`` (the entry is pushed once the lock is taken: the push point
+    of ``_fast_path``; the interpreter's specialized ``list.append`` is no switch point),
+    ``perf_counter_ns`` and the proxy's own ``__exit__`` (the entry, the context, the order check
+    are made before the acquire; the histogram after the release); a section adds the
+    held-sections count (its ``append`` and ``len``) and the array's own exit."""
     window = _run(WINDOW, pure=True)
-    assert window["lock"] == ["perf_counter_ns", "__exit__"]
+    assert window["lock"] == ["append", "perf_counter_ns", "__exit__"]
     calls = window["section"]
-    assert calls[0] == "perf_counter_ns"
+    assert calls[:2] == ["append", "perf_counter_ns"]
     assert set(calls) <= {"perf_counter_ns", "append", "len", "__exit__", "release", "_release"}
 
 

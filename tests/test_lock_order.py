@@ -420,7 +420,7 @@ def test_condition_wait_releases_its_lock(watched, kind):
         assert waiting.wait(JOIN_S)
         with a:
             with cond:  # granted only once w1 has released C inside wait()
-                seen["held while waiting"] = [e[0].name for e in seen["w1"].held]
+                seen["held while waiting"] = [e.lock_class.name for e in seen["w1"].held]
                 ready.append(1)
                 cond.notify_all()
 
@@ -1006,7 +1006,7 @@ def test_raise_refuses_before_blocking_and_leaves_the_lock_alone(policy):
                 with pytest.raises(PotentialDeadlockError) as info:
                     a.acquire()
                 caught.append(info.value)
-            seen["held"] = [e[0].name for e in RECORDER.thread_state().held]
+            seen["held"] = [e.lock_class.name for e in RECORDER.thread_state().held]
             seen["A locked, holder alive"] = (a.locked(), holder.is_alive())
 
     try:

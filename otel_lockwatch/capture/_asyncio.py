@@ -28,6 +28,7 @@ from ._bookkeeping import (
     track_hold,
     untrack,
 )
+from ._fast_path import HeldEntry
 from ._naming import LockClass
 from ._sections import hold_section, section_release_factory, track_of
 
@@ -117,7 +118,7 @@ def lock_acquire_factory(original: Any) -> Any:
             s.acquisitions += 1
         else:
             await _timed_wait(original(self), st, s, cls, f, None, self)
-        track_hold(self, st, s, (cls, f, f.f_lasti, self, False))
+        track_hold(self, st, s, HeldEntry((cls, f, f.f_lasti, self, False)))
         return True
 
     return acquire
@@ -176,7 +177,7 @@ def async_section_acquire_factory(original: Any) -> Any:
                     return False
         elif not record_try(s, await original(self, index, key, False, None, canonical)):
             return False
-        hold_section(track, index, st, s, (cls, f, f.f_lasti, self, canonical))
+        hold_section(track, index, st, s, HeldEntry((cls, f, f.f_lasti, self, canonical)))
         return True
 
     return _acquire

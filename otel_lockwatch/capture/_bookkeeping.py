@@ -21,9 +21,10 @@ the C fast path (``_fast_path``) runs the uncontended steps in C and calls these
 Counters and histograms go to the calling worker's :class:`~..record._recorder.Stats`: no
 process-wide lock. OpenTelemetry is reached only through the outbox, on the slow path.
 
-A held-stack entry is a tuple ``(lock class, frame, lasti, lock object, canonical)``: the frame's
-code and the instruction offset at the acquisition give its site later, when a lock-order edge
-needs it, without reading ``f_lineno`` now (which costs more than the rest of the entry).
+A held-stack entry is a ``HeldEntry`` (``_fast_path``: ``lock_class``, ``frame``, ``lasti``,
+``lock``, ``canonical``), pushed once the lock is taken: the frame's code and the instruction
+offset at the acquisition give its site later, when a lock-order edge needs it, without reading
+``f_lineno`` now (which costs more than the rest of the entry).
 
 An object that keeps a hold (a lock proxy, a section's :class:`Hold`, a ``multiprocessing``
 lock's tracker, an ``asyncio.Lock``) has the attributes :data:`HOLD_FIELDS`. A release reads them
@@ -50,7 +51,7 @@ from ..record._recorder import STATS_FIELDS, WORKER_FIELDS, Stats, WorkerState
 from ..record._sites import UNKNOWN, SiteTable
 from . import _order_check
 from ._collection import defer_collection, resume_collection
-from ._fast_path import new_stats, speedups
+from ._fast_path import HeldEntry, new_stats, speedups
 from ._naming import LockClass
 from ._order_check import check_order, discard, entry_site
 
@@ -124,7 +125,7 @@ def stats_of(st: WorkerState, cls: LockClass) -> Stats:
     return s
 
 
-def holder_entry(hold: Any) -> tuple | None:
+def holder_entry(hold: Any) -> Any:
     """The held-stack entry of the last hold that ``hold`` (the object that keeps a lock's hold)
     tracked: the holder a waiter arrived during, or the one that released (or handed over) in
     the moment between the waiter's failed try and this look; None if none was ever watched."""
@@ -155,7 +156,7 @@ def record_wait(
     ctx: Any,
     f: Any,
     extra: dict[str, Any] | None,
-    held_by: tuple | None = None,
+    held_by: Any = None,
 ) -> None:
     """Count a blocking attempt that had to wait from ``t0`` to ``t1`` (``ok``: it got the lock)
     at its site (the frame ``f``) while the held-stack entry ``held_by`` held the lock (None:
@@ -180,7 +181,7 @@ def record_wait(
         sites = s.sites
         if sites is None:
             sites = s.sites = SiteTable()
-        holder = None if held_by is None else (held_by[1].f_code, held_by[2])
+        holder = None if held_by is None else (held_by.frame.f_code, held_by.lasti)
         waiter = UNKNOWN if f is None else (f.f_code, f.f_lasti)
         sites.add(waiter, UNKNOWN if holder is None else holder, w)
         span = w >= WAIT_SPAN_NS  # its span names both sites: as code, made text by the emitter
@@ -245,8 +246,8 @@ def lock_wait(
 
 
 #: What an object that keeps a hold notes at the acquisition, for the release. The C fast path
-#: reads and writes them on a :class:`Hold`, and gives its ``LockBase`` members of these names,
-#: addressing both by position (``HOLD_*`` in ``_speedups.c``): rename freely, add at the end.
+#: reads and writes them on a :class:`Hold`, and its ``LockBase`` has members of these names
+#: (named in C too: ``tests/test_fast_path_contract.py`` holds the two to one list).
 #: (Prefixed: a lock proxy keeps them beside the names of the lock it wraps.)
 HOLD_FIELDS = (
     "_lw_holder",  # the holder's WorkerState while the hold is tracked, else None
@@ -266,7 +267,7 @@ class Hold:
         self._lw_holder: WorkerState | None = None
 
 
-def track_hold(hold: Any, st: WorkerState, s: Stats, entry: tuple) -> None:
+def track_hold(hold: Any, st: WorkerState, s: Stats, entry: Any) -> None:
     """The lock is held: push its entry on the worker's held stack, and note on ``hold`` (the
     object that keeps the hold) what the release needs. The clock is read last.
     (:func:`acquire_tracked` does the same around the acquire, keeping the held window short.)"""
@@ -295,10 +296,12 @@ def acquire_tracked(
     lock, what comes before the acquire allocates with the collector off (``_collection``; the
     caller's deferral, ``deferred``, also covers its frame object), closed before the acquire.
 
-    The held window (from the raw acquire to the raw release) holds only one clock read and
-    attribute stores: the stack entry, the context and the order check come before the acquire,
-    the histogram after the release (:func:`untrack`). A call in the window is a place where the
-    interpreter may switch threads while the lock is held (docs/performance.md).
+    The held window (from the raw acquire to the raw release) holds only the entry's push, one
+    clock read and attribute stores: the entry, the context and the order check are made before
+    the acquire, the histogram after the release (:func:`untrack`). A call in the window is a
+    place where the interpreter may switch threads while the lock is held (docs/performance.md);
+    ``held.append`` is none once specialized (the interpreter's ``list.append`` instruction does
+    not check for a switch).
     """
     held = st.held
     if held and not deferred:
@@ -308,31 +311,28 @@ def acquire_tracked(
         s = st.stats.get(cls)
         if s is None:
             s = st.stats[cls] = new_stats()
-        entry = (cls, f, f.f_lasti, hold, False)
+        entry = HeldEntry((cls, f, f.f_lasti, hold, False))
         ctx = current_context()
         if blocking and held:
             check_order(st, cls, f, hold, False)
     finally:
         if deferred:
             resume_collection()
+    # The entry is pushed once the lock is taken (_fast_path: the push point).
     if blocking:
-        # Pushed before the acquire, so that nothing but the clock read runs in the held window
-        # (the live gauges may see the entry a few instructions early; a failed try removes it).
-        held.append(entry)
         if lock.acquire(False):
+            held.append(entry)
             t0 = _pc()
             s.acquisitions += 1
         else:
-            held.pop()  # not held while it waits (the live gauges read the stack)
             if not wait(lock, st, s, cls, f, timeout, hold):
                 return False
-            t0 = _pc()
             held.append(entry)
+            t0 = _pc()
     else:
-        held.append(entry)
         if not record_try(s, lock.acquire(False)):
-            held.pop()
             return False
+        held.append(entry)
         t0 = _pc()
     # Attribute stores only: a call here would be a point where the interpreter switches threads.
     hold._lw_entry = entry
@@ -344,7 +344,7 @@ def acquire_tracked(
 
 
 # -- the release -----------------------------------------------------------------------------
-def untrack(st: WorkerState, entry: tuple, s: Stats, t0: int, ctx: Any, index: int | None) -> None:
+def untrack(st: WorkerState, entry: Any, s: Stats, t0: int, ctx: Any, index: int | None) -> None:
     """The bookkeeping of a release, after it (with what the hold noted, read before): pop the
     held entry, record the hold. ``index``: the section's, for a section."""
     t1 = _pc()
@@ -370,16 +370,14 @@ def untrack(st: WorkerState, entry: tuple, s: Stats, t0: int, ctx: Any, index: i
         record_hold(st, entry, t0, t1, ctx, index)
 
 
-def record_hold(
-    st: WorkerState, entry: tuple, t0: int, t1: int, ctx: Any, index: int | None
-) -> None:
+def record_hold(st: WorkerState, entry: Any, t0: int, t1: int, ctx: Any, index: int | None) -> None:
     """The slow path of a release: a hold at or above the metric floor goes to the outbox."""
     st.in_lockwatch = True
     defer_collection()  # other locks may be held: _collection
     try:
         extra = None if index is None else {"lockwatch.section.index": index}
         site = entry_site(entry) if t1 - t0 >= HOLD_SPAN_NS else None
-        OUTBOX.put("lock.hold", entry[0], t0, t1, ctx, None, HOLD_SPAN_NS, extra, site)
+        OUTBOX.put("lock.hold", entry.lock_class, t0, t1, ctx, None, HOLD_SPAN_NS, extra, site)
     except Exception as exc:
         OUTBOX.failed(exc)
     finally:
@@ -387,14 +385,38 @@ def record_hold(
         st.in_lockwatch = False
 
 
+# -- the C path's slow paths: one event each (``_fast_path``'s contract) ----------------------
+def check_order_event(event: Any) -> None:
+    """:func:`check_order` for the C path (an ``Acquisition``)."""
+    check_order(event.worker, event.lock_class, event.frame, event.hold, event.canonical)
+
+
+def lock_wait_event(event: Any) -> bool:
+    """:func:`lock_wait` for the C path (an ``Acquisition``)."""
+    return lock_wait(
+        event.lock,
+        event.worker,
+        event.stats,
+        event.lock_class,
+        event.frame,
+        event.timeout,
+        event.hold,
+    )
+
+
+def record_hold_event(event: Any) -> None:
+    """:func:`record_hold` for the C path (a ``Release``)."""
+    record_hold(event.worker, event.entry, event.start_ns, event.end_ns, event.context, event.index)
+
+
 if speedups is not None:
     speedups.setup(
         tls=_tls,
         context=current_context,
         failed=OUTBOX.failed,
-        check_order=check_order,
-        lock_wait=lock_wait,
-        record_hold=record_hold,
+        check_order=check_order_event,
+        lock_wait=lock_wait_event,
+        record_hold=record_hold_event,
         worker_state=(WorkerState, WORKER_FIELDS),
         stats=(Stats, STATS_FIELDS),
         hold=(Hold, HOLD_FIELDS),

@@ -67,6 +67,7 @@ from ._bookkeeping import (
     stats_of,
     untrack,
 )
+from ._fast_path import HeldEntry
 from ._key_template import key_template
 from ._naming import LockClass, lock_class
 
@@ -209,7 +210,7 @@ class DistHold:
         "overran",  # its overrun was counted (once per hold)
     )
     _lw_holder: WorkerState | None
-    _lw_entry: tuple
+    _lw_entry: Any
     _lw_stats: Any
     _lw_start_ns: int
     _lw_context: Any
@@ -329,7 +330,7 @@ def finish(acq: DistHold, ok: bool, blocking: Any, lease_s: Any = None) -> None:
         # track_hold's steps, the context already read: the entry on the held stack, the fields
         # the release reads; the clock last.
         f = acq.f
-        entry = (cls, f, f.f_lasti, acq, False)
+        entry = HeldEntry((cls, f, f.f_lasti, acq, False))
         st.held.append(entry)
         acq._lw_entry = entry
         acq._lw_stats = s
@@ -368,7 +369,7 @@ def _overrun(hold: DistHold, now: int, late: str) -> None:
         return
     hold.overran = True
     st = hold._lw_holder
-    cls = hold._lw_entry[0]
+    cls = hold._lw_entry.lock_class
     worker = st.worker if st is not None else "?"
     DISTRIBUTED.overrun(cls, worker, now - deadline)
     _event(

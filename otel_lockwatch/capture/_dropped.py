@@ -39,6 +39,8 @@ from sys import getrefcount
 from typing import Any
 from weakref import getweakrefcount
 
+from ._fast_path import HeldEntry
+
 __all__ = ["collected_gone", "dropped"]
 
 _getframe = sys._getframe
@@ -53,9 +55,16 @@ def _count(container: Any, index: int) -> int:
     return getrefcount(container[index])
 
 
-#: What :func:`_count` answers when the container is the only reference to the item: a held-stack
-#: entry for :func:`dropped`, the list of members for :func:`_reached_only_from`.
+def _lock_count(entry: Any) -> int:
+    """The reference count of a held entry's lock, taken as :func:`_count` takes its counts."""
+    return getrefcount(entry.lock)
+
+
+#: What :func:`_count` answers when the container is the only reference to the item: the list of
+#: members for :func:`_reached_only_from`.
 _ONLY_IN_CONTAINER = _count((object(),), 0)
+#: What :func:`_lock_count` answers when the entry is the only reference to its lock.
+_ONLY_IN_ENTRY = _lock_count(HeldEntry((None, None, 0, object(), False)))
 _SUSPENDABLE = inspect.CO_GENERATOR | inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR
 _SHARED = (type, types.ModuleType, types.CodeType, types.FrameType)
 # A free-threaded build defers the reference counts of functions and others: they undercount,
@@ -64,7 +73,7 @@ _DEFERRED_COUNTS = bool(sysconfig.get_config_var("Py_GIL_DISABLED"))
 _MAX_MEMBERS = 128
 
 
-def dropped(entry: tuple, held: list) -> bool:
+def dropped(entry: Any, held: list) -> bool:
     """Whether the lock of a held entry is gone: nothing refers to it but the held stack and what
     only the returned frame that acquired it reaches (its locals, the cells of its closures, the
     objects they alone refer to). Nobody can release it.
@@ -72,14 +81,14 @@ def dropped(entry: tuple, held: list) -> bool:
     Conservative: a lock that might still be reached (a weak reference, a global, an object
     anything else refers to, a frame still running or suspended) is not gone.
     """
-    if getweakrefcount(entry[3]):
+    if getweakrefcount(entry.lock):
         return False
-    extra = _count(entry, 3) - _ONLY_IN_CONTAINER  # before a variable here refers to the lock
-    obj = entry[3]
-    extra -= sum(1 for other in held if other[3] is obj and other is not entry)
+    extra = _lock_count(entry) - _ONLY_IN_ENTRY  # before a variable here refers to the lock
+    obj = entry.lock
+    extra -= sum(1 for other in held if other.lock is obj and other is not entry)
     if extra <= 0:
         return True
-    frame = entry[1]
+    frame = entry.frame
     if (
         _DEFERRED_COUNTS
         or frame.f_code.co_flags & _SUSPENDABLE
@@ -89,14 +98,14 @@ def dropped(entry: tuple, held: list) -> bool:
     return not _running(frame)  # a running frame's locals can still release it
 
 
-def collected_gone(entry: tuple, held: list) -> bool:
+def collected_gone(entry: Any, held: list) -> bool:
     """:func:`dropped`, asked again after a full collection: before a new edge from a held entry
     is reported as closing a cycle. A lock that only a reference cycle keeps (an object that
     refers to itself, an exception's traceback holding a frame) is gone once the collector has
     run; the order check runs it nowhere else (it costs milliseconds, and a cycle is rare), and
     not while the frame that acquired the lock is running (it may still release it).
     """
-    if _running(entry[1]):
+    if _running(entry.frame):
         return False
     gc.collect()
     return dropped(entry, held)

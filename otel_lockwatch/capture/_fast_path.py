@@ -1,4 +1,6 @@
-"""Which lock path runs: the C extension (``_speedups``) or the pure-Python reference.
+"""Which lock path runs, the C extension (``_speedups``) or the pure-Python reference, and the
+contract between them: written here once (``docs/ARCHITECTURE.md`` and the C file point here),
+and held to by ``tests/test_fast_path_contract.py`` on each path.
 
 The choice is made once, at import. The C path exists because on the uncontended path a Python
 function call costs more than the bookkeeping it runs; the Python path is the reference, is
@@ -6,69 +8,154 @@ written for reading (one routine per step, in ``_bookkeeping``), serves every ca
 hands back, and owns every slow path. ``LOCKWATCH_DISABLE_EXTENSIONS=1`` keeps to Python (like
 wrapt's ``WRAPT_DISABLE_EXTENSIONS``).
 
-The contract between the two, each half declared once beside the Python code it mirrors:
+The contract:
 
 - What the C path takes over: ``LockBase`` / ``RLockBase`` (the bases of ``LockProxy`` /
   ``RLockProxy``: an acquire or ``with`` with the default timeout, the release) and
   ``SectionAcquire`` / ``SectionRelease`` (the instrumented ``StripedSections._acquire`` /
-  ``_release``), and on the signal paths ``took`` / ``gave`` (every checkout and checkin),
+  ``_release``: method descriptors with ``__wrapped__``, so ``unwrap`` restores them like a
+  function), and on the signal paths ``took`` / ``gave`` (every checkout and checkin),
   ``SemaphoreAcquire`` / ``SemaphoreRelease`` (a watched ``threading.Semaphore`` with a free
   permit) and ``ConditionNotify`` (a watched condition's ``notify``). Any other call (a timeout,
   a worker whose state does not exist yet, lockwatch itself running on the worker, no Python
   caller) is handed, arguments unchanged, to the Python implementation, which finds the same
   caller (a C call pushes no frame).
-- What it calls back: the slow paths only (the lock-order check, a wait, a hold at or above the
-  metric floor), the current OpenTelemetry context, and the one error path. Each module passes
-  its own: ``_bookkeeping`` to ``setup()``, ``_threading`` to ``setup_locks()``, ``_sections``
-  to ``setup_sections()``, ``_signal_waits`` to ``setup_signals()``; each call runs when its
-  module is imported, before anything of that module can be used.
-- What it reads and writes: the ``__slots__`` of ``WorkerState``, ``Stats``, ``Hold``,
-  ``ArrayTrack``, ``StripedSections`` and ``SignalStats``, at the offsets of their member
-  descriptors, as the interpreter does, for objects of exactly those classes (any other object
-  takes ordinary attribute access). The field names come from the tables those calls pass
-  (``record._recorder.WORKER_FIELDS`` and ``STATS_FIELDS``, ``_bookkeeping.HOLD_FIELDS``,
-  ``_sections.TRACK_FIELDS`` and ``ARRAY_FIELDS``, ``record._signals.SIGNAL_FIELDS``), never from
-  C, and C addresses the leading fields of each table by position: renaming a field is one edit
-  of its table.
-- What it owns: the counters a pair writes, as C integers of ``_speedups.StatsBase`` (the base of
-  :func:`new_stats`'s class on this path), named from the ``Stats`` table, with the hold
+- What it calls back: the slow paths only, each with one event whose fields have names (a
+  struct sequence, never an argument list whose order both sides must agree on): the
+  lock-order check on a chain-cache miss and a wait get an ``Acquisition``
+  (:data:`ACQUISITION_FIELDS`; a field a path has no use for is None), a hold at or above the
+  metric floor a ``Release`` (:data:`RELEASE_FIELDS`); ``_bookkeeping``'s and ``_sections``'
+  ``*_event`` functions receive them and call the Python path's routines. Besides: a worker's
+  first ``HandoffStats`` of a class (``signal_stats(st, cls)``), the current OpenTelemetry
+  context when it is not the SDK's ``ContextVar``, and the one error path (``OUTBOX.failed``:
+  an error in its bookkeeping after the lock changed hands goes there, never to the host; the
+  lock's own results and exceptions pass through unchanged). Each module passes its own:
+  ``_bookkeeping`` to ``setup()``, ``_threading`` to ``setup_locks()``, ``_sections`` to
+  ``setup_sections()``, ``_handoffs`` to ``setup_signals()``; each call runs when its module
+  is imported, before anything of that module can be used.
+- The held stack (``WorkerState.held``): one :data:`HeldEntry` per hold, in acquisition order,
+  read by field name (:data:`HELD_ENTRY_FIELDS`; the C path's is a struct sequence, the Python
+  path's :class:`PyHeldEntry`, both made as ``HeldEntry((lock_class, frame, lasti, lock,
+  canonical))``). **Both paths push an entry once the lock is taken**, after the raw acquire
+  succeeded and before the hold's notes, and pop it after the raw release; never for a try that
+  failed, never while the worker waits (``WorkerState.waiting`` says that). So a reader of
+  another worker's stack (the live gauges, a snapshot) never finds a lock the worker does not
+  hold or only tries or waits for, and a signal handler or finalizer that runs on the worker
+  around its raw acquire never orders its own acquisitions after a lock the worker does not
+  hold. A reader may miss a hold for the few instructions before its push, or see it a moment
+  after its release. The C path makes no new entry for a ``Lock`` whose last entry nothing else
+  refers to (its frame and offset are set in place).
+- What it reads and writes: every field a release needs is read before the raw release (another
+  thread may take the lock, and overwrite them, the moment it is free). It reads and writes
+  fields of ``WorkerState``, ``Stats``, ``Hold``, ``ArrayTrack``, ``StripedSections`` and
+  ``HandoffStats`` by name (each named once in C, beside the constant it is read by; the setup
+  calls pass the classes, with their tables of field names, which must name each: a field's
+  place in its table does not matter), at the offsets of their member descriptors, as the
+  interpreter does, for objects of exactly those classes (any other object takes ordinary
+  attribute access). A C proxy keeps its hold in members of :data:`_bookkeeping.HOLD_FIELDS`'
+  names, as a Python hold does. ``speedups.direct_slots()`` lists what it reads.
+- What it owns: the counters a pair writes (``_speedups.STATS_OWNED``, by name), as C integers
+  of ``_speedups.StatsBase`` (the base of :func:`new_stats`'s class on this path), with the hold
   histogram's first 512 buckets counted in a fixed C array (``hold_histogram`` reads a new dict
-  of them and the rest, and an assignment replaces both); and each
-  thread's ``WorkerState``, cached in a C thread-local (read again after a fork).
-- Its clock is ``CLOCK_MONOTONIC``, which is ``time.perf_counter_ns()`` on Linux; an error in its
-  bookkeeping after the lock changed hands goes to ``OUTBOX.failed``.
-- One interpreter owns it (``claim()``): a subinterpreter gets the Python path.
+  of them and the rest, and an assignment replaces both); and each thread's ``WorkerState``,
+  cached under a pthread key, read once from ``RECORDER.tls`` per thread (and thread state),
+  again after ``forget_states()``; an ended thread's entry is released by the next thread that
+  reads its own.
+- Its state is its module's (PEP 489: ``PyModule_GetState``; every type made from a spec; a lock
+  proxy and a section function keep a pointer to it, which their type keeps alive): no mutable
+  state at file level. A subinterpreter imports a module of its own, with its own state, and
+  runs the C path on it.
+- A fork: the child calls ``speedups.forget_states()`` after the recorder's own after-fork
+  routine, before any watched lock is taken there (every thread reads its ``WorkerState`` anew,
+  and the deferrals of the threads the fork left behind are closed). It is registered here.
+- On 3.11 and 3.12 it takes a ``_thread.lock`` or ``_thread.RLock`` (by a thread that does not
+  own it) without calling its ``acquire``: what ``acquire(False)`` does, on the lock object's
+  fields (CPython's layout, checked on a real lock at import; on a mismatch, and from 3.13, the
+  method is called).
+- Its clock is ``CLOCK_MONOTONIC``, which is ``time.perf_counter_ns()`` on Linux.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from operator import itemgetter
 from typing import Any
 
 from .._session import at_fork
 from .._settings import extensions_disabled
 from ..record._recorder import STATS_FIELDS, Stats
 
-__all__ = ["SPEEDUPS", "new_stats", "speedups"]
+__all__ = [
+    "ACQUISITION_FIELDS",
+    "HELD_ENTRY_FIELDS",
+    "RELEASE_FIELDS",
+    "SPEEDUPS",
+    "HeldEntry",
+    "PyHeldEntry",
+    "new_stats",
+    "speedups",
+]
+
+#: The fields of a held-stack entry, in order (``HeldEntry``): read by name everywhere.
+HELD_ENTRY_FIELDS = ("lock_class", "frame", "lasti", "lock", "canonical")
+#: The fields of the event the C path passes to a slow path of an acquisition (the order check,
+#: a wait): ``_speedups.Acquisition``.
+ACQUISITION_FIELDS = (
+    "worker",  # the worker's WorkerState
+    "stats",  # its Stats for the lock's class (None for the order check)
+    "lock_class",
+    "frame",  # the acquisition site's frame
+    "lock",  # the raw lock to wait on (None for a section, and for the order check)
+    "hold",  # the object that keeps the hold: a lock proxy, or a section array
+    "canonical",  # taken by lock_many in canonical order
+    "timeout",  # a wait's timeout
+    "index",  # a section's wait: the section's index, its key and the array's own _acquire
+    "key",
+    "original",
+)
+#: The fields of the event the C path passes to the slow path of a release (a hold at or above
+#: the metric floor): ``_speedups.Release``.
+RELEASE_FIELDS = ("worker", "entry", "start_ns", "end_ns", "context", "index")
+
+
+class PyHeldEntry(tuple):
+    """A held-stack entry on the pure-Python path: ``HeldEntry((lock_class, frame, lasti, lock,
+    canonical))``, read by name (the fields of :data:`HELD_ENTRY_FIELDS`).
+
+    A tuple made by the type's own constructor from one tuple, as the C path's struct sequence
+    is: ``tuple.__new__`` costs 90 ns more than a tuple display, where a ``NamedTuple``'s
+    ``__new__`` (a Python function) or a ``__slots__`` class's ``__init__`` cost 370-600 ns on
+    every acquisition of the pure path.
+    """
+
+    __slots__ = ()
+    __match_args__ = ("lock_class", "frame", "lasti", "lock", "canonical")  # HELD_ENTRY_FIELDS
+    lock_class: Any = property(itemgetter(0), doc="The lock's class (``LockClass``).")
+    frame: Any = property(itemgetter(1), doc="The frame that acquired it.")
+    lasti: int = property(itemgetter(2), doc="Its instruction offset then (``f_lasti``).")  # type: ignore[assignment]
+    lock: Any = property(itemgetter(3), doc="The object that keeps the hold (its identity).")
+    canonical: bool = property(itemgetter(4), doc="Taken by ``lock_many`` in canonical order.")  # type: ignore[assignment]
 
 
 def _load() -> Any:
-    """The C fast path, or None: not built (no compiler, another interpreter or platform), turned
-    off with ``LOCKWATCH_DISABLE_EXTENSIONS=1``, or owned by another interpreter."""
+    """The C fast path, or None: not built (no compiler, another interpreter or platform), or
+    turned off with ``LOCKWATCH_DISABLE_EXTENSIONS=1``."""
     if extensions_disabled():
         return None
     try:
         from . import _speedups
     except ImportError:
         return None
-    # Its state is process-wide: one interpreter has it, a subinterpreter runs in Python.
-    return _speedups if _speedups.claim() else None
+    return _speedups
 
 
 #: The ``_speedups`` module when the uncontended path runs in C, else None.
 speedups = _load()
 #: True when the uncontended path runs in C; False for the pure-Python path.
 SPEEDUPS = speedups is not None
+#: The type of a held-stack entry on this path (the C path's struct sequence, or
+#: :class:`PyHeldEntry`): every path that pushes an entry makes it with this.
+HeldEntry: Any = PyHeldEntry if speedups is None else speedups.HeldEntry
 if speedups is not None:
     # The C path caches each thread's WorkerState: in a forked child, the recorder gives the
     # forking thread a fresh one (first in the session's fork order), which it then reads again.
@@ -77,15 +164,15 @@ if speedups is not None:
 
 def _stats_class() -> Callable[[], Stats]:
     """What makes a worker's :class:`Stats` on this path: the class itself, or on the C path its
-    variant whose leading fields (the counters a pair writes) are C integers of ``StatsBase``,
-    named from the table by ``setup()``, the rest of the table slots."""
+    variant whose counters a pair writes (``_speedups.STATS_OWNED``) are C integers of
+    ``StatsBase``, the rest of the table slots."""
     if speedups is None:
         return Stats
 
     base: Any = speedups.StatsBase
 
     class CStats(base):
-        __slots__ = STATS_FIELDS[speedups.STATS_OWNED :]
+        __slots__ = tuple(name for name in STATS_FIELDS if name not in speedups.STATS_OWNED)
         __init__ = Stats.__init__
         merge = Stats.merge
 

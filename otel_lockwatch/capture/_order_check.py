@@ -8,8 +8,8 @@ process's graph (``record._order``) with its first witness; an edge that closes 
 (``warn``) or refused before the acquire blocks (``raise``: :class:`~..exceptions.
 PotentialDeadlockError`, the one exception lockwatch raises into the host).
 
-A held-stack entry is a tuple ``(lock class, frame, lasti, lock object, canonical)``; its site is
-read from the frame's code and the instruction offset only here, when an edge needs it.
+A held-stack entry is a ``HeldEntry`` (``_fast_path``); its site is read from its frame's code and
+instruction offset only here, when an edge needs it.
 """
 
 from __future__ import annotations
@@ -37,9 +37,9 @@ logger = logging.getLogger("otel_lockwatch")
 ON_CYCLE = SETTINGS["on_cycle"].default
 
 
-def entry_site(entry: tuple) -> str:
+def entry_site(entry: Any) -> str:
     """``module:function:line`` where a held lock was acquired."""
-    return code_site(entry[1].f_code, entry[2])
+    return code_site(entry.frame.f_code, entry.lasti)
 
 
 # -- the lock order --------------------------------------------------------------------------
@@ -57,19 +57,19 @@ def check_order(st: WorkerState, cls: LockClass, frame: Any, obj: Any, canonical
     deferred = False
     try:
         for entry in st.held:
-            hcls = entry[0]
+            hcls = entry.lock_class
             if (
                 canonical
-                and entry[4]
+                and entry.canonical
                 and hcls is cls
-                and entry[1] is frame
-                and entry[2] == frame.f_lasti
+                and entry.frame is frame
+                and entry.lasti == frame.f_lasti
             ):
                 continue  # one lock_many call (same frame and position) is ascending: canonical
             pair = (hcls, cls)
             if pair in chain:
                 continue
-            if entry[3] is obj and cls.kind != "section":  # (an array's sections share it)
+            if entry.lock is obj and cls.kind != "section":  # (an array's sections share it)
                 continue
             if not deferred:
                 defer_collection()
@@ -90,7 +90,7 @@ def _held_lock_freed(st: WorkerState, entries: list) -> None:
     try:
         for entry in entries:
             discard(st.held, entry)
-            name = entry[0].name
+            name = entry.lock_class.name
             counts = RECORDER.held_locks_freed
             first = name not in counts
             counts[name] = counts.get(name, 0) + 1
@@ -108,7 +108,7 @@ def _held_lock_freed(st: WorkerState, entries: list) -> None:
         st.in_lockwatch = False
 
 
-def _new_edge(st: WorkerState, entry: tuple, cls: LockClass, frame: Any, pair: tuple) -> bool:
+def _new_edge(st: WorkerState, entry: Any, cls: LockClass, frame: Any, pair: tuple) -> bool:
     """Add the edge from a held entry; False when, the edge closing a cycle, the collector found
     the held lock gone (kept only by a reference cycle: see ``collected_gone``)."""
     st.in_lockwatch = True
@@ -116,7 +116,7 @@ def _new_edge(st: WorkerState, entry: tuple, cls: LockClass, frame: Any, pair: t
         span_ctx = trace.get_current_span().get_span_context()
         trace_id = f"{span_ctx.trace_id:032x}" if span_ctx.is_valid else None
         span_id = f"{span_ctx.span_id:016x}" if span_ctx.is_valid else None
-        hcls = entry[0]
+        hcls = entry.lock_class
         witness = EdgeWitness(
             hcls.name,
             cls.name,
@@ -151,7 +151,7 @@ def _new_edge(st: WorkerState, entry: tuple, cls: LockClass, frame: Any, pair: t
     return True
 
 
-def discard(held: list, entry: tuple) -> None:
+def discard(held: list, entry: Any) -> None:
     """Remove ``entry`` from a held stack where it is not on top (an out-of-order release)."""
     for i in range(len(held) - 1, -1, -1):
         if held[i] is entry:

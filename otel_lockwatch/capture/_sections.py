@@ -36,7 +36,7 @@ from ._bookkeeping import (
     track_hold,
     untrack,
 )
-from ._fast_path import new_stats, speedups
+from ._fast_path import HeldEntry, new_stats, speedups
 from ._naming import LockClass, lock_class
 
 __all__ = [
@@ -55,8 +55,8 @@ _tls = RECORDER.tls  # never replaced: Recorder.reset() keeps it
 # Frames of the array's own entry points (lock(), __enter__, ...): not the acquisition site.
 _ARRAY_GLOBALS = vars(_array)
 
-#: The fields of :class:`ArrayTrack`. The C fast path receives them at setup and addresses the
-#: leading five by position (``TRACK_*`` in ``_speedups.c``): rename freely, add at the end.
+#: The fields of :class:`ArrayTrack`. The C fast path receives the class with this table at setup,
+#: names the fields it reads and checks that the table has them (``capture._fast_path``).
 TRACK_FIELDS = (
     "slots",  # per section: its Hold, or None before its first use
     "held_sections",  # one item per section held now (append, pop and len are atomic)
@@ -65,7 +65,7 @@ TRACK_FIELDS = (
     "name",  # the array's name when this was made (a rename makes a new ArrayTrack)
     "count",  # the number of sections
 )
-#: What the mirrored fast path reads of a ``StripedSections`` (C: ``ARRAY_*``), by position.
+#: What the mirrored fast path reads of a ``StripedSections`` (C: ``ARRAY_NAMES``), by name.
 ARRAY_FIELDS = ("_lw", "_name", "_locks", "_owners", "_keys")
 
 
@@ -162,38 +162,37 @@ def section_acquire_factory(original: Any) -> Any:
         while f.f_globals is _ARRAY_GLOBALS and f.f_back is not None:
             f = f.f_back
         # As acquire_tracked: what does not need the section held is done before the acquire
-        # (the stack entry, the context, the order check, the holder's ident), and between the
-        # raw acquire and the return there is one clock read and no call that would let the
-        # interpreter switch threads but the held-sections count.
+        # (the stack entry made, the context, the order check, the holder's ident), and between
+        # the raw acquire and the return there is the entry's push, one clock read and no call
+        # that would let the interpreter switch threads but the held-sections count.
         slot = track.slots[index]
         if slot is None:
             slot = track.slots[index] = Hold()
-        entry = (cls, f, f.f_lasti, self, canonical)
+        entry = HeldEntry((cls, f, f.f_lasti, self, canonical))
         ctx = current_context()
         held = st.held
         if blocking:
             if held:
                 check_order(st, cls, f, self, canonical)
             ident = _get_ident()
-            held.append(entry)
             # The array's own uncontended path, mirrored (StripedSections._acquire's first lines):
             # one Python call less on every acquisition. Everything else goes through `original`.
+            # The entry is pushed once the section is taken (_fast_path: the push point).
             if self._locks[index].acquire(False):
+                held.append(entry)
                 t0 = _pc()
                 self._owners[index] = ident
                 self._keys[index] = key
                 s.acquisitions += 1
             else:
-                held.pop()  # not held while it waits (the live gauges read the stack)
                 if not section_wait(original, self, index, key, timeout, canonical, st, s, cls, f):
                     return False
-                t0 = _pc()
                 held.append(entry)
+                t0 = _pc()
         else:
-            held.append(entry)
             if not record_try(s, original(self, index, key, False, -1, canonical)):
-                held.pop()
                 return False
+            held.append(entry)
             t0 = _pc()
         sections = track.held_sections
         sections.append(1)
@@ -246,9 +245,25 @@ def section_release_factory(original: Any, mirror: bool = True) -> Any:
     return _release
 
 
+def section_wait_event(event: Any) -> bool:
+    """:func:`section_wait` for the C path (an ``Acquisition``: ``_fast_path``'s contract)."""
+    return section_wait(
+        event.original,
+        event.hold,
+        event.index,
+        event.key,
+        event.timeout,
+        event.canonical,
+        event.worker,
+        event.stats,
+        event.lock_class,
+        event.frame,
+    )
+
+
 if speedups is not None:
     speedups.setup_sections(
-        section_wait=section_wait,
+        section_wait=section_wait_event,
         track=(ArrayTrack, TRACK_FIELDS),
         array=(StripedSections, ARRAY_FIELDS),
     )

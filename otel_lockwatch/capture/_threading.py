@@ -87,7 +87,7 @@ class _PyLockBase:
     _lw_lock: Any
     _lockwatch_class: LockClass
     _lw_holder: WorkerState | None
-    _lw_entry: tuple
+    _lw_entry: Any
     _lw_stats: Stats
     _lw_start_ns: int
     _lw_context: Any

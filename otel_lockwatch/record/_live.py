@@ -33,6 +33,6 @@ def live_counts(states: Iterable[Any]) -> dict[tuple[str, str], tuple[int, int]]
         waiting = state.waiting
         if waiting is not None:
             out.setdefault((waiting.name, waiting.kind), [0, 0])[0] += 1
-        for key in {(entry[0].name, entry[0].kind) for entry in list(state.held)}:
+        for key in {(e.lock_class.name, e.lock_class.kind) for e in list(state.held)}:
             out.setdefault(key, [0, 0])[1] += 1
     return {key: (w, h) for key, (w, h) in out.items()}

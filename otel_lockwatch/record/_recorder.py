@@ -27,7 +27,7 @@ from ._distributed import DistributedRecord
 from ._live import live_counts
 from ._lock_class import ROLES, LockClass
 from ._peak import PeakWorkers
-from ._signals import SignalStats, merge_signals, signal_parts
+from ._signals import HandoffStats, handoff_parts, merge_handoffs
 from ._sites import SiteTable, merge_tables
 from ._state_parts import state_parts, track_section
 from ._timeline import Timeline
@@ -50,7 +50,7 @@ MAX_WORKERS = 1024
 
 
 #: The fields of :class:`Stats`, each with how two workers' values merge. The C fast path is given
-#: the names and addresses the leading ones by position (``STATS_*``): rename freely; append.
+#: the class with this table; it names the fields it reads and checks that this table has them.
 STATS_TABLE: tuple[tuple[str, str], ...] = (
     ("acquisitions", "sum"),  # successful acquisitions (blocking and try)
     ("try_acquisitions", "sum"),  # successful try-acquires
@@ -118,14 +118,14 @@ class Stats:
                 setattr(self, name, mine + theirs)
 
 
-#: The fields of :class:`WorkerState`. The C fast path is given the names and addresses the
-#: leading four by position (``WORKER_*``): rename freely; append.
+#: The fields of :class:`WorkerState`. The C fast path is given the class with this table; it names
+#: the fields it reads and checks that this table has them (``capture._fast_path``).
 WORKER_FIELDS = (
     "held",  # held-stack entries, in acquisition order
     "stats",  # lock class -> Stats
     "in_lockwatch",  # True while lockwatch itself runs on this worker: nothing is recorded
     "last",  # the worker's last lock event (perf_counter_ns)
-    "signals",  # lock class -> SignalStats (record._signals)
+    "signals",  # lock class -> HandoffStats (record._signals)
     "first",  # its first
     "worker",  # its name
     "chain",  # the lock-order chain cache: (holding, acquiring) pairs already in the graph
@@ -158,7 +158,7 @@ class WorkerState:
         self.thread = weakref.ref(thread) if thread is not None else None
         self.retired = 0
         self.waiting: LockClass | None = None
-        self.signals: dict[LockClass, SignalStats] = {}
+        self.signals: dict[LockClass, HandoffStats] = {}
 
     def alive(self) -> bool:
         """Whether the thread or task this state belongs to can still record."""
@@ -179,7 +179,7 @@ class WorkerState:
                 mine.merge(s)
         for key, n in other.spans.items():
             self.spans[key] = self.spans.get(key, 0) + n
-        merge_signals(self.signals, other.signals)
+        merge_handoffs(self.signals, other.signals)
 
     def clear(self) -> None:
         """Forget what was recorded, the held stack included (a release of a lock held across
@@ -459,7 +459,7 @@ class Recorder:
             chain(
                 chain.from_iterable(state_parts(state, now) for state in states),
                 ({"sections": {t.name: track_section(t)}} for t in tracks),
-                signal_parts(states),
+                handoff_parts(states),
             )
         )
         self.distributed.attach(data["locks"])  # key templates, leases, release failures

@@ -32,11 +32,8 @@ checkouts pair as they nest; the last :data:`PENDING_MAX` takes are remembered, 
 never gives back). Capacity and the fewest left are merged over the class's workers before the
 peak in use is computed: one worker may only ever put, another only ever get.
 
-A worker's statistics are written by that worker only, like its ``Stats``; :func:`signal_parts`
+A worker's statistics are written by that worker only, like its ``Stats``; :func:`handoff_parts`
 turns every worker's into data parts when a snapshot is asked for.
-
-(``SignalStats``, ``SIGNAL_FIELDS``, ``merge_signals`` and ``signal_parts`` are the former
-names, kept for ``record._recorder``'s uses.)
 """
 
 from __future__ import annotations
@@ -231,10 +228,3 @@ def handoff_parts(states: Iterable[Any]) -> Iterator[dict[str, Any]]:
             "hold_ns": LogHistogram(),
         }
         yield {"locks": {lock_class.name: lock}}
-
-
-# The former names (record._recorder's uses).
-SignalStats = HandoffStats
-SIGNAL_FIELDS = HANDOFF_FIELDS
-merge_signals = merge_handoffs
-signal_parts = handoff_parts

@@ -57,7 +57,9 @@ class HeldLockSpanProcessor(SpanProcessor):
     def held_locks(self) -> list[str]:
         """The lock classes the caller holds, outermost first: its thread's, then its asyncio
         task's."""
-        return [entry[0].name for st in self._states() if st is not None for entry in st.held]
+        return [
+            entry.lock_class.name for st in self._states() if st is not None for entry in st.held
+        ]
 
     def on_start(self, span: Span, parent_context: Context | None = None) -> None:
         scope = getattr(span, "instrumentation_scope", None)
@@ -75,7 +77,7 @@ class HeldLockSpanProcessor(SpanProcessor):
         seen = set()
         for st in held:
             for entry in st.held:
-                lock_name = entry[0].name
+                lock_name = entry.lock_class.name
                 if lock_name in seen:
                     continue
                 seen.add(lock_name)

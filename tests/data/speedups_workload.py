@@ -202,7 +202,7 @@ def main() -> None:
     edges = sorted(
         (w.holding, w.acquiring, w.worker, list(w.sites)) for w in RECORDER.graph.edges()
     )
-    held = [e[0].name for st in RECORDER.states for e in st.held]
+    held = [e.lock_class.name for st in RECORDER.states for e in st.held]
     print(
         json.dumps(
             {
