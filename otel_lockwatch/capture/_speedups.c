@@ -55,7 +55,8 @@ static PyObject *g_context;        /* the current OpenTelemetry context: context
 static PyObject *g_context_var;    /* the ContextVar whose get() context is, else NULL */
 static PyObject *g_failed;         /* OUTBOX.failed(exc) */
 static PyObject *g_check_order;    /* check_order(st, cls, frame, obj, canonical) */
-static PyObject *g_lock_wait;      /* lock_wait(lock, st, s, cls, frame, -1, hold) -> bool */
+static PyObject *g_lock_wait;      /* lock_wait(lock, st, s, cls, frame, -1, hold) -> bool; the
+                                    * lock proxies' own (window_wait) once setup_locks() ran */
 static PyObject *g_record_hold;    /* record_hold(st, entry, t0, t1, ctx, index or None) */
 static int g_ready = 0;
 /* setup_locks(), from _threading.py */
@@ -2618,13 +2619,15 @@ speedups_setup(PyObject *module, PyObject *args, PyObject *kwds)
 static PyObject *
 speedups_setup_locks(PyObject *module, PyObject *args, PyObject *kwds)
 {
-    static char *kwlist[] = {"python_acquire", "python_rlock_acquire", "skip_frames", NULL};
-    PyObject *acquire, *rlock_acquire, *skip;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "$OOO!", kwlist, &acquire, &rlock_acquire,
-                                     &PyTuple_Type, &skip))
+    static char *kwlist[] = {"python_acquire", "python_rlock_acquire", "skip_frames",
+                             "lock_wait", NULL};
+    PyObject *acquire, *rlock_acquire, *skip, *lock_wait;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "$OOO!O", kwlist, &acquire, &rlock_acquire,
+                                     &PyTuple_Type, &skip, &lock_wait))
         return NULL;
     if (!after_setup())
         return NULL;
+    Py_XSETREF(g_lock_wait, Py_NewRef(lock_wait));
     Py_XSETREF(g_python_acquire, Py_NewRef(acquire));
     Py_XSETREF(g_python_rlock_acquire, Py_NewRef(rlock_acquire));
     Py_XSETREF(g_skip_frames, Py_NewRef(skip));
