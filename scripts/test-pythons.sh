@@ -82,7 +82,8 @@ find_python() {
 # the sid root's runner), at $4, with this checkout installed editable: prints its python.
 leg_venv() {
     local version="$1" base="$2" prefix="$3" dir="$4" host_dir="$5"
-    if [[ ! -x $host_dir/bin/python ]]; then
+    # (pyvenv.cfg: a sid root venv's python links to the root's /usr/bin, missing on the host.)
+    if [[ ! -f $host_dir/pyvenv.cfg ]]; then
         legs_say "creating the $version venv in $host_dir"
         # shellcheck disable=SC2086 # the prefix is words
         $prefix "$base" -m venv "$dir" >&2 || return 1
