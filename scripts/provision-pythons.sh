@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # CPython 3.14 and 3.15 on a machine whose own Debian has neither: a Debian sid root, made once
 # with debootstrap and cached, with sid's python3.14 and python3.15 (and what the non-end-to-end
-# suite needs: a C compiler, redis-server, graphviz). scripts/sid-root.sh runs a command in it.
+# suite needs: a C compiler, CPython's own test package, redis-server, postgresql, graphviz).
+# scripts/sid-root.sh runs a command in it.
 #
 #   bash scripts/provision-pythons.sh          make (or bring up to date) the root, print its path
 #
@@ -29,11 +30,13 @@ cache="${LOCKWATCH_CACHE:-$HOME/.cache/otel-lockwatch}"
 root="$cache/sid-root"
 mirror="${LOCKWATCH_SID_MIRROR:-http://deb.debian.org/debian}"
 # What the legs run in the root need: the two Pythons with their headers and venv, a C compiler
-# for the C fast path, and the real programs of the non-end-to-end tests.
+# for the C fast path, CPython's own test package (tests/test_lock_conformance.py runs its
+# test.lock_tests), and the real programs of the non-end-to-end tests (postgresql: initdb and
+# pg_ctl, for the psycopg_pool tests).
 packages=(
-    python3.14 python3.14-dev python3.14-venv
-    python3.15 python3.15-dev python3.15-venv
-    gcc libc6-dev redis-server graphviz procps
+    python3.14 python3.14-dev python3.14-venv libpython3.14-testsuite
+    python3.15 python3.15-dev python3.15-venv libpython3.15-testsuite
+    gcc libc6-dev redis-server graphviz postgresql procps
 )
 # sid's Release files are not always fresh on the mirror: apt must not refuse them for it.
 apt_options=(-o Acquire::Check-Valid-Until=false -o Acquire::Check-Date=false -o APT::Install-Recommends=false)
@@ -91,11 +94,20 @@ if [[ $(cat "$root/.lockwatch-packages" 2>/dev/null) != "$want" ]]; then
     start=$SECONDS
     say "installing sid's ${packages[*]} in the root"
     chroot "$root" apt-get "${apt_options[@]}" update -qq >&2 || fail "apt-get update failed in the root"
-    # No daemon may start in the root (redis-server's package would start one).
+    # No daemon may start in the root (redis-server's and postgresql's packages would start one).
     printf '#!/bin/sh\nexit 101\n' >"$root/usr/sbin/policy-rc.d"
     chmod +x "$root/usr/sbin/policy-rc.d"
-    chroot "$root" env DEBIAN_FRONTEND=noninteractive apt-get "${apt_options[@]}" install -y -qq \
-        "${packages[@]}" >"$cache/sid-apt.log" 2>&1 ||
+    # With the host's /proc, /sys and /dev, in a mount namespace of its own that ends with it:
+    # postgresql-common's postinst runs systemd-tmpfiles, which fails without /proc (and left
+    # postgresql unconfigured). A run that failed there left it half-configured: finish it first.
+    # shellcheck disable=SC2016
+    unshare --mount --propagation private -- bash -euc '
+        root="$1"
+        shift
+        for fs in proc sys dev; do mount --rbind "/$fs" "$root/$fs"; done
+        chroot "$root" env DEBIAN_FRONTEND=noninteractive dpkg --configure -a
+        exec chroot "$root" env DEBIAN_FRONTEND=noninteractive apt-get "$@"
+    ' in-root "$root" "${apt_options[@]}" install -y -qq "${packages[@]}" >"$cache/sid-apt.log" 2>&1 ||
         fail "apt-get install failed in the root (its log: $cache/sid-apt.log; last lines: $(tail -3 "$cache/sid-apt.log" | tr '\n' ' '))"
     chroot "$root" apt-get clean
     printf '%s' "$want" >"$root/.lockwatch-packages"

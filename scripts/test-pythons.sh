@@ -22,8 +22,9 @@
 # Where a Python comes from: pyenv's 3.N.* or python3.N on the PATH; failing both, 3.14 and 3.15
 # from the Debian sid root of scripts/provision-pythons.sh (made when missing, as root), where
 # the leg runs in a chroot (scripts/sid-root.sh). Each leg other than python3's has a venv of its
-# own, made once (${LOCKWATCH_VENVS:-$cache/venvs}/3.N, or /venvs/3.N in the sid root), with the
-# checkout installed editable at each run. A Python that cannot be had fails the leg under
+# own, made once (${LOCKWATCH_VENVS:-$cache/venvs}/3.N, or ${LOCKWATCH_SID_VENVS:-/venvs}/3.N in
+# the sid root), with the checkout installed editable at each run (two checkouts running legs at
+# once each need venvs of their own: the editable install points a venv at one checkout). A Python that cannot be had fails the leg under
 # CI=true and is a printed skip otherwise. Legs run one after the other (two suites at once on a
 # small machine make timing tests flake); each prints its wall time, and the summary repeats them.
 set -euo pipefail
@@ -81,7 +82,8 @@ find_python() {
 # the sid root's runner), at $4, with this checkout installed editable: prints its python.
 leg_venv() {
     local version="$1" base="$2" prefix="$3" dir="$4" host_dir="$5"
-    if [[ ! -x $host_dir/bin/python ]]; then
+    # (pyvenv.cfg: a sid root venv's python links to the root's /usr/bin, missing on the host.)
+    if [[ ! -f $host_dir/pyvenv.cfg ]]; then
         legs_say "creating the $version venv in $host_dir"
         # shellcheck disable=SC2086 # the prefix is words
         $prefix "$base" -m venv "$dir" >&2 || return 1
@@ -159,7 +161,8 @@ run_legs() {
                 continue
             fi
             prefix="bash scripts/sid-root.sh" base="python$version"
-            dir="/venvs/$version" host_dir="$(legs_cache)/sid-root/venvs/$version"
+            dir="${LOCKWATCH_SID_VENVS:-/venvs}/$version"
+            host_dir="$(legs_cache)/sid-root/${dir#/}"
         elif [[ -z $base ]]; then
             if [[ ${CI:-} == true ]]; then
                 legs_say "leg $name: no Python $version on this machine"

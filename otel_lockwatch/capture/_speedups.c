@@ -138,7 +138,8 @@ typedef struct ModuleState {
     PyObject *context_var;  /* the ContextVar whose get() context is, else NULL */
     PyObject *failed;       /* OUTBOX.failed(exc) */
     PyObject *check_order;  /* check_order(Acquisition) */
-    PyObject *lock_wait;    /* lock_wait(Acquisition) -> bool */
+    PyObject *lock_wait;    /* lock_wait(Acquisition) -> bool; the lock proxies' own
+                             * (window_wait_event) once setup_locks() ran */
     PyObject *record_hold;  /* record_hold(Release) */
     int ready;
     /* setup_locks(), from _threading.py */
@@ -2721,13 +2722,17 @@ static PyObject *
 speedups_setup_locks(PyObject *module, PyObject *args, PyObject *kwds)
 {
     ModuleState *S = module_state(module);
-    static char *kwlist[] = {"python_acquire", "python_rlock_acquire", "skip_frames", NULL};
-    PyObject *acquire, *rlock_acquire, *skip;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "$OOO!", kwlist, &acquire, &rlock_acquire,
-                                     &PyTuple_Type, &skip))
+    static char *kwlist[] = {"python_acquire", "python_rlock_acquire", "skip_frames",
+                             "lock_wait", NULL};
+    PyObject *acquire, *rlock_acquire, *skip, *lock_wait;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "$OOO!O", kwlist, &acquire, &rlock_acquire,
+                                     &PyTuple_Type, &skip, &lock_wait))
         return NULL;
     if (!after_setup(S))
         return NULL;
+    /* The lock proxies' own wait (capture._switched_out.window_wait_event): a failed try first
+     * yields to a holder still inside lockwatch's window (3.14's check after a `with`'s call). */
+    Py_XSETREF(S->lock_wait, Py_NewRef(lock_wait));
     Py_XSETREF(S->python_acquire, Py_NewRef(acquire));
     Py_XSETREF(S->python_rlock_acquire, Py_NewRef(rlock_acquire));
     Py_XSETREF(S->skip_frames, Py_NewRef(skip));

@@ -53,6 +53,7 @@ def setup_locks(
     python_acquire: Callable[..., bool],
     python_rlock_acquire: Callable[..., bool],
     skip_frames: tuple[dict[str, Any], ...],
+    lock_wait: Callable[..., bool],
 ) -> None: ...
 def setup_sections(
     *,

@@ -26,13 +26,12 @@ from ._bookkeeping import (
     HOLD_FIELDS,
     acquire_tracked,
     discard,
-    lock_wait,
     untrack,
 )
 from ._collection import defer_collection, resume_collection
 from ._fast_path import speedups
 from ._naming import MACHINERY, LockClass, lock_class, watched_site
-from ._switched_out import window_code, window_wait
+from ._switched_out import window_code, window_wait, window_wait_event
 
 __all__ = [
     "CREATION_WRAPPERS",
@@ -258,8 +257,8 @@ class _PyRLockBase(_PyLockBase):
         self.release()
 
 
-# The wait of a failed try: the C path's wrappers have no window to yield to a holder in.
-_wait = lock_wait if speedups is not None else window_wait
+# The wait of a failed try, on both paths (the C path's: setup_locks below).
+_wait = window_wait
 window_code(
     acquire_tracked,
     _PyLockBase.acquire,
@@ -483,4 +482,5 @@ if speedups is not None:
         python_acquire=_PyLockBase.acquire,
         python_rlock_acquire=_PyRLockBase.acquire,
         skip_frames=(_OWN_GLOBALS, _THREADING_GLOBALS, _ORDERED_GLOBALS),
+        lock_wait=window_wait_event,
     )
