@@ -153,7 +153,7 @@ acquisition.update(
 )
 received = {
     "order": _bookkeeping.check_order_event(SimpleNamespace(**acquisition)),
-    "wait": _bookkeeping.lock_wait_event(SimpleNamespace(**acquisition)),
+    "wait": _bookkeeping.on_acquisition(_bookkeeping.lock_wait)(SimpleNamespace(**acquisition)),
 }
 free.release()
 release = dict.fromkeys(_fast_path.RELEASE_FIELDS)

@@ -66,6 +66,7 @@ __all__ = [
     "entry_site",
     "holder_entry",
     "lock_wait",
+    "on_acquisition",
     "record_try",
     "record_wait",
     "set_thresholds",
@@ -391,17 +392,22 @@ def check_order_event(event: Any) -> None:
     check_order(event.worker, event.lock_class, event.frame, event.hold, event.canonical)
 
 
-def lock_wait_event(event: Any) -> bool:
-    """:func:`lock_wait` for the C path (an ``Acquisition``)."""
-    return lock_wait(
-        event.lock,
-        event.worker,
-        event.stats,
-        event.lock_class,
-        event.frame,
-        event.timeout,
-        event.hold,
-    )
+def on_acquisition(wait: Callable[..., bool]) -> Callable[[Any], bool]:
+    """``wait`` (of :func:`lock_wait`'s arguments) as the C path calls a wait: with one
+    ``Acquisition``."""
+
+    def wait_event(event: Any) -> bool:
+        return wait(
+            event.lock,
+            event.worker,
+            event.stats,
+            event.lock_class,
+            event.frame,
+            event.timeout,
+            event.hold,
+        )
+
+    return wait_event
 
 
 def record_hold_event(event: Any) -> None:
@@ -415,7 +421,7 @@ if speedups is not None:
         context=current_context,
         failed=OUTBOX.failed,
         check_order=check_order_event,
-        lock_wait=lock_wait_event,
+        lock_wait=on_acquisition(lock_wait),
         record_hold=record_hold_event,
         worker_state=(WorkerState, WORKER_FIELDS),
         stats=(Stats, STATS_FIELDS),

@@ -139,7 +139,7 @@ typedef struct ModuleState {
     PyObject *failed;       /* OUTBOX.failed(exc) */
     PyObject *check_order;  /* check_order(Acquisition) */
     PyObject *lock_wait;    /* lock_wait(Acquisition) -> bool; the lock proxies' own
-                             * (window_wait_event) once setup_locks() ran */
+                             * (on_acquisition(window_wait)) once setup_locks() ran */
     PyObject *record_hold;  /* record_hold(Release) */
     int ready;
     /* setup_locks(), from _threading.py */
@@ -2730,7 +2730,7 @@ speedups_setup_locks(PyObject *module, PyObject *args, PyObject *kwds)
         return NULL;
     if (!after_setup(S))
         return NULL;
-    /* The lock proxies' own wait (capture._switched_out.window_wait_event): a failed try first
+    /* The lock proxies' own wait (on_acquisition(capture._switched_out.window_wait)): a failed try first
      * yields to a holder still inside lockwatch's window (3.14's check after a `with`'s call). */
     Py_XSETREF(S->lock_wait, Py_NewRef(lock_wait));
     Py_XSETREF(S->python_acquire, Py_NewRef(acquire));

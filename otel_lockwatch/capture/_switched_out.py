@@ -48,7 +48,6 @@ __all__ = [
     "in_window",
     "window_code",
     "window_wait",
-    "window_wait_event",
     "wrapping",
 ]
 
@@ -135,16 +134,3 @@ def window_wait(
     if deadline is not None:
         timeout = max(0.0, (deadline - _pc()) / 1e9)
     return lock_wait(lock, st, s, cls, f, timeout, hold, t0)
-
-
-def window_wait_event(event: Any) -> bool:
-    """:func:`window_wait` for the C path (an ``Acquisition``)."""
-    return window_wait(
-        event.lock,
-        event.worker,
-        event.stats,
-        event.lock_class,
-        event.frame,
-        event.timeout,
-        event.hold,
-    )

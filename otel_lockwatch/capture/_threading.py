@@ -26,12 +26,13 @@ from ._bookkeeping import (
     HOLD_FIELDS,
     acquire_tracked,
     discard,
+    on_acquisition,
     untrack,
 )
 from ._collection import defer_collection, resume_collection
 from ._fast_path import speedups
 from ._naming import MACHINERY, LockClass, lock_class, watched_site
-from ._switched_out import window_code, window_wait, window_wait_event
+from ._switched_out import window_code, window_wait
 
 __all__ = [
     "CREATION_WRAPPERS",
@@ -482,5 +483,5 @@ if speedups is not None:
         python_acquire=_PyLockBase.acquire,
         python_rlock_acquire=_PyRLockBase.acquire,
         skip_frames=(_OWN_GLOBALS, _THREADING_GLOBALS, _ORDERED_GLOBALS),
-        lock_wait=window_wait_event,
+        lock_wait=on_acquisition(window_wait),
     )
