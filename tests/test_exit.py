@@ -142,7 +142,13 @@ def test_sigterm_chains_the_handler_installed_before(tmp_path):
 
 
 def test_sigint(tmp_path):
-    proc, manifest = spawn(tmp_path, "print('ready', flush=True)\nthreading.Event().wait(60)\n")
+    # The app waits in 50 ms sleeps, not in one long wait: a SIGINT landing after the
+    # interpreter's last check for signals and before a blocking call wakes nothing, and its
+    # handler runs only when that call returns (CPython's own race, widened by any thread that
+    # wants the interpreter then: lockwatch's emitter; 4 hung runs in 300 with one 60 s
+    # ``Event.wait`` on 3.12). Each sleep's end is a check: the SIGINT is handled within 50 ms.
+    body = "print('ready', flush=True)\nfor _ in range(1200):\n    time.sleep(0.05)\n"
+    proc, manifest = spawn(tmp_path, body)
     wait_ready(proc)
     proc.send_signal(signal.SIGINT)
     assert proc.wait(60) != 0
