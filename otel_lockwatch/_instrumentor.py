@@ -32,8 +32,6 @@ from . import _session
 from ._session import Session
 from ._settings import Options, load_options
 from .capture import _multiprocess, _patches
-from .capture._bookkeeping import set_thresholds
-from .record._sites import set_contention_points
 from .telemetry._emitter import Telemetry
 
 __all__ = ["LockwatchInstrumentor"]
@@ -124,17 +122,10 @@ class LockwatchInstrumentor(BaseInstrumentor):
 
 
 def configure(session: Session) -> None:
-    """Hand the options of an ``instrument()`` to the parts that read them on their paths: the
-    lock paths' thresholds and cycle policy, the contention points kept, the nominal pool size
-    (the session keeps them all; these are the copies the hot paths read)."""
+    """Hand the options of an ``instrument()`` to the recorder: the nominal pool size (the lock
+    paths read their thresholds, cycle policy and contention points kept from the session's
+    ``THRESHOLDS``, which ``begin()`` set)."""
     options = session.options
-    set_thresholds(
-        wait_span_ns=int(options.wait_span_threshold_ms * 1e6),
-        hold_span_ns=int(options.hold_span_threshold_ms * 1e6),
-        hold_metric_ns=int(options.hold_metric_floor_ms * 1e6),
-        on_cycle=options.on_cycle,
-    )
-    set_contention_points(options.contention_points)
     if options.pool_size is not None:
         session.recorder.note_pool(options.pool_size, "env")
 

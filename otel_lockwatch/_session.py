@@ -14,6 +14,13 @@ Two kinds of state, both held here and nowhere else:
   record it records into, the emitter and the manifest exporter the telemetry layer hands it,
   the span processors it added, what it changed in the environment for child processes.
   :func:`current` is the one holder of the current session (None while uninstrumented).
+- **The thresholds** (:data:`THRESHOLDS`): what the lock paths read of the session's options on
+  every call of theirs (the span thresholds, the hold metric floor, the cycle policy, the
+  contention points kept), written by :func:`begin` and by nothing else. A process part like
+  the recorder, because a lock made under one session keeps recording after it ends: the lock
+  paths read it as a module global and an attribute (one ``LOAD_ATTR_SLOT`` more than the
+  rebound module globals it replaces, on the pure path's release only; the C path keeps its
+  copy of the floor, set through :meth:`Thresholds.follow`).
 
 Layers talk through the session or through explicit hand-offs: the emitter gives the outbox
 its "first record" and "cycle" callbacks; the record layer never imports OpenTelemetry.
@@ -31,6 +38,7 @@ import os
 from collections.abc import Callable
 from typing import Any
 
+from ._settings import Options
 from .record import _lock_class
 from .record._distributed import DistributedRecord
 from .record._outbox import Outbox
@@ -42,7 +50,9 @@ __all__ = [
     "OUTBOX",
     "PROCESS",
     "RECORDER",
+    "THRESHOLDS",
     "Session",
+    "Thresholds",
     "at_fork",
     "begin",
     "current",
@@ -53,8 +63,53 @@ __all__ = [
 
 logger = logging.getLogger("otel_lockwatch")
 
+
+class Thresholds:
+    """What the lock paths read of the session's options on every call (see the module's
+    docstring); the defaults until the first :func:`begin`, the last session's after its end."""
+
+    __slots__ = (
+        "_followers",
+        "hold_metric_ns",
+        "hold_span_ns",
+        "on_cycle",
+        "sites_kept",
+        "wait_span_ns",
+    )
+
+    def __init__(self, options: Options) -> None:
+        self._followers: list[Callable[[Thresholds], None]] = []
+        self.set(options)
+
+    def set(self, options: Options) -> None:
+        """Take the thresholds of ``options``, and tell each follower."""
+        # a wait at least this long (ns) becomes a ``lock.wait`` span
+        self.wait_span_ns = round(options.wait_span_threshold_ms * 1_000_000)
+        # a hold at least this long (ns) becomes a ``lock.hold`` span
+        self.hold_span_ns = round(options.hold_span_threshold_ms * 1_000_000)
+        # a release from this hold (ns) on takes the slow path (never above the span threshold)
+        floor_ns = round(options.hold_metric_floor_ms * 1_000_000)
+        self.hold_metric_ns = min(floor_ns, self.hold_span_ns)
+        # the cycle policy: ``warn``, ``raise`` or ``ignore``
+        self.on_cycle = options.on_cycle
+        # the contention points kept per lock class and worker, and in a snapshot's data
+        self.sites_kept = 4 * options.contention_points
+        for follower in self._followers:
+            follower(self)
+
+    def follow(self, follower: Callable[[Thresholds], None]) -> None:
+        """Call ``follower(self)`` now and at every later :meth:`set`: for a path that keeps a
+        copy of its own (the C path's hold metric floor, in its module's state)."""
+        self._followers.append(follower)
+        follower(self)
+
+
+#: What the lock paths read of the options of the session in force.
+THRESHOLDS = Thresholds(Options())
+
+
 #: The process's recorder: every worker's state, the lock-order graph, the distributed record.
-RECORDER = Recorder()
+RECORDER = Recorder(THRESHOLDS)
 #: The distributed record (the recorder's: leases, release failures, key templates).
 DISTRIBUTED: DistributedRecord = RECORDER.distributed
 #: The slow path's queue to the emitter, and the one error path (``OUTBOX.failed``).
@@ -89,6 +144,7 @@ class Session:
 
     def __init__(self, options: Any) -> None:
         self.options = options  # _settings.Options
+        self.thresholds = THRESHOLDS
         self.recorder = RECORDER
         self.outbox = OUTBOX
         self.distributed = DISTRIBUTED
@@ -116,8 +172,10 @@ def current() -> Session | None:
 
 
 def begin(options: Any) -> Session:
-    """Begin the session of an ``instrument()`` with its resolved options."""
+    """Begin the session of an ``instrument()`` with its resolved options: the lock paths read
+    its thresholds from now on (:data:`THRESHOLDS`)."""
     global _current
+    THRESHOLDS.set(options)
     _current = Session(options)
     return _current
 

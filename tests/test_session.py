@@ -67,6 +67,7 @@ def test_no_module_level_instance_of_a_package_class_outside_the_session():
         "OUTBOX",
         "PROCESS",
         "RECORDER",
+        "THRESHOLDS",
     ]
 
 

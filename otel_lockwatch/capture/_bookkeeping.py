@@ -44,12 +44,10 @@ from typing import Any
 
 from opentelemetry import context as otel_context
 
-from .._session import OUTBOX, RECORDER
-from .._settings import SETTINGS
+from .._session import OUTBOX, RECORDER, THRESHOLDS, Thresholds
 from ..record._histogram import bucket_of
 from ..record._recorder import STATS_FIELDS, WORKER_FIELDS, Stats, WorkerState
 from ..record._sites import UNKNOWN, SiteTable
-from . import _order_check
 from ._collection import defer_collection, resume_collection
 from ._fast_path import HeldEntry, new_stats, speedups
 from ._naming import LockClass
@@ -69,7 +67,6 @@ __all__ = [
     "on_acquisition",
     "record_try",
     "record_wait",
-    "set_thresholds",
     "stats_of",
     "timed_wait",
     "track_hold",
@@ -87,26 +84,6 @@ try:  # the ContextVar behind opentelemetry.context.get_current(): one C call on
     current_context = _RUNTIME_CONTEXT._current_context.get  # type: ignore[attr-defined]
 except Exception:  # another runtime context: the public (slower) call
     current_context = otel_context.get_current
-
-# Thresholds in nanoseconds; set by set_thresholds() at instrument(), with the cycle policy
-# (_order_check.ON_CYCLE).
-WAIT_SPAN_NS = round(SETTINGS["wait_span_threshold_ms"].default * 1_000_000)
-HOLD_SPAN_NS = round(SETTINGS["hold_span_threshold_ms"].default * 1_000_000)
-HOLD_METRIC_NS = round(SETTINGS["hold_metric_floor_ms"].default * 1_000_000)
-
-
-def set_thresholds(
-    *, wait_span_ns: int, hold_span_ns: int, hold_metric_ns: int, on_cycle: str
-) -> None:
-    """Set the thresholds the wrappers read, from the session's options (the instrumentor's
-    ``configure``)."""
-    global WAIT_SPAN_NS, HOLD_SPAN_NS, HOLD_METRIC_NS
-    WAIT_SPAN_NS = wait_span_ns
-    HOLD_SPAN_NS = hold_span_ns
-    HOLD_METRIC_NS = min(hold_metric_ns, hold_span_ns)
-    _order_check.ON_CYCLE = on_cycle
-    if speedups is not None:
-        speedups.set_hold_metric_ns(HOLD_METRIC_NS)
 
 
 def caller_frame() -> Any:
@@ -181,18 +158,19 @@ def record_wait(
     try:
         sites = s.sites
         if sites is None:
-            sites = s.sites = SiteTable()
+            sites = s.sites = SiteTable(THRESHOLDS.sites_kept)
         holder = None if held_by is None else (held_by.frame.f_code, held_by.lasti)
         waiter = UNKNOWN if f is None else (f.f_code, f.f_lasti)
         sites.add(waiter, UNKNOWN if holder is None else holder, w)
-        span = w >= WAIT_SPAN_NS  # its span names both sites: as code, made text by the emitter
+        span_ns = THRESHOLDS.wait_span_ns
+        span = w >= span_ns  # its span names both sites: as code, made text by the emitter
         OUTBOX.wait(
             cls,
             t0,
             t1,
             ctx,
             "acquired" if ok else "timed_out",
-            WAIT_SPAN_NS,
+            span_ns,
             extra,
             (f.f_globals.get("__name__", "?"), *waiter) if span and f is not None else None,
             holder if span else None,
@@ -367,7 +345,7 @@ def untrack(st: WorkerState, entry: Any, s: Stats, t0: int, ctx: Any, index: int
     if h < s.hold_min_ns:
         s.hold_min_ns = h
     st.last = t1
-    if h >= HOLD_METRIC_NS:
+    if h >= THRESHOLDS.hold_metric_ns:  # the session's (one attribute read more than a global)
         record_hold(st, entry, t0, t1, ctx, index)
 
 
@@ -377,8 +355,9 @@ def record_hold(st: WorkerState, entry: Any, t0: int, t1: int, ctx: Any, index: 
     defer_collection()  # other locks may be held: _collection
     try:
         extra = None if index is None else {"lockwatch.section.index": index}
-        site = entry_site(entry) if t1 - t0 >= HOLD_SPAN_NS else None
-        OUTBOX.put("lock.hold", entry.lock_class, t0, t1, ctx, None, HOLD_SPAN_NS, extra, site)
+        span_ns = THRESHOLDS.hold_span_ns
+        site = entry_site(entry) if t1 - t0 >= span_ns else None
+        OUTBOX.put("lock.hold", entry.lock_class, t0, t1, ctx, None, span_ns, extra, site)
     except Exception as exc:
         OUTBOX.failed(exc)
     finally:
@@ -427,4 +406,9 @@ if speedups is not None:
         stats=(Stats, STATS_FIELDS),
         hold=(Hold, HOLD_FIELDS),
     )
-    speedups.set_hold_metric_ns(HOLD_METRIC_NS)
+
+    def _fast_path_floor(thresholds: Thresholds) -> None:
+        speedups.set_hold_metric_ns(thresholds.hold_metric_ns)
+
+    # The C path keeps its copy of the hold metric floor: the session's, at every begin().
+    THRESHOLDS.follow(_fast_path_floor)

@@ -36,10 +36,9 @@ from collections.abc import Awaitable, Callable
 from time import perf_counter_ns as _pc
 from typing import Any
 
-from .._session import OUTBOX, RECORDER
+from .._session import OUTBOX, RECORDER, THRESHOLDS
 from ..record._recorder import WorkerState
 from ..record._signals import HANDOFF_FIELDS, HandoffStats
-from . import _bookkeeping
 from ._bookkeeping import current_context
 from ._fast_path import new_stats, speedups
 from ._naming import LockClass, excluded_caller, site_of
@@ -214,7 +213,7 @@ def record_wait(
         if waited_ns < stats.wait_min_ns:
             stats.wait_min_ns = waited_ns
         state.last = t1
-        span_ns = _bookkeeping.WAIT_SPAN_NS
+        span_ns = THRESHOLDS.wait_span_ns
         state.in_lockwatch = True
         OUTBOX.wait(
             lock_class,

@@ -19,8 +19,7 @@ from typing import Any
 
 from opentelemetry import trace
 
-from .._session import OUTBOX, RECORDER
-from .._settings import SETTINGS
+from .._session import OUTBOX, RECORDER, THRESHOLDS
 from ..exceptions import PotentialDeadlockError
 from ..record._recorder import WorkerState
 from ..record._sites import code_site
@@ -32,9 +31,6 @@ from ._naming import LockClass, site_of
 __all__ = ["check_order", "discard", "entry_site"]
 
 logger = logging.getLogger("otel_lockwatch")
-
-#: The cycle policy: ``warn``, ``raise`` or ``ignore`` (set by ``_bookkeeping.set_thresholds()``).
-ON_CYCLE = SETTINGS["on_cycle"].default
 
 
 def entry_site(entry: Any) -> str:
@@ -131,14 +127,14 @@ def _new_edge(st: WorkerState, entry: Any, cls: LockClass, frame: Any, pair: tup
         if cycle is not None:
             if graph.witness(hcls.name, cls.name) is None and collected_gone(entry, st.held):
                 return False
-            if ON_CYCLE == "raise":
+            if THRESHOLDS.on_cycle == "raise":  # the session's cycle policy
                 # Recorded for the manifest, refused now and on every later attempt (the pair
                 # never enters the chain cache, and would_close_cycle answers every time).
                 graph.add_edge(hcls.name, cls.name, witness)
                 raise PotentialDeadlockError(cycle.format(), cycle.locks)
         cycle = graph.add_edge(hcls.name, cls.name, witness)
         st.chain.add(pair)
-        if cycle is not None and ON_CYCLE == "warn":
+        if cycle is not None and THRESHOLDS.on_cycle == "warn":
             text = cycle.format()
             logger.warning("otel-lockwatch: %s", text)
             OUTBOX.cycle(text, cycle.locks)

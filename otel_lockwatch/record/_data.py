@@ -61,7 +61,7 @@ from typing import Any
 
 from ._cycles import EdgeUnion
 from ._histogram import MERGE_SPEEDUPS, LogHistogram
-from ._sites import merge_points, trim_points
+from ._sites import KEEP, merge_points, trim_points
 from ._timeline import merge_timelines
 
 __all__ = [
@@ -319,10 +319,12 @@ class DataFold:
             added into one row named :data:`OTHER_WORKERS`, so every sum stays exact. A merge
             of parts whose worker names are disjoint (one process each) keeps the same workers
             in any order; a worker evicted and seen again in a later part starts a new row.
+        sites_kept: the contention and contending points kept per lock class (``_sites``).
     """
 
     __slots__ = (
         "_blocking",
+        "_sites_kept",
         "_locks",
         "_max_workers",
         "_order",
@@ -333,8 +335,9 @@ class DataFold:
         "_workers",
     )
 
-    def __init__(self, max_workers: int | None = None) -> None:
+    def __init__(self, max_workers: int | None = None, sites_kept: int = KEEP) -> None:
         self._max_workers = max_workers
+        self._sites_kept = sites_kept
         self._locks: dict[str, dict[str, Any]] = {}
         self._workers: dict[str, dict[str, int]] = {}
         self._blocking: dict[str, dict[str, int]] = {}
@@ -356,7 +359,7 @@ class DataFold:
             rows = locks[name]["workers"]
             if bound is not None and len(rows) > 2 * bound:
                 _keep_top(rows, bound, operator.itemgetter(2), _total_rows)
-            trim_points(locks[name], grown_past=2)
+            trim_points(locks[name], self._sites_kept, grown_past=2)
         workers = self._workers
         for worker, totals in part.get("workers", {}).items():
             _add_counts(workers.setdefault(worker, dict.fromkeys(WORKER_FIELDS, 0)), totals)
@@ -415,7 +418,7 @@ class DataFold:
             if bound is not None:
                 _keep_top(lock["workers"], bound, operator.itemgetter(2), _total_rows)
             lock["workers"] = WorkerTotals(lock["workers"])
-            trim_points(lock)
+            trim_points(lock, self._sites_kept)
         if bound is not None:
             _keep_top(self._workers, _TOP_LEVEL_FACTOR * bound, _GET_WAIT, _total_totals)
         best = self._pool or {"nominal": None, "source": None}
@@ -435,7 +438,7 @@ class DataFold:
         return merged
 
 
-def merge_data(parts: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
+def merge_data(parts: Iterable[Mapping[str, Any]], sites_kept: int = KEEP) -> dict[str, Any]:
     """Merge data parts exactly, by the rules of the module docstring.
 
     Args:
@@ -443,12 +446,13 @@ def merge_data(parts: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
             histograms as :class:`LogHistogram`, a lock's per-worker totals as
             :class:`WorkerTotals` or their JSON form. Absent keys count as empty; ``process``
             is ignored. The parts are not modified.
+        sites_kept: the contention and contending points kept per lock class.
 
     Returns:
         A new data part without ``process``; its histograms are new objects, its per-lock
         workers :class:`WorkerTotals`.
     """
-    fold = DataFold()
+    fold = DataFold(sites_kept=sites_kept)
     for part in parts:
         fold.add(part)
     return fold.result()

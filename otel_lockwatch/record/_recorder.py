@@ -28,7 +28,7 @@ from ._live import live_counts
 from ._lock_class import ROLES, LockClass
 from ._peak import PeakWorkers
 from ._signals import HandoffStats, handoff_parts, merge_handoffs
-from ._sites import SiteTable, merge_tables
+from ._sites import KEEP, SiteTable, merge_tables
 from ._state_parts import state_parts, track_section
 from ._timeline import Timeline
 from ._witness import utc_timestamp
@@ -222,9 +222,11 @@ def current_thread_or_none(ident: int | None = None) -> threading.Thread | None:
 
 class Recorder:
     """The process's recorder (``_session.RECORDER``): worker states, section arrays, pool size, the
-    order graph and the distributed record."""
+    order graph and the distributed record. ``thresholds`` (the session's ``THRESHOLDS``, handed
+    in: this layer imports nothing of the session's) gives the snapshot its ``sites_kept``."""
 
-    def __init__(self) -> None:
+    def __init__(self, thresholds: Any = None) -> None:
+        self.thresholds = thresholds
         self.tls = threading.local()
         # Re-entrant, as the order graph's lock: a signal handler or a finalizer may re-enter
         # the recorder (a new thread's registration, a snapshot) from inside it on this thread.
@@ -460,7 +462,8 @@ class Recorder:
                 chain.from_iterable(state_parts(state, now) for state in states),
                 ({"sections": {t.name: track_section(t)}} for t in tracks),
                 handoff_parts(states),
-            )
+            ),
+            KEEP if self.thresholds is None else self.thresholds.sites_kept,
         )
         self.distributed.attach(data["locks"])  # key templates, leases, release failures
         expand_lock_workers(data)

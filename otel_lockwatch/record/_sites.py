@@ -12,17 +12,18 @@ A worker keeps, per lock class it waited on, one :class:`SiteTable` (on its ``St
   ``LogHistogram`` in the snapshot: count, total, p95);
 - ``holders``: holder key -> ``[count, total wait caused]``.
 
-**The bound.** Each table keeps at most :data:`KEEP` keys (4 x the ``contention_points``
-setting, 32 by default); a key that arrives when the table is full is counted under
+**The bound.** Each table keeps at most its ``keep`` keys (4 x the ``contention_points``
+setting: the session's ``THRESHOLDS.sites_kept``, which the lock paths hand to each table they
+make; :data:`KEEP`, 32, by default); a key that arrives when the table is full is counted under
 ``(other)``. A lock held by nobody this process knows (another process's, or released between
 the failed try and the look at its holder) is charged to ``(unknown)``. So the counts and totals
 of a class's points always add up to its contentions and its wait, exactly.
 
 **In the manifest** (``contention_points`` and ``contending_points`` of a lock entry) the sites
-merge by adding (:func:`merge_points`), then :func:`trim_points` keeps the :data:`KEEP` sites
+merge by adding (:func:`merge_points`), then :func:`trim_points` keeps the ``keep`` sites
 with the most wait (ties: the most waits, then the site's name) and folds the rest into
 ``(other)``. The report shows the top ``contention_points`` of them. A merge of parts that each
-have at most :data:`KEEP` sites per class is exact: it equals the points of one process that
+have at most ``keep`` sites per class is exact: it equals the points of one process that
 did all their work. Past that, a site folded into ``(other)`` in one part stays there.
 
 A short call chain (the waiter's caller's caller) is not kept: the holder's frame has usually
@@ -60,15 +61,9 @@ UNKNOWN = "(unknown)"
 #: A contending point's fields: waits that found it holding, and their total wait (ns).
 POINT_FIELDS = ("count", "wait_ns")
 NO_SAMPLE = 1 << 62  # the minimum of no sample
-#: The sites kept per lock class, in memory and in a manifest: 4 x the ``contention_points``
-#: setting (:func:`set_contention_points`).
+#: The sites kept per lock class by default, in memory and in a manifest: 4 x the
+#: ``contention_points`` setting's default (a session's is its ``THRESHOLDS.sites_kept``).
 KEEP = 32
-
-
-def set_contention_points(points: int) -> None:
-    """Keep ``4 * points`` sites per lock class (called by the instrumentor)."""
-    global KEEP
-    KEEP = 4 * points
 
 
 # -- sites of code ---------------------------------------------------------------------------
@@ -132,12 +127,12 @@ def _new_pair() -> list[int]:
     return [0, 0]  # count, total
 
 
-def _row(table: dict[Any, Any], key: Any, new: Any) -> Any:
-    """``table[key]``, made by ``new()`` when missing; ``table[OTHER]`` for a new key of a full
-    table."""
+def _row(table: dict[Any, Any], key: Any, new: Any, keep: int) -> Any:
+    """``table[key]``, made by ``new()`` when missing; ``table[OTHER]`` for a new key of a
+    table that has ``keep`` keys."""
     row = table.get(key)
     if row is None:
-        if len(table) >= KEEP:
+        if len(table) >= keep:
             key = OTHER
             row = table.get(OTHER)
         if row is None:
@@ -148,17 +143,18 @@ def _row(table: dict[Any, Any], key: Any, new: Any) -> Any:
 class SiteTable:
     """One worker's contention and contending points for one lock class (see the module
     docstring): ``waits`` key -> ``[count, total, min, max, buckets]``; ``holders`` key ->
-    ``[count, wait_ns]``."""
+    ``[count, wait_ns]``; at most ``keep`` keys each, the rest in ``(other)``."""
 
-    __slots__ = ("holders", "waits")
+    __slots__ = ("holders", "keep", "waits")
 
-    def __init__(self) -> None:
+    def __init__(self, keep: int = KEEP) -> None:
+        self.keep = keep
         self.waits: dict[Any, list[Any]] = {}
         self.holders: dict[Any, list[int]] = {}
 
     def add(self, waiter: Any, holder: Any, w: int) -> None:
         """A wait of ``w`` ns at the key ``waiter`` while the key ``holder`` held the lock."""
-        row = _row(self.waits, waiter, _new_wait_row)
+        row = _row(self.waits, waiter, _new_wait_row, self.keep)
         row[0] += 1
         row[1] += w
         if w < row[2]:
@@ -168,7 +164,7 @@ class SiteTable:
         buckets = row[4]
         b = bucket_of(w)
         buckets[b] = buckets.get(b, 0) + 1
-        pair = _row(self.holders, holder, _new_pair)
+        pair = _row(self.holders, holder, _new_pair, self.keep)
         pair[0] += 1
         pair[1] += w
 
@@ -197,7 +193,7 @@ def merge_tables(mine: SiteTable | None, theirs: SiteTable | None) -> SiteTable 
     if theirs is None:
         return mine
     if mine is None:
-        mine = SiteTable()
+        mine = SiteTable(theirs.keep)
     mine.merge(theirs)
     return mine
 
@@ -255,11 +251,10 @@ def ranked(points: Mapping[str, Any]) -> list[tuple[str, Any]]:
     return rows
 
 
-def trim_points(lock: dict[str, Any], keep: int | None = None, grown_past: int = 1) -> None:
-    """Keep a lock entry's ``keep`` (:data:`KEEP`) sites with the most wait, each table, and
-    fold the rest into ``(other)``, in place; only for a table of more than ``grown_past``
-    times ``keep`` sites (a streaming merge trims a table when it has doubled)."""
-    keep = KEEP if keep is None else keep
+def trim_points(lock: dict[str, Any], keep: int = KEEP, grown_past: int = 1) -> None:
+    """Keep a lock entry's ``keep`` sites with the most wait, each table, and fold the rest
+    into ``(other)``, in place; only for a table of more than ``grown_past`` times ``keep``
+    sites (a streaming merge trims a table when it has doubled)."""
     for field in ("contention_points", "contending_points"):
         points = lock.get(field)
         if points is None or len(points) <= grown_past * keep + (OTHER in points):
