@@ -340,7 +340,7 @@ def contention_rounds(instrument, uninstrument, rounds: int) -> dict:
     runs: dict[str, list] = {row: [[], []] for row in rows}
     emitted = [0, 0]  # records, ns of the emitter's CPU
     made = [0]  # records made, on any thread
-    drain, emit = Telemetry._drain, Telemetry._emit
+    drain, emit = Telemetry.drain, Telemetry.emit
 
     def counted_emit(self, *record) -> None:
         made[0] += 1
@@ -353,7 +353,7 @@ def contention_rounds(instrument, uninstrument, rounds: int) -> dict:
             emitted[0] += made[0] - before
             emitted[1] += time.thread_time_ns() - started
 
-    Telemetry._drain, Telemetry._emit = timed_drain, counted_emit  # type: ignore[method-assign]
+    Telemetry.drain, Telemetry.emit = timed_drain, counted_emit  # type: ignore[method-assign]
     try:
         for i in range(rounds):
             for row, make in rows.items():
@@ -367,7 +367,7 @@ def contention_rounds(instrument, uninstrument, rounds: int) -> dict:
                         if watched:
                             uninstrument()
     finally:
-        Telemetry._drain, Telemetry._emit = drain, emit  # type: ignore[method-assign]
+        Telemetry.drain, Telemetry.emit = drain, emit  # type: ignore[method-assign]
     runs["emitter_us_per_record"] = emitted[1] / 1000 / max(emitted[0], 1)
     runs["emitter_records"] = emitted[0]
     return runs

@@ -40,6 +40,7 @@ __all__ = [
     "docs_table_rows",
     "extensions_disabled",
     "load_options",
+    "WARNED",
 ]
 
 logger = logging.getLogger("otel_lockwatch")
@@ -250,7 +251,7 @@ class Options:
 
 # Warned once per (variable, value): the manifest's evaluation reads its thresholds again at
 # every checkpoint, and a bad value is worth one line, not one per checkpoint.
-_warned: set[tuple[str, str]] = set()
+WARNED: set[tuple[str, str]] = set()
 
 
 @dataclass(frozen=True)
@@ -314,8 +315,8 @@ class Setting:
         try:
             return self.parse(raw)
         except (TypeError, ValueError):
-            if (self.variable, raw) not in _warned:
-                _warned.add((self.variable, raw))
+            if (self.variable, raw) not in WARNED:
+                WARNED.add((self.variable, raw))
                 logger.warning(
                     "otel-lockwatch: %s must be %s, got %r; using the default %r",
                     self.variable,

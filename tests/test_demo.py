@@ -361,7 +361,7 @@ class _Tty(io.StringIO):
 def test_progress_is_a_bar_on_a_tty_and_silent_otherwise():
     counts = {"published": 1234, "sweeps": 5, "snapshots": 7, "regressions": 0}
     tty = _Tty()
-    progress = _demo._Progress(tty, 2.0)
+    progress = _demo.Progress(tty, 2.0)
     progress.update(1.0, counts)
     assert tty.getvalue() == (
         "\r\x1b[K  [############------------]  1.0/2 s  events 1,234  sweeps 5  snapshots 7"
@@ -373,7 +373,7 @@ def test_progress_is_a_bar_on_a_tty_and_silent_otherwise():
     progress.clear()
     assert tty.getvalue().endswith("\r\x1b[K")
     plain = io.StringIO()
-    quiet = _demo._Progress(plain, 2.0)
+    quiet = _demo.Progress(plain, 2.0)
     quiet.update(1.0, counts)
     quiet.clear()
     quiet.line("a finding")

@@ -12,7 +12,6 @@ from otel_lockwatch import name_lock
 from otel_lockwatch._session import OUTBOX, RECORDER
 from otel_lockwatch.capture._naming import site_of
 from otel_lockwatch.record._sites import code_attributes, code_site
-from otel_lockwatch.telemetry import _emitter
 from otel_lockwatch.telemetry._emitter import Telemetry, site_attributes
 
 
@@ -24,23 +23,22 @@ def test_drain_yields_the_interpreter_once_a_slice(monkeypatch):
     emitted: list[int] = []
     yields: list[int] = []
 
-    def emit(*record):  # each record takes 40 us of the clock
-        clock[0] += 40_000
-        emitted.append(record[0])
+    class Counted(Telemetry):  # a session's emitter, not enabled: its drain alone
+        SLICE_NS = 100_000
 
-    monkeypatch.setattr(_emitter, "_pc", lambda: clock[0])
-    monkeypatch.setattr(_emitter, "_sleep", lambda s: yields.append(len(emitted)))
-    telemetry = Telemetry()  # a session's emitter, not enabled: its drain alone
-    monkeypatch.setattr(telemetry, "_emit", emit)
-    monkeypatch.setattr(telemetry, "SLICE_NS", 100_000)
+        def emit(self, *record):  # each record takes 40 us of the clock
+            clock[0] += 40_000
+            emitted.append(record[0])
+
+    telemetry = Counted(clock=lambda: clock[0], pause=lambda s: yields.append(len(emitted)))
     monkeypatch.setattr(OUTBOX, "queue", collections.deque((i,) for i in range(12)))
-    telemetry._drain(yielding=True)
+    telemetry.drain(yielding=True)
     assert emitted == list(range(12))  # every record, in order
     assert yields == [3, 6, 9, 12]  # past 100 us: after the third record of each slice
 
     OUTBOX.queue.extend((i,) for i in range(12))
     del emitted[:], yields[:]
-    telemetry._drain()  # a flush: on the caller's thread, which wants it done
+    telemetry.drain()  # a flush: on the caller's thread, which wants it done
     assert emitted == list(range(12)) and yields == []
 
 

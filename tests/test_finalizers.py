@@ -103,7 +103,7 @@ def test_finalizers_taking_locks_never_hang_in_100_trials(mode, tmp_path):
 
 
 def _implementations() -> list[tuple]:
-    python = (_collection._defer_collection, _collection._resume_collection)
+    python = (_collection.py_defer_collection, _collection.py_resume_collection)
     if _fast_path.speedups is None:
         return [python]
     return [python, (_fast_path.speedups.defer_collection, _fast_path.speedups.resume_collection)]

@@ -151,8 +151,7 @@ def records_of(manifests, logs, *, checkpoints=0):
 
     provider, exporter = logs
     for manifest in manifests:
-        sender = ManifestRecords(provider)
-        sender._pid = -1  # each manifest is another process: a new instance
+        sender = ManifestRecords(provider)  # each manifest another process: a new instance
         for sequence in range(1, checkpoints + 1):
             sender.send(process_manifest(9, [("w", "early", MS)]), sequence, False)
         sender.send(manifest, checkpoints + 1, True)

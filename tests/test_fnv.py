@@ -42,10 +42,10 @@ def reference_fnv1a_32(data: bytes) -> int:
 
 @pytest.fixture(autouse=True)
 def _empty_caches():
-    for cache in _fnv._CACHES.values():
+    for cache in _fnv.CACHES.values():
         cache.clear()
     yield
-    for cache in _fnv._CACHES.values():
+    for cache in _fnv.CACHES.values():
         cache.clear()
 
 
@@ -157,7 +157,7 @@ def test_cache_is_bounded() -> None:
     for i in range(2 * CACHE_SIZE + 17):
         hash_key(f"key-{i}")
         hash_key(i)
-    for cache in _fnv._CACHES.values():
+    for cache in _fnv.CACHES.values():
         assert len(cache) <= CACHE_SIZE
     # and answers stay right across the clearing
     assert hash_key("key-5") == reference_fnv1a_32(b"key-5")

@@ -209,7 +209,7 @@ SHAPES: dict[str, Callable[[random.Random], str]] = {
 def test_a_hundred_thousand_ids_make_a_bounded_number_of_classes(monkeypatch, shape):
     """10^5 keys of one shape of id (seeded): at most 32 lock classes, far below the cap, so no
     key falls into ``(other)``; one metric attribute set per class (name, kind, template)."""
-    monkeypatch.setattr(_distributed, "_templates", {})
+    monkeypatch.setattr(_distributed, "TEMPLATES", {})
     rng = random.Random(f"issue-28-{shape}")
     make = SHAPES[shape]
 
@@ -230,7 +230,7 @@ def test_a_hundred_thousand_ids_make_a_bounded_number_of_classes(monkeypatch, sh
 
 def test_classes_past_the_cap_share_other(monkeypatch):
     """Past :data:`MAX_TEMPLATES_PER_KIND` templates, new ones of that kind share ``(other)``."""
-    monkeypatch.setattr(_distributed, "_templates", {})
+    monkeypatch.setattr(_distributed, "TEMPLATES", {})
 
     class Handle:
         pass

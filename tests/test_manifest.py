@@ -80,7 +80,7 @@ EXECUTOR_8 = {"nominal": 8, "source": "executor"}
 def _clean_env(monkeypatch):
     for setting in _settings.SETTINGS.values():
         monkeypatch.delenv(setting.variable, raising=False)
-    _settings._warned.clear()
+    _settings.WARNED.clear()
 
 
 def hot_pool_events():

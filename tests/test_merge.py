@@ -383,7 +383,7 @@ def snapshot_of(workers):
     RECORDER.note_array(_Track("S", 16, 3))
     RECORDER.note_pool(8, "executor")
     for name, recording in workers:
-        record(RECORDER._register(name), *recording)
+        record(RECORDER.register(name), *recording)
     return RECORDER.snapshot()
 
 

@@ -123,7 +123,7 @@ def test_bucket_counts_agrees_with_its_reference(buckets):
     got = MERGE_SPEEDUPS.bucket_counts(buckets, MAX_BUCKETS)
     saved, _histogram.MERGE_SPEEDUPS = _histogram.MERGE_SPEEDUPS, None
     try:
-        expected = _histogram._checked_buckets(buckets)
+        expected = _histogram.checked_buckets(buckets)
     finally:
         _histogram.MERGE_SPEEDUPS = saved
     assert got == expected
@@ -335,7 +335,7 @@ def test_worker_rows_agrees_with_its_reference(per_worker):
     got = MERGE_SPEEDUPS.worker_rows(per_worker, FIELDS)
     saved, _data.MERGE_SPEEDUPS = _data.MERGE_SPEEDUPS, None
     try:
-        expected = _data._lock_workers(per_worker, "w").rows
+        expected = _data.lock_workers(per_worker, "w").rows
     except ValueError:
         expected = None
     finally:
@@ -499,9 +499,9 @@ def test_compact_refuses_whitespace_inside_a_token():
 
 @given(st.one_of(hostile_texts(), st.binary(max_size=60)))
 def test_cost_is_the_long_ways_estimate(text):
-    """The C cost() counts the punctuation the long way counts (``_io._COSTS``), so the fast
+    """The C cost() counts the punctuation the long way counts (``_io.COSTS``), so the fast
     path refuses for its cost exactly what the long way refuses."""
-    assert MERGE_SPEEDUPS.cost(text) == sum(text.count(b) * w for b, w in _io._COSTS)
+    assert MERGE_SPEEDUPS.cost(text) == sum(text.count(b) * w for b, w in _io.COSTS)
 
 
 @given(hostile_texts(), st.integers(0, 3000))
@@ -534,11 +534,11 @@ _REPLACEMENTS = [0, 1, -1, 1.0, -0.0, 0.0, True, False, None, "", "1", [], {}, 2
 def test_same_json_is_the_digests_comparison(data):
     """Whatever one value of a manifest is replaced by (an int by the same float, a bool, -0.0,
     a container), the C walk says "the same" exactly when the digests are equal."""
-    from otel_lockwatch.manifest._check import _evaluate_again
+    from otel_lockwatch.manifest._check import evaluate_again
     from otel_lockwatch.manifest._model import compute_digest
 
     doc = json.loads(manifest_text())
-    built = _evaluate_again(doc)._doc
+    built = evaluate_again(doc)._doc
     places = [p for p, _ in json_paths(doc) if p and p != ("manifest_digest",)]
     path = data.draw(st.sampled_from(places))
     value = data.draw(st.sampled_from(_REPLACEMENTS))
@@ -553,11 +553,11 @@ def test_same_json_is_the_digests_comparison(data):
 
 
 def test_same_json_of_a_manifest_and_its_text():
-    from otel_lockwatch.manifest._check import _evaluate_again
+    from otel_lockwatch.manifest._check import evaluate_again
 
     doc = json.loads(manifest_text())
     stored = {k: v for k, v in doc.items() if k != "manifest_digest"}
-    assert MERGE_SPEEDUPS.same_json(_evaluate_again(doc)._doc, stored) is True
+    assert MERGE_SPEEDUPS.same_json(evaluate_again(doc)._doc, stored) is True
     assert stored["verdict"] == "LOW_CONTENTION"
     stored["verdict"] = "HOT_LOCK_DETECTED"
-    assert MERGE_SPEEDUPS.same_json(_evaluate_again(doc)._doc, stored) is False
+    assert MERGE_SPEEDUPS.same_json(evaluate_again(doc)._doc, stored) is False

@@ -290,10 +290,10 @@ def test_pickled_lock_carries_its_class():
     """A watched lock's pickled state unpickles as the plain state and names the lock's class:
     an uninstrumented child still gets a plain lock."""
     state = ("handle", 1, 1, "/mp-abc")
-    tagged = _mp_locks._TaggedState(state, "shared", "site")
+    tagged = _mp_locks.TaggedState(state, "shared", "site")
     restored = pickle.loads(pickle.dumps(tagged))
     assert restored == state and type(restored) is tuple
-    assert _mp_locks._RECEIVED["/mp-abc"] == ("shared", "site")
+    assert _mp_locks.RECEIVED["/mp-abc"] == ("shared", "site")
 
 
 def test_pool_sizes_are_nominal(watched):

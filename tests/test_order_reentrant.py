@@ -9,7 +9,9 @@ exactly when a cycle is reported (the stress test in test_reentrancy once broke 
 
 from __future__ import annotations
 
-from otel_lockwatch.manifest._data import _lock_order
+import sys
+
+from otel_lockwatch.manifest._data import lock_order
 from otel_lockwatch.record._order import LockOrderGraph
 from otel_lockwatch.record._witness import EdgeWitness
 
@@ -35,35 +37,39 @@ def test_a_reader_inside_add_edge_sees_a_consistent_graph():
     graph.add_edge("A", "B", witness("A", "B"))
     assert graph.add_edge("B", "A", witness("B", "A")) is not None  # closes A -> B -> A
     inside = graph.snapshots[-1]
-    _lock_order(inside)  # raises on an inconsistent snapshot
+    lock_order(inside)  # raises on an inconsistent snapshot
     assert [(e["holding"], e["acquiring"]) for e in inside["edges"]] == [("A", "B")]
     assert inside["cycles"] == []
     after = graph.to_json()
-    _lock_order(after)
+    lock_order(after)
     assert len(after["edges"]) == 2 and len(after["cycles"]) == 1
 
 
-class AddsWhileCopied(list):
-    """A cycle list whose copy runs a whole add_edge first: an update that completes between
-    the reader's copy of the cycles and its copy of the edges."""
-
-    graph: LockOrderGraph | None = None
-
-    def __iter__(self):
-        graph, AddsWhileCopied.graph = AddsWhileCopied.graph, None
-        if graph is not None:
-            graph.add_edge("D", "C", witness("D", "C"))  # closes C -> D -> C
-        return super().__iter__()
-
-
 def test_an_update_between_the_readers_copies_is_not_half_seen():
+    """A whole add_edge runs between the reader's copy of the cycles and its copy of the
+    edges, as a handler does between two bytecodes: placed there by a trace function, on the
+    first line of ``to_json`` that runs with the cycles copied and the edges not yet."""
     graph = LockOrderGraph()
     graph.add_edge("A", "B", witness("A", "B"))
     graph.add_edge("B", "A", witness("B", "A"))
     graph.add_edge("C", "D", witness("C", "D"))
-    graph._cycles = AddsWhileCopied(graph._cycles)
-    AddsWhileCopied.graph = graph
-    snapshot = graph.to_json()
-    assert AddsWhileCopied.graph is None  # the update did run during the copy
-    _lock_order(snapshot)
+    added = []
+
+    def between_the_copies(frame, event, arg):
+        names = frame.f_locals
+        if event == "line" and not added and "cycles" in names and "witnesses" not in names:
+            added.append(graph.add_edge("D", "C", witness("D", "C")))  # closes C -> D -> C
+        return between_the_copies
+
+    def calls(frame, event, arg):
+        return between_the_copies if frame.f_code is LockOrderGraph.to_json.__code__ else None
+
+    before = sys.gettrace()
+    sys.settrace(calls)
+    try:
+        snapshot = graph.to_json()
+    finally:
+        sys.settrace(before)
+    assert len(added) == 1 and added[0] is not None  # the update ran during the copy
+    lock_order(snapshot)
     assert len(snapshot["edges"]) == 4 and len(snapshot["cycles"]) == 2

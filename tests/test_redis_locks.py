@@ -452,7 +452,7 @@ def test_two_locks_past_the_template_cap_held_at_once_are_no_cycle(
     from otel_lockwatch.capture import _distributed
 
     filler = {f"filler:{i}" for i in range(_distributed.MAX_TEMPLATES_PER_KIND)}
-    monkeypatch.setattr(_distributed, "_templates", {"redis.Lock": filler})
+    monkeypatch.setattr(_distributed, "TEMPLATES", {"redis.Lock": filler})
     make_watched(on_cycle="raise")
     local = name_lock(threading.Lock(), "cache")
     first = make_lock(client, "lock:basket:1", timeout=5)

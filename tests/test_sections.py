@@ -24,7 +24,7 @@ from otel_lockwatch import (
     StripedSections,
 )
 from otel_lockwatch.sections._fnv import fnv1a_32
-from otel_lockwatch.sections._threaded import _LOCKERS_SIZE
+from otel_lockwatch.sections._threaded import LOCKERS_SIZE
 
 DEADLINE = 10.0  # seconds: only ever reached when a test is failing
 
@@ -174,7 +174,7 @@ def test_memory_is_bounded_by_count() -> None:
             pass
     assert [len(s._locks), len(s._owners), len(s._keys), len(s._waiting)] == [16] * 4
     assert s._owners == [None] * 16 and s._keys == [None] * 16
-    assert len(s._lockers) <= _LOCKERS_SIZE  # the shared lock() managers are bounded too
+    assert len(s._lockers) <= LOCKERS_SIZE  # the shared lock() managers are bounded too
     with pytest.raises(AttributeError):
         s.anything = 1  # type: ignore[attr-defined]  # __slots__: no per-instance dict
 

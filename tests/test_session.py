@@ -18,6 +18,7 @@ import pytest
 
 from otel_lockwatch import LockwatchInstrumentor, _session
 from otel_lockwatch._session import DISTRIBUTED, OUTBOX, RECORDER
+from otel_lockwatch._settings import Options
 from otel_lockwatch.capture._fast_path import SPEEDUPS
 from otel_lockwatch.record._lock_class import lock_class
 
@@ -199,3 +200,262 @@ def test_discard_forgets_every_part(watched):
     _session.discard()
     snapshot = RECORDER.snapshot()
     assert snapshot["locks"] == {} and OUTBOX.errors == 0
+
+
+# -- state held outside the session --------------------------------------------------------
+#: Module globals a function of their own module rebinds (``global``), with the reason each is
+#: not the session's: the process's state of a mechanism below or beside the session, which the
+#: C path keeps in its module's state. Options of an ``instrument()`` never: those are the
+#: session's (``THRESHOLDS``).
+REBOUND = {
+    ("capture/_collection.py", "_deferrals"): "the pure path's collector deferrals (the process's)",
+    ("capture/_collection.py", "_was_enabled"): "whether the collector was on at the first one",
+    ("capture/_collection.py", "_lock"): "the deferrals' lock, made anew in a forked child",
+    ("record/_lock_class.py", "_classes_lock"): "the class table's lock, anew in a forked child",
+}
+
+
+def _package_modules_imported(path: str, tree: ast.Module) -> set[str]:
+    """The names a module binds to modules of the package (``from . import _order_check``)."""
+    here = (PACKAGE / path).parent
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.level:
+            base = here
+            for _ in range(node.level - 1):
+                base = base.parent
+            for part in (node.module or "").split(".") if node.module else []:
+                base = base / part
+            for alias in node.names:
+                if (base / f"{alias.name}.py").exists() or (base / alias.name).is_dir():
+                    names.add(alias.asname or alias.name)
+    return names
+
+
+def rebound_globals(modules: dict[str, ast.Module]) -> list[str]:
+    """``global X`` assigned in a function, and ``module.X = ...`` (or ``setattr``) on a module
+    of the package from another module: state rebound outside the session."""
+    found = []
+    for path, tree in modules.items():
+        if path == "_session.py":
+            continue
+        imported = _package_modules_imported(path, tree)
+        for func in ast.walk(tree):
+            if not isinstance(func, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            declared = {
+                n for node in ast.walk(func) if isinstance(node, ast.Global) for n in node.names
+            }
+            assigned = {
+                target.id
+                for node in ast.walk(func)
+                if isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign))
+                for target in (node.targets if isinstance(node, ast.Assign) else [node.target])
+                if isinstance(target, ast.Name)
+            }
+            for name in sorted(declared & assigned):
+                if (path, name) not in REBOUND:
+                    found.append(f"{path}: global {name} (in {func.name})")
+        for node in ast.walk(tree):
+            targets = []
+            if isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign)):
+                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            elif (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Name)
+                and node.func.id == "setattr"
+                and node.args
+            ):
+                targets = [ast.Attribute(value=node.args[0], attr="?")]
+            for target in targets:
+                if (
+                    isinstance(target, ast.Attribute)
+                    and isinstance(target.value, ast.Name)
+                    and target.value.id in imported
+                ):
+                    found.append(f"{path}: {target.value.id}.{target.attr} = ...")
+    return found
+
+
+def test_no_module_global_is_rebound_outside_the_session():
+    """The options of an ``instrument()`` live in the session (the lock paths read
+    ``THRESHOLDS``): no module of another layer keeps a copy in a global it rebinds (``global
+    X`` in a function), and none rebinds another module's global (``module.X = ...``)."""
+    assert rebound_globals(_modules()) == []
+
+
+def test_the_rebound_global_check_finds_both_forms():
+    """The check above finds what it looks for (so that its empty answer means something)."""
+    tree = ast.parse(
+        "from . import _order_check\n"
+        "KEEP = 32\n"
+        "def set_keep(n):\n    global KEEP\n    KEEP = n\n"
+        "def set_policy(p):\n    _order_check.ON_CYCLE = p\n"
+    )
+    assert rebound_globals({"capture/_bookkeeping.py": tree}) == [
+        "capture/_bookkeeping.py: global KEEP (in set_keep)",
+        "capture/_bookkeeping.py: _order_check.ON_CYCLE = ...",
+    ]
+
+
+def test_a_session_sets_the_thresholds_the_lock_paths_read():
+    """instrument()'s options reach the lock paths through the session's THRESHOLDS."""
+    instrumentor = LockwatchInstrumentor()
+    instrumentor.instrument(
+        manifest=False,
+        wait_span_threshold_ms=2,
+        hold_span_threshold_ms=0.5,
+        hold_metric_floor_ms=3,
+        on_cycle="ignore",
+        contention_points=5,
+    )
+    try:
+        thresholds = _session.current().thresholds
+        assert thresholds is _session.THRESHOLDS
+        assert (thresholds.wait_span_ns, thresholds.hold_span_ns) == (2_000_000, 500_000)
+        assert thresholds.hold_metric_ns == 500_000  # never above the span threshold
+        assert thresholds.on_cycle == "ignore" and thresholds.sites_kept == 20
+    finally:
+        instrumentor.uninstrument()
+        _session.THRESHOLDS.set(Options())
+
+
+# -- tests keep to the layers' public hand-offs --------------------------------------------
+TESTS = Path(__file__).resolve().parent
+#: Private attributes of the package's modules and objects a test may reach, each with why.
+REACHED = {
+    # The section arrays' documented hand-off to the instrumentation (ARCHITECTURE.md,
+    # "Sections -> instrumentation"): every entry point goes through these two, which the
+    # instrumentor replaces on the class; these tests hold the arrays to that.
+    ("test_sections.py", "StripedSections._acquire"): "the sections' hand-off",
+    ("test_sections.py", "StripedSections._release"): "the sections' hand-off",
+    ("test_async_sections.py", "AsyncStripedSections._acquire"): "the sections' hand-off",
+    ("test_async_sections.py", "AsyncStripedSections._release"): "the sections' hand-off",
+}
+
+
+def _is_package_module(dotted: str) -> bool:
+    path = PACKAGE.parent.joinpath(*dotted.split("."))
+    return path.with_suffix(".py").exists() or (path / "__init__.py").exists()
+
+
+def _package_names(tree: ast.Module) -> dict[str, tuple[str, bool]]:
+    """The names a test binds to the package's modules and objects: each to its dotted path,
+    and whether every access counts (an import, an object the test module makes at its top
+    level: ``RECORDER = Recorder()``) or only a store (what a test function makes of a package
+    callable, ``s = StripedSections(4)``, is that test's own to read)."""
+    names: dict[str, tuple[str, bool]] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name.split(".")[0] == "otel_lockwatch":
+                    bound = alias.asname or alias.name.split(".")[0]
+                    names[bound] = (alias.name if alias.asname else "otel_lockwatch", True)
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("otel_lockwatch"):
+            for alias in node.names:
+                names[alias.asname or alias.name] = (f"{node.module}.{alias.name}", True)
+    top = {id(node) for node in tree.body}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call):
+            root = node.value.func
+            while isinstance(root, ast.Attribute):
+                root = root.value
+            if isinstance(root, ast.Name) and root.id in names:
+                for target in node.targets:
+                    if isinstance(target, ast.Name) and target.id not in names:
+                        names[target.id] = (f"{names[root.id][0]}()", id(node) in top)
+    return names
+
+
+def private_reaches(name: str, tree: ast.Module) -> list[str]:
+    """Where a test file reaches a private attribute (``_x``, not a dunder, not a submodule) of
+    a module or object of the package: ``from m import _x``; ``X._x``, ``X.y._x``; ``setattr``
+    / ``getattr`` / ``monkeypatch.setattr`` / ``delattr`` of ``(X, "_x")`` or of
+    ``"otel_lockwatch....._x"`` (of an object a test function made: a store only)."""
+    names = _package_names(tree)
+
+    def private(attr: str) -> bool:
+        return attr.startswith("_") and not attr.startswith("__")
+
+    def reach(node: ast.AST, attr: str, store: bool) -> str | None:
+        chain = [attr]
+        while isinstance(node, ast.Attribute):
+            chain.insert(0, node.attr)
+            node = node.value
+        if not isinstance(node, ast.Name) or node.id not in names:
+            return None
+        dotted, strict = names[node.id]
+        if not (strict or store):
+            return None
+        for i, part in enumerate(chain):
+            dotted = f"{dotted}.{part}"
+            if private(part) and not _is_package_module(dotted):
+                return ".".join([node.id, *chain[: i + 1]])
+        return None
+
+    found = set()
+    for node in ast.walk(tree):
+        hit = None
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("otel_lockwatch"):
+            for alias in node.names:
+                dotted = f"{node.module}.{alias.name}"
+                if private(alias.name) and not _is_package_module(dotted):
+                    hit = dotted
+        elif isinstance(node, ast.Attribute):
+            hit = reach(node.value, node.attr, not isinstance(node.ctx, ast.Load))
+        elif isinstance(node, ast.Call) and node.args:
+            func = node.func
+            called = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+            if called in ("setattr", "getattr", "delattr", "hasattr"):
+                first, rest = node.args[0], node.args[1:]
+                if isinstance(first, ast.Constant) and isinstance(first.value, str):
+                    target = first.value
+                    if target.startswith("otel_lockwatch.") and private(target.rsplit(".")[-1]):
+                        hit = target
+                elif rest and isinstance(rest[0], ast.Constant) and private(str(rest[0].value)):
+                    hit = reach(first, str(rest[0].value), called in ("setattr", "delattr"))
+        if hit is not None and (name, hit) not in REACHED:
+            found.add(f"{name}:{node.lineno}: {hit}")
+    return sorted(found)
+
+
+def test_no_test_reaches_a_private_attribute_of_the_package():
+    """A test uses a layer's public hand-offs (a method, a constructor's argument, a table it
+    documents), never a private field of another layer's module or object: the owner of a
+    piece of state is free to change how it keeps it."""
+    found = []
+    for path in sorted(TESTS.glob("*.py")):
+        found += private_reaches(path.name, ast.parse(path.read_text()))
+    assert found == []
+
+
+def test_the_private_reach_check_finds_each_form():
+    tree = ast.parse(
+        "from otel_lockwatch._session import RECORDER\n"
+        "from otel_lockwatch.telemetry import _emitter\n"
+        "from otel_lockwatch.record._recorder import Recorder\n"
+        "import otel_lockwatch.capture._collection\n"
+        "mine = Recorder()\n"
+        "RECORDER._register('w')\n"
+        "mine.graph._edges\n"
+        "def test(monkeypatch):\n"
+        "    monkeypatch.setattr(_emitter, '_pc', None)\n"
+        "    monkeypatch.setattr('otel_lockwatch.telemetry._emitter._sleep', None)\n"
+        "    otel_lockwatch.capture._collection._lock\n"
+        "    _emitter.Telemetry, RECORDER.__class__, RECORDER.snapshot()\n"
+        "    from otel_lockwatch.manifest._data import _lock_order\n"
+        "    own = Recorder()\n"
+        "    own._by_id, own.tls\n"
+        "    own._lock = None\n"
+        "    monkeypatch.setattr(own, '_names', set())\n"
+    )
+    assert private_reaches("test_x.py", tree) == [
+        "test_x.py:10: otel_lockwatch.telemetry._emitter._sleep",
+        "test_x.py:11: otel_lockwatch.capture._collection._lock",
+        "test_x.py:13: otel_lockwatch.manifest._data._lock_order",
+        "test_x.py:16: own._lock",
+        "test_x.py:17: own._names",
+        "test_x.py:6: RECORDER._register",
+        "test_x.py:7: mine.graph._edges",
+        "test_x.py:9: _emitter._pc",
+    ]

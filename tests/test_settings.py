@@ -30,7 +30,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "otel_lockwatch"
 def _clean(monkeypatch):
     for setting in SETTINGS.values():
         monkeypatch.delenv(setting.variable, raising=False)
-    _settings._warned.clear()
+    _settings.WARNED.clear()
 
 
 # ---------------------------------------------------------------------------------------------

@@ -16,9 +16,11 @@ finalizers at once). A deferral never spans a blocking wait: the collector is of
 microseconds, for every thread.
 
 The C path (``_speedups``) has the same two functions over one count (atomic under the GIL);
-this is the reference, and serves the pure-Python path. A deferral open in another thread when
-the process forks is closed in the child. A ``gc.disable()`` made by another thread while a
-deferral is open is undone when it closes (the collector's switch is the process's).
+this is the reference (:func:`py_defer_collection`, :func:`py_resume_collection`: the tests
+hold both to one behaviour), and serves the pure-Python path. A deferral open in another
+thread when the process forks is closed in the child. A ``gc.disable()`` made by another
+thread while a deferral is open is undone when it closes (the collector's switch is the
+process's).
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ import gc
 from .._session import at_fork
 from ._fast_path import speedups
 
-__all__ = ["defer_collection", "resume_collection"]
+__all__ = ["defer_collection", "py_defer_collection", "py_resume_collection", "resume_collection"]
 
 # Re-entrant: a signal handler may take a lock (and defer) inside a deferral of its thread.
 _lock = _thread.RLock()
@@ -37,7 +39,7 @@ _deferrals = 0
 _was_enabled = False
 
 
-def _defer_collection() -> None:
+def py_defer_collection() -> None:
     """Hold the cyclic collector off until the matching :func:`resume_collection`."""
     global _deferrals, _was_enabled
     with _lock:
@@ -47,7 +49,7 @@ def _defer_collection() -> None:
         _deferrals += 1
 
 
-def _resume_collection() -> None:
+def py_resume_collection() -> None:
     """End a deferral: the collector is on again after the last, if it was before the first."""
     global _deferrals
     with _lock:
@@ -71,6 +73,6 @@ if speedups is not None:
     defer_collection = speedups.defer_collection
     resume_collection = speedups.resume_collection
 else:
-    defer_collection = _defer_collection
-    resume_collection = _resume_collection
+    defer_collection = py_defer_collection
+    resume_collection = py_resume_collection
     at_fork("collection", after_in_child=_after_fork_in_child)

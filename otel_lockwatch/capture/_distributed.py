@@ -86,6 +86,7 @@ __all__ = [
     "release_begin",
     "release_failed",
     "released",
+    "TEMPLATES",
 ]
 
 #: Lock classes (key templates) per kind; later ones are named ``(other)`` (bounded cardinality).
@@ -158,14 +159,14 @@ def creation_site(depth: int = 1) -> str:
     return f"{f.f_globals.get('__name__', '?')}:{f.f_code.co_name}:{f.f_lineno}"
 
 
-_templates: dict[str, set[str]] = {}  # kind -> the templates that name a class
+TEMPLATES: dict[str, set[str]] = {}  # kind -> the templates that name a class
 
 
 def classify(lock: Any, kind: str, key: Any, site: str) -> None:
     """Give a new lock its class (named by its key template; ``site``, where it was created,
     is the class's site) and template."""
     template = key_template(key)
-    seen = _templates.setdefault(kind, set())
+    seen = TEMPLATES.setdefault(kind, set())
     if template not in seen:
         if len(seen) >= MAX_TEMPLATES_PER_KIND:
             template = OVERFLOW  # many unrelated locks: no node of the lock-order graph

@@ -44,6 +44,8 @@ from ._bookkeeping import (
 from ._naming import LockClass, lock_class, watched_site
 
 __all__ = [
+    "RECEIVED",
+    "TaggedState",
     "creation_site",
     "rename_factory",
     "semlock_enter_factory",
@@ -69,7 +71,7 @@ _tls = RECORDER.tls
 
 _TAGGED: weakref.WeakSet[Any] = weakref.WeakSet()
 # Semaphore name -> (lock class name, site), learnt while unpickling a watched lock in a child.
-_RECEIVED: dict[str, tuple[str, str]] = {}
+RECEIVED: dict[str, tuple[str, str]] = {}
 
 
 def _recording_state(timeout: Any) -> Any:
@@ -259,7 +261,7 @@ def semlock_init_factory(original: Any) -> Any:
     return __init__
 
 
-class _TaggedState:
+class TaggedState:
     """A watched SemLock's pickled state: unpickles as the plain state, remembering the class."""
 
     __slots__ = ("state", "name", "site")
@@ -277,7 +279,7 @@ def _received_state(state: Any, name: str, site: str) -> Any:
     """Unpickling a watched lock in another process: note its class, return the plain state."""
     try:
         if isinstance(state, tuple) and len(state) >= 4 and isinstance(state[3], str):
-            _RECEIVED[state[3]] = (name, site)
+            RECEIVED[state[3]] = (name, site)
     except Exception:  # pragma: no cover - never into the host
         pass
     return state
@@ -291,7 +293,7 @@ def semlock_getstate_factory(original: Any) -> Any:
         track = instance.__dict__.get("_lw_track")
         if track is None:
             return state
-        return _TaggedState(state, track.lock_class.name, track.lock_class.site)
+        return TaggedState(state, track.lock_class.name, track.lock_class.site)
 
     return __getstate__
 
@@ -308,7 +310,7 @@ def semlock_setstate_factory(original: Any) -> Any:
             state = args[0] if args else kwargs.get("state")
             kind = _KINDS.get(type(instance))
             received = (
-                _RECEIVED.get(state[3]) if kind is not None and isinstance(state, tuple) else None
+                RECEIVED.get(state[3]) if kind is not None and isinstance(state, tuple) else None
             )
             if received is not None:
                 _tag(instance, lock_class(received[0], kind, received[1]))  # type: ignore[arg-type]

@@ -4,7 +4,7 @@ A ``threading.Lock`` or ``RLock`` created by watched code while instrumented is 
 proxy around the real lock (not a ``wrapt.ObjectProxy``: a method on one costs about 0.6 us
 more), with the lock's own methods, results, exceptions and ``repr``. Its hot path is the C
 ``_speedups.LockBase`` / ``RLockBase`` when the extension is built (``_fast_path``), else
-:class:`_PyLockBase` / :class:`_PyRLockBase` here, the reference, which also serves every call the
+:class:`PyLockBase` / :class:`_PyRLockBase` here, the reference, which also serves every call the
 C path hands back. Either way the bookkeeping is ``_bookkeeping``'s.
 
 Conditions (``_conditions``) and semaphores (``_semaphores``) have modules of their own.
@@ -37,6 +37,7 @@ from ._switched_out import window_code, window_wait
 __all__ = [
     "CREATION_WRAPPERS",
     "LockProxy",
+    "PyLockBase",
     "RLockProxy",
     "executor_init_factory",
     "proxy_factory",
@@ -75,7 +76,7 @@ def _valid(blocking: Any, timeout: Any) -> bool:
 
 
 # -- threading.Lock ------------------------------------------------------------------------
-class _PyLockBase:
+class PyLockBase:
     """The pure-Python hot path of :class:`LockProxy`: the reference implementation.
 
     With the C extension built, ``LockProxy`` derives from ``_speedups.LockBase`` instead, whose
@@ -156,9 +157,9 @@ class _PyLockBase:
 
 
 if TYPE_CHECKING:
-    _LockBase = _PyLockBase
+    _LockBase = PyLockBase
 else:
-    _LockBase = _PyLockBase if speedups is None else speedups.LockBase
+    _LockBase = PyLockBase if speedups is None else speedups.LockBase
 # The base's allocator (LockProxy's own __new__ refuses): object.__new__, or the C type's.
 _new = _LockBase.__new__
 
@@ -167,7 +168,7 @@ class LockProxy(_LockBase):
     """A watched ``threading.Lock``: the same methods, results, exceptions and ``repr``.
 
     ``acquire`` / ``__enter__`` / ``release`` / ``__exit__`` come from the base: the C
-    ``_speedups.LockBase`` when it is built, else :class:`_PyLockBase`.
+    ``_speedups.LockBase`` when it is built, else :class:`PyLockBase`.
     """
 
     __slots__ = ()
@@ -223,7 +224,7 @@ class LockProxy(_LockBase):
 
 
 # -- threading.RLock -----------------------------------------------------------------------
-class _PyRLockBase(_PyLockBase):
+class _PyRLockBase(PyLockBase):
     """The pure-Python hot path of :class:`RLockProxy` (``_speedups.RLockBase`` in C)."""
 
     __slots__ = ("_lw_depth",)
@@ -262,9 +263,9 @@ class _PyRLockBase(_PyLockBase):
 _wait = window_wait
 window_code(
     acquire_tracked,
-    _PyLockBase.acquire,
-    _PyLockBase.release,
-    _PyLockBase.__exit__,
+    PyLockBase.acquire,
+    PyLockBase.release,
+    PyLockBase.__exit__,
     _PyRLockBase.acquire,
     _PyRLockBase.release,
     _PyRLockBase.__exit__,
@@ -480,7 +481,7 @@ def executor_init_factory(original: Any) -> Any:
 
 if speedups is not None:
     speedups.setup_locks(
-        python_acquire=_PyLockBase.acquire,
+        python_acquire=PyLockBase.acquire,
         python_rlock_acquire=_PyRLockBase.acquire,
         skip_frames=(_OWN_GLOBALS, _THREADING_GLOBALS, _ORDERED_GLOBALS),
         lock_wait=on_acquisition(window_wait),

@@ -40,7 +40,14 @@ from typing import IO, Any
 
 from otel_lockwatch._settings import SETTINGS
 
-__all__ = ["DESCRIPTION", "HELP", "add_arguments", "load_workload", "run"]
+__all__ = [
+    "DESCRIPTION",
+    "HELP",
+    "Progress",
+    "add_arguments",
+    "load_workload",
+    "run",
+]
 
 HELP = "run a built-in worker pool under lockwatch and print its contention report"
 DESCRIPTION = (
@@ -194,7 +201,7 @@ def _providers(environ: Any) -> tuple[Any, Any, str | None]:
 # Progress
 
 
-class _Progress:
+class Progress:
     """Progress on ``stream``: a bar redrawn in place on a terminal, plain lines otherwise."""
 
     def __init__(self, stream: IO[str], seconds: float) -> None:
@@ -244,7 +251,7 @@ class _Progress:
 class _LiveFindings(logging.Handler):
     """Shows lockwatch's own warnings (a new lock-order cycle) as they happen, one line each."""
 
-    def __init__(self, progress: _Progress) -> None:
+    def __init__(self, progress: Progress) -> None:
         super().__init__(logging.WARNING)
         self.progress = progress
         self.messages: list[str] = []
@@ -290,7 +297,7 @@ def _service_name_default() -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def _live_findings(progress: _Progress) -> Iterator[_LiveFindings]:
+def _live_findings(progress: Progress) -> Iterator[_LiveFindings]:
     """lockwatch's warnings shown as they happen, for the duration of the block."""
     handler = _LiveFindings(progress)
     logger = logging.getLogger("otel_lockwatch")
@@ -302,7 +309,7 @@ def _live_findings(progress: _Progress) -> Iterator[_LiveFindings]:
 
 
 def _work(
-    workload: ModuleType, workers: int, seconds: float, progress: _Progress, tracer: Any
+    workload: ModuleType, workers: int, seconds: float, progress: Progress, tracer: Any
 ) -> dict[str, Any]:
     """Run the workload in a thread of its own (see ``_demo_workload``), its units of work in
     task spans of ``tracer``, showing progress until it ends; returns the box with its ``pool``
@@ -368,7 +375,7 @@ def run(args: argparse.Namespace, out: IO[str], err: IO[str]) -> int:
         )
     tracer_provider, meter_provider, otlp_where = _providers(os.environ)
 
-    progress = _Progress(err, args.seconds)
+    progress = Progress(err, args.seconds)
     progress.line(
         f"{_cli.PROG} demo: {args.workers} workers for {args.seconds:g} s "
         f"(the manifest goes to {args.manifest})"

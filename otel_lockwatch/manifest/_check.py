@@ -50,6 +50,7 @@ __all__ = [
     "check_mergeable",
     "check_mergeable_parts",
     "check_pool_sizes",
+    "evaluate_again",
     "shown",
     "verdict_of",
 ]
@@ -176,7 +177,7 @@ def check_pool_sizes(norm: Mapping[str, Any]) -> None:
             raise ValueError(f"pool.{key} is {value}, above the largest pool size {MAX_POOL_SIZE}")
 
 
-def _evaluate_again(doc: Mapping[str, Any]) -> Manifest:
+def evaluate_again(doc: Mapping[str, Any]) -> Manifest:
     """The manifest that ``evaluate()`` makes of ``doc``'s data under ``doc``'s thresholds and
     pool-size source: what ``doc`` must be.
 
@@ -331,7 +332,7 @@ def _check_agreement(doc: Any, where: str, legacy: bool) -> Manifest:
     (a legacy schema's derived fields are derived again, not compared)."""
     digest = doc["manifest_digest"]
     try:
-        manifest = _evaluate_again(doc)
+        manifest = evaluate_again(doc)
     except (ValueError, TypeError) as e:
         raise ManifestError(printable(f"{where} is invalid: {e}", _MESSAGE_LIMIT)) from None
     if legacy:

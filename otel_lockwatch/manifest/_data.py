@@ -34,7 +34,12 @@ from ._distributed import with_distributed_fields
 from ._points import with_points_fields
 from ._pools import with_pool_fields
 
-__all__ = ["COUNT_LIMIT", "normalize"]
+__all__ = [
+    "COUNT_LIMIT",
+    "lock_order",
+    "lock_workers",
+    "normalize",
+]
 
 #: Every count of the data is below this.
 COUNT_LIMIT = 2**63
@@ -87,7 +92,7 @@ def _histogram(v: object, where: str) -> LogHistogram:
 _GET_LOCK_WORKER = operator.itemgetter(*LOCK_WORKER_FIELDS)
 
 
-def _lock_workers(per_worker: object, where: str) -> WorkerTotals:
+def lock_workers(per_worker: object, where: str) -> WorkerTotals:
     """Check and copy one lock's ``{worker: {acquisitions, contentions, wait_ns, hold_ns}}``.
 
     The common case is checked in one call of the merge's C fast path, or with C-level loops
@@ -136,7 +141,7 @@ def _locks(locks: object) -> dict[str, Any]:
             lock[key] = _count(entry.get(key), f"{where}.{key}")
         lock["wait_ns"] = _histogram(entry.get("wait_ns"), f"{where}.wait_ns")
         lock["hold_ns"] = _histogram(entry.get("hold_ns"), f"{where}.hold_ns")
-        lock["workers"] = _lock_workers(entry.get("workers", {}), f"{where}.workers")
+        lock["workers"] = lock_workers(entry.get("workers", {}), f"{where}.workers")
         out[name] = lock
     return out
 
@@ -187,7 +192,7 @@ def _closes_a_cycle(edges: Mapping[tuple[str, str], object]) -> bool:
     return removed < len(indegree)
 
 
-def _lock_order(order: object) -> dict[str, Any]:
+def lock_order(order: object) -> dict[str, Any]:
     """The lock-order graph, read strictly (``record._witness``) and written out afresh."""
     order = _mapping(order, "lock_order")
     edges: list[EdgeWitness] = []
@@ -292,7 +297,7 @@ def normalize(data: object) -> dict[str, Any]:
     norm = {  # checked in this order: the first malformed field is the one named
         "locks": _locks(data.get("locks", {})),
         "workers": _workers(data.get("workers", {})),
-        "lock_order": _lock_order(data.get("lock_order", {})),
+        "lock_order": lock_order(data.get("lock_order", {})),
         "blocking_under_lock": _blocking(data.get("blocking_under_lock", {})),
         "sections": _sections(data.get("sections", {})),
         "pool": _pool(data.get("pool", {})),

@@ -79,6 +79,7 @@ __all__ = [
     "parse_cost",
     "parse_json",
     "write_atomically",
+    "COSTS",
 ]
 
 PathLike = Union[str, "os.PathLike[str]"]
@@ -97,7 +98,7 @@ MAX_EXPANSION = 12
 # array's list, a member's or element's slot and value, a string's object), counted wherever the
 # byte is (in strings too: an over-estimate that needs no parse). The C fast path's cost() counts
 # the same (record/_merge_speedups.c).
-_COSTS = ((b"{", 160), (b"[", 64), (b",", 16), (b":", 16), (b'"', 25))
+COSTS = ((b"{", 160), (b"[", 64), (b",", 16), (b":", 16), (b'"', 25))
 # A text this small is never refused for its cost (it builds a few dozen MiB at most).
 _SMALL_TEXT = 1 << 20
 # Without a run of 19 digits anywhere, every integer of the text is below 10**18 < 2**63: the
@@ -294,7 +295,7 @@ def parse_cost(data: bytes | bytearray) -> int:
     (:data:`MAX_EXPANSION`)."""
     if MERGE_SPEEDUPS is not None:
         return int(MERGE_SPEEDUPS.cost(data))
-    return sum(data.count(byte) * weight for byte, weight in _COSTS)
+    return sum(data.count(byte) * weight for byte, weight in COSTS)
 
 
 def _max_cost(size: int) -> int:

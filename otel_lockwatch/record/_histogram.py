@@ -43,6 +43,7 @@ __all__ = [
     "bucket_of",
     "from_buckets",
     "nearest_rank",
+    "checked_buckets",
 ]
 
 #: log2 of the number of linear sub-buckets per power of two.
@@ -120,7 +121,7 @@ def _is_int(x: object) -> bool:
     return isinstance(x, int) and not isinstance(x, bool)
 
 
-def _checked_buckets(buckets: list[Any]) -> dict[int, int] | None:
+def checked_buckets(buckets: list[Any]) -> dict[int, int] | None:
     """The buckets of a histogram's JSON form as ``{index: count}`` when every pair is well
     formed (the common case of a merge of many manifests: one C call with the merge's fast
     path, else C-level loops); None when one is not, for the pair-by-pair check to name it."""
@@ -335,7 +336,7 @@ class LogHistogram:
         buckets = obj["buckets"]
         if not isinstance(buckets, list):
             raise ValueError(f"histogram buckets must be a list, got {type(buckets).__name__}")
-        fast = _checked_buckets(buckets)
+        fast = checked_buckets(buckets)
         counts: dict[int, int] = {} if fast is None else fast
         previous = -1
         for pair in buckets if fast is None else ():  # the slow path names the culprit

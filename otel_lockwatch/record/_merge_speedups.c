@@ -18,21 +18,21 @@
  *   when the text is not so (the caller then reads it the long way, which names the fault);
  *   nothing here judges whether the text is JSON: the parser does.
  * - cost(text): what parsing the text may build at most, in bytes, estimated from its
- *   punctuation (manifest._io._COSTS: a weight per byte of `{ [ , : "`, wherever it is);
+ *   punctuation (manifest._io.COSTS: a weight per byte of `{ [ , : "`, wherever it is);
  *   refused past a multiple of the text's size before it is parsed.
  * - same_json(built, parsed): whether an evaluated document and a parsed one have the same
  *   canonical JSON (manifest._check's comparison of a manifest with what its data gives; its
  *   reference there compares their digests).
  * - bucket_counts(buckets, limit): a histogram's JSON buckets [[index, count], ...] as
  *   {index: count} when every pair is a list of two ints, the indices strictly ascending within
- *   [0, limit) and every count > 0; None when one is not (record._histogram._checked_buckets).
+ *   [0, limit) and every count > 0; None when one is not (record._histogram.checked_buckets).
  * - histogram_parts(obj, sub_bits, limit): a histogram's JSON form as (counts, count, sum, min,
  *   max) when LogHistogram.from_json would take it and every number of it is below 2**63; None
  *   otherwise (from_json then checks it, and names what is wrong).
  * - add_counts(into, other): into[k] = into.get(k, 0) + v for every (k, v) of the dict other
  *   (LogHistogram.merge's loop).
  * - worker_rows(per_worker, fields): a lock's {worker: {field: count}} as {worker: (count, ...)}
- *   when every count is an int in [0, 2**63) (manifest._data._lock_workers's common case).
+ *   when every count is an int in [0, 2**63) (manifest._data.lock_workers's common case).
  * - add_rows(into, other): the rows of other added into into, element by element
  *   (record._data._merge_lock's loop over a lock's workers).
  *
@@ -50,7 +50,7 @@
 #define MAX_DIGITS 19
 
 /* What the parser may build for one byte of punctuation, counted wherever it appears (in strings
- * too): manifest._io._COSTS, the same numbers (a test compares the two). */
+ * too): manifest._io.COSTS, the same numbers (a test compares the two). */
 static long long cost_of[256];
 
 static void
@@ -592,7 +592,7 @@ static PyMethodDef methods[] = {
      "and its cost() is at most max_cost."},
     {"cost", (PyCFunction)cost, METH_O,
      "cost(text) -> int: what parsing the text may build at most, estimated from its "
-     "punctuation (manifest._io._COSTS)."},
+     "punctuation (manifest._io.COSTS)."},
     {"bucket_counts", (PyCFunction)(void (*)(void))bucket_counts, METH_FASTCALL,
      "bucket_counts(buckets, limit) -> dict | None: [[index, count], ...] as {index: count} "
      "when well formed."},

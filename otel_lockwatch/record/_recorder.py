@@ -292,7 +292,10 @@ class Recorder:
             self.timeline.reset()
             self.distributed.reset()
 
-    def _register(self, worker: str, owner: Any = None) -> WorkerState:
+    def register(self, worker: str, owner: Any = None) -> WorkerState:
+        """A new state for the worker named ``worker`` (past :data:`MAX_WORKERS` names,
+        ``(other)``), of ``owner`` (its thread or task; None: of nobody, as a replay of recorded
+        work writes it)."""
         with self._lock:
             if len(self._by_id) >= self._compact_at:
                 self._compact()
@@ -368,7 +371,7 @@ class Recorder:
         thread: Any = current_thread_or_none()
         if thread is None:  # a foreign thread: see _ForeignThread
             thread = self.tls.token = _ForeignThread(_thread.get_ident())
-        state = self._register(thread.name, thread)
+        state = self.register(thread.name, thread)
         self.tls.st = state
         return state
 
@@ -382,7 +385,7 @@ class Recorder:
                 name = task.get_name()
             except Exception:
                 name = repr(task)
-            state = self._register(f"task:{name}", task)
+            state = self.register(f"task:{name}", task)
             try:
                 task._lockwatch_state = state
             except AttributeError:  # a task type without __dict__: keep a side table

@@ -32,6 +32,7 @@ seen), and call :func:`hash_key` for everything else.
 from __future__ import annotations
 
 __all__ = [
+    "CACHES",
     "CACHE_SIZE",
     "MAX_CACHED_KEY_BYTES",
     "fnv1a_32",
@@ -51,7 +52,7 @@ MAX_CACHED_KEY_BYTES = 256
 #: Exact ``str`` key -> its 32-bit hash.
 str_hashes: dict[str, int] = {}
 # One cache per exact key type, so that keys of different types never meet in one dict.
-_CACHES: dict[type, dict] = {str: str_hashes, bytes: {}, int: {}}
+CACHES: dict[type, dict] = {str: str_hashes, bytes: {}, int: {}}
 
 
 def fnv1a_32(data: bytes | bytearray) -> int:
@@ -96,7 +97,7 @@ def hash_key(key: str | bytes | bytearray | int) -> int:
     Raises:
         TypeError: ``key`` is a ``bool`` or of any other type.
     """
-    cache = _CACHES.get(type(key))
+    cache = CACHES.get(type(key))
     if cache is None:
         # bytearray (unhashable), subclasses (their __eq__ / __hash__ are not ours to trust),
         # and the types key_bytes refuses.

@@ -32,8 +32,8 @@ __all__ = ["StripedSections"]
 # The hot path: a str key seen before costs one dict lookup instead of a call to hash_key.
 _str_hash = str_hashes.get
 
-# Per array, how many shared lock() managers (exact str key, no timeout) are kept.
-_LOCKERS_SIZE = 1024
+#: Per array, how many shared lock() managers (exact str key, no timeout) are kept.
+LOCKERS_SIZE = 1024
 
 
 class StripedSections(SectionArray):
@@ -192,7 +192,7 @@ class StripedSections(SectionArray):
     def _new_locker(self, key: str) -> _Locked:
         cm = _Locked(self, hash_key(key) & self._mask, key, -1)
         lockers = self._lockers
-        if len(lockers) >= _LOCKERS_SIZE:
+        if len(lockers) >= LOCKERS_SIZE:
             lockers.clear()
         lockers[key] = cm
         return cm

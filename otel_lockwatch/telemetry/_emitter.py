@@ -97,7 +97,13 @@ class Telemetry:
     #: The emitter's records between two yields of the interpreter lock, in ns of wall time.
     SLICE_NS = 100_000
 
-    def __init__(self) -> None:
+    def __init__(
+        self, clock: Callable[[], int] = _pc, pause: Callable[[float], None] = _sleep
+    ) -> None:
+        """``clock`` (ns) times the drain's slices, ``pause(0)`` lets the interpreter lock go
+        between two (a test gives its own)."""
+        self.clock = clock
+        self.pause = pause
         self.tracer: Tracer | None = None
         self.wait_hist: Any = None
         self.hold_hist: Any = None
@@ -132,7 +138,7 @@ class Telemetry:
         RECORDER.thread_state().in_lockwatch = True  # nothing lockwatch does here is recorded
         stop = self._stop
         while not stop.wait(self.INTERVAL_S):
-            self._drain(yielding=True)
+            self.drain(yielding=True)
             try:
                 RECORDER.sample_timeline(periodic=True)  # the timeline, off the lock path
             except Exception as exc:  # never into the host
@@ -183,7 +189,7 @@ class Telemetry:
         was_in_lockwatch = st.in_lockwatch
         st.in_lockwatch = True  # the SDK's locks taken here are not the host's: not recorded
         try:
-            self._drain()
+            self.drain()
             if then is not None and not self._abandoned:
                 then()
         except Exception as exc:  # never into the host
@@ -191,7 +197,7 @@ class Telemetry:
         finally:
             st.in_lockwatch = was_in_lockwatch
 
-    def _drain(self, yielding: bool = False) -> None:
+    def drain(self, yielding: bool = False) -> None:
         """Emit what is queued. ``yielding`` (the emitter thread): the interpreter lock is let go
         every ``SLICE_NS`` of records, so that a lock holder waking up (from a sleep, an I/O)
         takes it within a slice, not after the emitter's switch interval (5 ms) of records:
@@ -199,8 +205,8 @@ class Telemetry:
         one: a record made right after the other threads ran costs twice the CPU of one made
         after another record (docs/performance.md)."""
         queue = OUTBOX.queue
-        emit = self._emit
-        slice_ends = _pc() + self.SLICE_NS
+        emit, clock = self.emit, self.clock
+        slice_ends = clock() + self.SLICE_NS
         while not self._abandoned:
             try:
                 record = queue.popleft()
@@ -210,9 +216,9 @@ class Telemetry:
                 emit(*record)
             except Exception as exc:
                 OUTBOX.failed(exc)
-            if yielding and _pc() >= slice_ends:
-                _sleep(0)
-                slice_ends = _pc() + self.SLICE_NS
+            if yielding and clock() >= slice_ends:
+                self.pause(0)
+                slice_ends = clock() + self.SLICE_NS
 
     def enable(self, tracer_provider: Any, meter_provider: Any, recorder: Any) -> None:
         """Create the tracer and instruments (None providers: the global ones), start the emitter
@@ -335,7 +341,7 @@ class Telemetry:
             )
 
     # -- the emitter's side ----------------------------------------------------------------
-    def _emit(
+    def emit(
         self,
         name: str,
         cls: Any,
