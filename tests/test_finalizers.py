@@ -191,3 +191,40 @@ def test_a_forked_child_closes_its_parents_deferrals(mode, tmp_path):
         [sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120
     )
     assert done.stdout.split() == ["0", "True"], done.stderr
+
+
+def test_a_python_deferral_sets_no_collection_off_before_it_holds_the_collector_off(
+    collector_on,
+):
+    """The pure path's deferral allocates nothing the collector tracks while the collector is
+    still on (a ``with _lock:`` did: its bound ``__exit__``), so it never sets off the very
+    collection, and the finalizer under a held lock, it is there to hold off. At a threshold of
+    one, every second tracked allocation collects: 200 deferrals would set several off."""
+
+    class Cell:
+        pass
+
+    inside = []
+
+    def note(phase, info):
+        if phase == "start":
+            frame = sys._getframe()
+            while (
+                frame is not None and frame.f_code is not _collection.py_defer_collection.__code__
+            ):
+                frame = frame.f_back
+            inside.append(frame is not None)
+
+    threshold = gc.get_threshold()
+    gc.callbacks.append(note)
+    try:
+        gc.set_threshold(1)
+        for _ in range(200):
+            _collection.py_defer_collection()
+            _collection.py_resume_collection()
+            garbage = Cell()  # a tracked allocation between the deferrals (no free list)
+            del garbage
+    finally:
+        gc.set_threshold(*threshold)
+        gc.callbacks.remove(note)
+    assert inside and not any(inside)  # collections ran, none inside a deferral's start

@@ -40,24 +40,35 @@ _was_enabled = False
 
 
 def py_defer_collection() -> None:
-    """Hold the cyclic collector off until the matching :func:`resume_collection`."""
+    """Hold the cyclic collector off until the matching :func:`resume_collection`.
+
+    Nothing here allocates an object the collector tracks before ``gc.disable()``: not even a
+    ``with _lock:``, whose bound ``__exit__`` is one, and which could set off the collection
+    (and a finalizer taking a lock the caller holds) this is here to hold off.
+    """
     global _deferrals, _was_enabled
-    with _lock:
+    _lock.acquire()
+    try:
         if _deferrals == 0:
             _was_enabled = gc.isenabled()
             gc.disable()
         _deferrals += 1
+    finally:
+        _lock.release()
 
 
 def py_resume_collection() -> None:
     """End a deferral: the collector is on again after the last, if it was before the first."""
     global _deferrals
-    with _lock:
+    _lock.acquire()
+    try:
         if _deferrals <= 0:  # a forked child closed the deferrals of its parent's threads
             return
         _deferrals -= 1
         if _deferrals == 0 and _was_enabled:
             gc.enable()
+    finally:
+        _lock.release()
 
 
 def _after_fork_in_child() -> None:
