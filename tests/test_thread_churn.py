@@ -126,7 +126,7 @@ def test_a_fork_while_another_thread_has_the_recorder_does_not_hang_the_child():
         def other():
             with lock:
                 pass
-            with RECORDER._lock:
+            with RECORDER.exclusive():
                 inside.set()
                 leave.wait()
         t = threading.Thread(target=other)

@@ -436,6 +436,14 @@ class Recorder:
         self.peak.after_fork_in_child(self.tls.st if current is not None else None)
         self.timeline.after_fork()
 
+    def exclusive(self) -> Any:
+        """The recorder, held for a ``with`` block (re-entrant): while it is held, no worker
+        registers, no ended thread's state is folded (its thread ends without waiting: the
+        state stays until a compaction) and no compaction runs. For a reader that needs the
+        set of states to stay put, and for a test of what happens while another thread has the
+        recorder (a fork: the child's recorder starts with a lock of its own)."""
+        return self._lock
+
     def note_array(self, track: Any) -> None:
         """Remember a section array's tracking (its count and the most sections held at once)."""
         with self._lock:
