@@ -31,6 +31,7 @@ from ._peak import PeakWorkers, ThreadEnd
 from ._signals import HandoffStats, handoff_parts, merge_handoffs
 from ._sites import SiteTable, merge_tables
 from ._state_parts import state_parts, track_section
+from ._threads import ForeignThread, current_thread_or_none
 from ._timeline import Timeline
 from ._witness import utc_timestamp
 
@@ -207,34 +208,6 @@ def _ended() -> None:
     return None
 
 
-class _ForeignThread:
-    """Stands for a thread that ``threading`` does not know (started by ``_thread`` or by C).
-
-    ``threading.current_thread()`` would register a ``_DummyThread`` for it, which stays in
-    ``threading.enumerate()`` after the thread ends (for good on Python 3.10): a change the host
-    could see. This token lives in the thread's own locals instead, and dies with the thread, so
-    the worker's state is folded away like an ended ``Thread``'s.
-    """
-
-    __slots__ = ("name", "__weakref__")
-
-    def __init__(self, ident: int) -> None:
-        self.name = f"Dummy-{ident}"
-
-    def is_alive(self) -> bool:
-        return True  # while it exists: the thread's locals (which hold it) outlive the thread
-
-
-def current_thread_or_none(ident: int | None = None) -> threading.Thread | None:
-    """The calling thread's ``Thread``, or None for a thread ``threading`` does not know
-    (without registering a ``_DummyThread`` for it, as ``threading.current_thread()`` would).
-    ``ident``: the calling thread's, when the caller has it."""
-    active = getattr(threading, "_active", None)
-    if active is None:  # not CPython's threading: ask it (it may register a dummy thread)
-        return threading.current_thread()
-    return active.get(_thread.get_ident() if ident is None else ident)
-
-
 class Recorder:
     """The process's recorder (``_session.RECORDER``): worker states, section arrays, pool size, the
     order graph and the distributed record."""
@@ -389,8 +362,8 @@ class Recorder:
         :class:`ThreadEnd` goes in the thread's locals with it."""
         tls = self.tls
         thread: Any = current_thread_or_none()
-        if thread is None:  # a foreign thread: see _ForeignThread
-            thread = tls.token = _ForeignThread(_thread.get_ident())
+        if thread is None:  # a foreign thread: see ForeignThread
+            thread = tls.token = ForeignThread(_thread.get_ident())
         state = self._register(thread.name, thread)
         tls.alive = ThreadEnd((self._thread_ended, state, self.peak.started(state)))
         tls.st = state
