@@ -73,6 +73,7 @@ _SHARED = (type, types.ModuleType, types.CodeType, types.FrameType)
 # so only the plain case (the entry alone refers to the lock) is decided there.
 _DEFERRED_COUNTS = bool(sysconfig.get_config_var("Py_GIL_DISABLED"))
 _MAX_MEMBERS = 128
+_MAX_LEVELS = 8  # levels of referrers walked by _kept_by_garbage: one walk of the heap each
 
 
 def dropped(entry: Any, held: list) -> bool:
@@ -119,7 +120,8 @@ def _kept_by_garbage(entry: Any, held: list) -> bool:
     """Whether nothing but the held stack and unreachable objects refer to the entry's lock: the
     cycle collector's reasoning on the lock's referrers, without collecting. The referrers are
     found level by level (``gc.get_referrers``: one walk of the heap per level, running no
-    finalizer), up to :data:`_MAX_MEMBERS` objects: the set of objects that lead to the lock.
+    finalizer), up to :data:`_MAX_MEMBERS` objects and :data:`_MAX_LEVELS` levels: the set of
+    objects that lead to the lock.
     Count the references each gets from inside the set (and from the held stack's entries),
     subtract them from its reference count: if anything is left for any of them, something
     outside refers to it, and through it to the lock: not gone. So is a lock reached from a
@@ -131,7 +133,11 @@ def _kept_by_garbage(entry: Any, held: list) -> bool:
     members = [entry.lock]
     index = {id(entry.lock): 0}
     level = [entry.lock]
+    depth = 0
     while level:
+        if depth == _MAX_LEVELS:
+            return False  # deeper: each level walks the heap once
+        depth += 1
         found = gc.get_referrers(*level)
         asked, level = level, []
         for ref in found:
