@@ -15,7 +15,9 @@ machine is shared and noisy):
   contentions and verdict recorded: the program has no contention of its own);
 - the pool: 16 workers, 40,000 tasks taking 3 locks each (wall time);
 - thread churn: 2,000 threads started one after the other, each taking one lock once (a thread
-  per request, as ``ThreadingHTTPServer`` runs), in us per thread (wall, and the process's CPU);
+  per request, as ``ThreadingHTTPServer`` runs), in us per thread (wall, and the process's CPU),
+  plain and instrumented in alternate rounds (``--churn`` runs these rows alone, ``--rounds`` of
+  each);
 - contended throughput: 16 workers on one lock held 1 ms per task, and on two locks held
   together (nested) 1 ms per task, in tasks per second; each round runs a row plain and
   instrumented back to back (which goes first alternates), and the ratio is the median of the
@@ -374,7 +376,8 @@ def contention_rounds(instrument, uninstrument, rounds: int) -> dict:
 
 
 def measure_contention(args: argparse.Namespace) -> dict:
-    """Only the contended-throughput rows (``--contended``), on the path this process runs."""
+    """Only the contended-throughput rows (``--contended``), or only the thread-churn rows
+    (``--churn``), on the path this process runs."""
     tracer_provider = TracerProvider()
     tracer_provider.add_span_processor(BatchSpanProcessor(Discard()))
     meter_provider = MeterProvider(metric_readers=[InMemoryMetricReader()])
@@ -385,8 +388,9 @@ def measure_contention(args: argparse.Namespace) -> dict:
             tracer_provider=tracer_provider, meter_provider=meter_provider, manifest=False
         )
 
+    rounds = churn_rounds if args.churn else contention_rounds
     try:
-        runs = contention_rounds(instrument, instrumentor.uninstrument, args.rounds)
+        runs = rounds(instrument, instrumentor.uninstrument, args.rounds)
     finally:
         tracer_provider.shutdown()
     return {
@@ -588,6 +592,24 @@ def ddtrace_python(given: str | None) -> str | None:
     return None
 
 
+def report_churn(paths: list[dict]) -> None:
+    """The thread-churn rows: best and median us per thread, wall and process CPU, of each side
+    (``churn``'s rounds alternate plain and instrumented), and the load average at the end."""
+    print(f"\n{'thread churn: 2,000 threads x one lock once':<52}{'plain':>14}{'instrumented':>16}")
+    for r in paths:
+        plain, watched = r["churn"]["churn"]
+        for i, what in ((0, "wall"), (1, "CPU")):
+            p = sorted(x[i] for x in plain)
+            w = sorted(x[i] for x in watched)
+            print(
+                f"  {r['path']} path, us per thread ({what}), best / median".ljust(52)
+                + f"{p[0]:6.1f} / {p[len(p) // 2]:5.1f}  {w[0]:6.1f} / {w[len(w) // 2]:5.1f}"
+                + f"  ({w[0] - p[0]:+.1f} / {w[len(w) // 2] - p[len(p) // 2]:+.1f} us)"
+            )
+        load = " / ".join(f"{x:.1f}" for x in r["load"])
+        print(f"  {r['path']} path: {len(plain)} rounds each; load average at the end {load}")
+
+
 def report_contention(paths: list[dict]) -> None:
     """The contended-throughput rows: best tasks/s of each side, the median of the rounds'
     ratios and their range, the emitter's CPU per record, and the load average at the end."""
@@ -670,17 +692,7 @@ def report(results: dict[str, dict], dd: dict | None) -> None:
         b, v = r["walls"]["pool"]
         line += f"  {v:9.3f} ({v / b:5.2f}x)"
     print(line)
-    print(f"\n{'thread churn: 2,000 threads x one lock once':<52}{'plain':>14}{'instrumented':>16}")
-    for r in paths:
-        plain, watched = r["churn"]["churn"]
-        for i, what in ((0, "wall"), (1, "CPU")):
-            p = sorted(x[i] for x in plain)
-            w = sorted(x[i] for x in watched)
-            print(
-                f"  {r['path']} path, us per thread ({what}), best / median".ljust(52)
-                + f"{p[0]:6.1f} / {p[len(p) // 2]:5.1f}  {w[0]:6.1f} / {w[len(w) // 2]:5.1f}"
-                + f"  (+{w[0] - p[0]:.1f} / +{w[len(w) // 2] - p[len(p) // 2]:.1f} us)"
-            )
+    report_churn(paths)
     report_contention(paths)
     print()
     for r in paths:
@@ -711,21 +723,30 @@ def main() -> None:
     parser.add_argument(
         "--contended", action="store_true", help="only the contended-throughput rows"
     )
+    parser.add_argument("--churn", action="store_true", help="only the thread-churn rows")
     parser.add_argument(
-        "--rounds", type=int, default=9, help="contended rounds (each: plain and instrumented)"
+        "--rounds",
+        type=int,
+        default=9,
+        help="contended (or --churn) rounds, each: plain and instrumented",
     )
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        print(json.dumps(measure_contention(args) if args.contended else measure(args)))
+        alone = args.contended or args.churn
+        print(json.dumps(measure_contention(args) if alone else measure(args)))
         return
     argv = [str(Path(__file__).resolve()), "--child", "--rounds", str(args.rounds)]
     argv += ["--quick"] * args.quick + ["--memory"] * args.memory
-    argv += ["--contended"] * args.contended
+    argv += ["--contended"] * args.contended + ["--churn"] * args.churn
     results = {}
     if _fast_path.SPEEDUPS:
         results["C"] = child({}, argv)
     results["Python"] = child({"LOCKWATCH_DISABLE_EXTENSIONS": "1"}, argv)
+    if args.churn:
+        print(f"otel-lockwatch thread churn; Python {results['Python']['python']}")
+        report_churn([r for r in (results.get("C"), results["Python"]) if r is not None])
+        return
     if args.contended:
         print(f"otel-lockwatch contended throughput; Python {results['Python']['python']}")
         report_contention([r for r in (results.get("C"), results["Python"]) if r is not None])

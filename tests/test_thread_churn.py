@@ -40,13 +40,17 @@ def test_an_ended_threads_state_is_folded_at_its_end(watched):
 
     _run(work, "request")
     (retired,) = _states_named("request")
-    assert retired is not seen[0] and not seen[0].alive()  # folded into its name's retired one
-    assert retired.thread is None and retired.retired > 0
+    assert retired is seen[0] and not retired.alive()  # the name's first: retired in place
+    observed = retired.last - retired.first
+    assert observed > 0 and retired.retired == 0
     _run(work, "request")
     assert _states_named("request") == [retired]
-    assert all(state is not seen[1] for state in RECORDER.states)  # the second is gone too
+    assert all(state is not seen[1] for state in RECORDER.states)  # the second is folded
+    assert retired.retired == seen[1].last - seen[1].first > 0
     (stats,) = retired.stats.values()
     assert stats.acquisitions == 2
+    data = RECORDER.snapshot()
+    assert data["workers"]["request"]["observed_ns"] == observed + retired.retired
 
 
 def test_a_thread_per_request_keeps_one_state_per_name(watched):
@@ -122,7 +126,7 @@ def test_a_fork_while_another_thread_has_the_recorder_does_not_hang_the_child():
         def other():
             with lock:
                 pass
-            with RECORDER._lock:
+            with RECORDER.exclusive():
                 inside.set()
                 leave.wait()
         t = threading.Thread(target=other)

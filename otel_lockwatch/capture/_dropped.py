@@ -22,10 +22,12 @@ or suspended (a generator, a coroutine), more than a bounded number of objects t
 is not gone. CPython lists a frame's locals among its referents only once it has returned (from
 3.11 on); a frame on the calling thread's stack is running on every version.
 
-A lock that a reference cycle keeps alive (a frame held by an exception's traceback) is gone only
-once the cycle collector has run. Before an edge that would close a cycle is reported, the
-collector runs and the question is asked again (:func:`collected_gone`); an edge that closes no
-cycle is added without it, so until the collector frees such a lock it orders as a held lock.
+A lock that a reference cycle keeps alive (a frame held by an exception's traceback) is not
+gone by that count. Before an edge that would close a cycle is reported, the question is asked
+again of every object that leads to the lock (:func:`collected_gone`): the collector's reasoning,
+without a collection, which would run finalizers on a thread that holds watched locks. An edge
+that closes no cycle is added without it, so until the collector frees such a lock it orders as
+a held lock.
 """
 
 from __future__ import annotations
@@ -71,6 +73,7 @@ _SHARED = (type, types.ModuleType, types.CodeType, types.FrameType)
 # so only the plain case (the entry alone refers to the lock) is decided there.
 _DEFERRED_COUNTS = bool(sysconfig.get_config_var("Py_GIL_DISABLED"))
 _MAX_MEMBERS = 128
+_MAX_LEVELS = 8  # levels of referrers walked by _kept_by_garbage: one walk of the heap each
 
 
 def dropped(entry: Any, held: list) -> bool:
@@ -99,16 +102,66 @@ def dropped(entry: Any, held: list) -> bool:
 
 
 def collected_gone(entry: Any, held: list) -> bool:
-    """:func:`dropped`, asked again after a full collection: before a new edge from a held entry
-    is reported as closing a cycle. A lock that only a reference cycle keeps (an object that
-    refers to itself, an exception's traceback holding a frame) is gone once the collector has
-    run; the order check runs it nowhere else (it costs milliseconds, and a cycle is rare), and
-    not while the frame that acquired the lock is running (it may still release it).
+    """:func:`dropped`, for a lock that only cyclic garbage may keep: asked before a new edge
+    from a held entry is reported as closing a cycle. A lock that only a reference cycle keeps
+    (an object that refers to itself, an exception's traceback holding a frame) is gone: the
+    collector would free it. Decided without a collection, which would run finalizers
+    (``__del__``, weakref callbacks) here, on a thread that holds watched locks: one that takes
+    such a lock would wait for this thread forever (:func:`_kept_by_garbage`). Not while the
+    frame that acquired the lock is running (it may still release it); the order check asks
+    nowhere else (it walks the heap, and a cycle is rare).
     """
     if _running(entry.frame):
         return False
-    gc.collect()
-    return dropped(entry, held)
+    return _kept_by_garbage(entry, held)
+
+
+def _kept_by_garbage(entry: Any, held: list) -> bool:
+    """Whether nothing but the held stack and unreachable objects refer to the entry's lock: the
+    cycle collector's reasoning on the lock's referrers, without collecting. The referrers are
+    found level by level (``gc.get_referrers``: one walk of the heap per level, running no
+    finalizer), up to :data:`_MAX_MEMBERS` objects and :data:`_MAX_LEVELS` levels: the set of
+    objects that lead to the lock.
+    Count the references each gets from inside the set (and from the held stack's entries),
+    subtract them from its reference count: if anything is left for any of them, something
+    outside refers to it, and through it to the lock: not gone. So is a lock reached from a
+    class, a module, code, a weak reference, a running frame's local (a running frame lists no
+    referents), or a set too large to walk."""
+    if _DEFERRED_COUNTS or getweakrefcount(entry.lock):
+        return False
+    entries = {id(other) for other in held}
+    members = [entry.lock]
+    index = {id(entry.lock): 0}
+    level = [entry.lock]
+    depth = 0
+    while level:
+        if depth == _MAX_LEVELS:
+            return False  # deeper: each level walks the heap once
+        depth += 1
+        found = gc.get_referrers(*level)
+        asked, level = level, []
+        for ref in found:
+            if ref is members or ref is asked or ref is level or ref is found or id(ref) in entries:
+                continue
+            if id(ref) not in index:
+                if (
+                    isinstance(ref, _SHARED[:3])  # (a returned frame is a member)
+                    or len(members) == _MAX_MEMBERS
+                    or getweakrefcount(ref)
+                ):
+                    return False
+                index[id(ref)] = len(members)
+                members.append(ref)
+                level.append(ref)
+        found = asked = ref = None  # type: ignore[assignment]
+    internal = [0] * len(members)  # references to each member from members and held entries
+    for source in (*members, *held):
+        for ref in gc.get_referents(source):
+            k = index.get(id(ref))
+            if k is not None:
+                internal[k] += 1
+    source = ref = None
+    return all(_count(members, k) - _ONLY_IN_CONTAINER == internal[k] for k in range(len(members)))
 
 
 def _running(frame: Any) -> bool:

@@ -5,8 +5,9 @@ sizes a pool is how many workers run side by side, not how many ever existed. A 
 *alive* from its first watched acquisition (when the recorder registers it) to its end:
 
 - a thread ends when its thread-local storage is cleared, which the interpreter does as the
-  thread finishes, before a ``join()`` returns: a token kept in the recorder's thread-locals
-  counts the thread down as it goes (no polling, nothing on the lock path);
+  thread finishes, before a ``join()`` returns: the recorder's :class:`ThreadEnd` kept in its
+  thread-locals counts the thread down as it goes, and has its state folded away (no polling,
+  nothing on the lock path: one hook per thread);
 - an asyncio task ends when it is done (a done callback).
 
 The count is kept under a lock of its own, taken only when a worker starts or ends (and when a
@@ -23,23 +24,20 @@ import _thread
 from functools import partial
 from typing import Any
 
-__all__ = ["PeakWorkers"]
+__all__ = ["PeakWorkers", "ThreadEnd"]
 
 
-class _Alive:
-    """Kept in a thread's locals: freed when the thread ends, and counts it down then."""
+class ThreadEnd(tuple):
+    """``ThreadEnd((ended, state, generation))``: kept in a thread's locals, freed when the
+    thread ends, and calls ``ended(state, generation)`` then (the recorder's one hook per thread:
+    it counts the thread down here and folds its state away). A tuple made by the type's own C
+    constructor: no Python ``__init__`` per thread."""
 
-    __slots__ = ("peak", "state", "generation")
-
-    def __init__(self, peak: PeakWorkers, state: Any, generation: int) -> None:
-        self.peak = peak
-        self.state = state
-        self.generation = generation
+    __slots__ = ()
 
     def __del__(self) -> None:
-        try:
-            self.peak.ended(self.state, self.generation)
-            self.peak.thread_ended(self.state)
+        try:  # noqa: SIM105 (suppress() would cost a context manager per thread)
+            self[0](self[1], self[2])
         except Exception:  # at interpreter shutdown: nothing left to count
             pass
 
@@ -54,27 +52,25 @@ class PeakWorkers:
     before it records anything, so it adds nothing to the count then.)
     """
 
-    def __init__(self, thread_ended: Any = None) -> None:
-        #: Called with a thread's state when the thread ends (the recorder folds it away).
-        self.thread_ended = thread_ended or (lambda state: None)
+    def __init__(self) -> None:
         self._lock = _thread.RLock()
         self._generation = 0
         self._live: dict[int, Any] = {}  # id(state) -> state, registered since the last reset
         self._kept: list[Any] = []  # states alive at the last reset or fork
         self._peak = 0
 
-    def started(self, state: Any, owner: Any, tls: Any) -> None:
-        """``state`` was registered: ``owner`` is its thread (whose locals are ``tls``, the
-        caller's) or its asyncio task; None for a state of no worker (folded ones)."""
-        if owner is None:
-            return
+    def started(self, state: Any) -> int:
+        """``state`` was registered for a worker: the generation to end it with (a thread's
+        :class:`ThreadEnd`, which the recorder keeps in its locals, calls :meth:`ended` with
+        it; a task's, :meth:`task_started`)."""
         with self._lock:
             self._live[id(state)] = state
-            generation = self._generation
-        if hasattr(owner, "add_done_callback"):  # an asyncio task
-            owner.add_done_callback(partial(self._task_done, state, generation))
-        else:
-            tls.alive = _Alive(self, state, generation)
+            return self._generation
+
+    def task_started(self, state: Any, task: Any) -> None:
+        """``state`` was registered for the asyncio task ``task``: counted down when it is
+        done."""
+        task.add_done_callback(partial(self._task_done, state, self.started(state)))
 
     def _task_done(self, state: Any, generation: int, task: Any) -> None:
         self.ended(state, generation)
@@ -87,8 +83,13 @@ class PeakWorkers:
 
     def _bump(self) -> None:
         # Under the lock. A worker alive at the last reset counts again once it records.
-        n = sum(1 for state in list(self._live.values()) if state.stats)
-        n += sum(1 for state in self._kept if state.stats and state.alive())
+        n = 0
+        for state in self._live.values():  # (changed only under the lock)
+            if state.stats:
+                n += 1
+        for state in self._kept:
+            if state.stats and state.alive():
+                n += 1
         if n > self._peak:
             self._peak = n
 

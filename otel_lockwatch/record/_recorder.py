@@ -20,16 +20,18 @@ import threading
 import time
 import weakref
 from itertools import chain
+from time import perf_counter_ns
 from typing import Any
 
 from ._data import expand_lock_workers, merge_data
 from ._distributed import DistributedRecord
 from ._live import live_counts
 from ._lock_class import ROLES, LockClass
-from ._peak import PeakWorkers
+from ._peak import PeakWorkers, ThreadEnd
 from ._signals import HandoffStats, handoff_parts, merge_handoffs
 from ._sites import KEEP, SiteTable, merge_tables
 from ._state_parts import state_parts, track_section
+from ._threads import ForeignThread, current_thread_or_none
 from ._timeline import Timeline
 from ._witness import utc_timestamp
 
@@ -130,7 +132,7 @@ WORKER_FIELDS = (
     "worker",  # its name
     "chain",  # the lock-order chain cache: (holding, acquiring) pairs already in the graph
     "spans",  # (lock name, span name) -> spans started under that lock
-    "thread",  # the thread or task it belongs to, weakly (an ended one is folded away)
+    "thread",  # the thread or task it belongs to, weakly (a retired state's: one that has ended)
     "retired",  # observed time (ns) of the ended workers folded into this state
     "waiting",  # the lock class this worker is blocked on right now (set by the slow path), or None
 )
@@ -150,12 +152,11 @@ class WorkerState:
         self.held: list[Any] = []
         self.stats: dict[LockClass, Stats] = {} if stats is None else stats
         self.in_lockwatch = False
-        self.first = time.perf_counter_ns()
-        self.last = self.first
+        self.first = self.last = perf_counter_ns()
         self.worker = worker
         self.chain: set[tuple[LockClass, LockClass]] = set()
         self.spans: dict[tuple[str, str], int] = {}
-        self.thread = weakref.ref(thread) if thread is not None else None
+        self.thread: Any = None if thread is None else weakref.ref(thread)
         self.retired = 0
         self.waiting: LockClass | None = None
         self.signals: dict[LockClass, HandoffStats] = {}
@@ -169,17 +170,27 @@ class WorkerState:
         return not done() if done is not None else owner.is_alive()
 
     def fold(self, other: WorkerState) -> None:
-        """Add an ended worker's statistics to this (retired) state."""
+        """Add an ended worker's statistics to this (retired) state: at the cost of what the
+        ended worker wrote (a thread that took one lock once: one ``Stats``)."""
         self.retired += max(0, other.last - other.first) + other.retired
+        stats = self.stats
         for cls, s in other.stats.items():
-            mine = self.stats.get(cls)
+            mine = stats.get(cls)
             if mine is None:
-                self.stats[cls] = s
+                stats[cls] = s
             else:
                 mine.merge(s)
-        for key, n in other.spans.items():
-            self.spans[key] = self.spans.get(key, 0) + n
-        merge_handoffs(self.signals, other.signals)
+        if other.spans:
+            for key, n in other.spans.items():
+                self.spans[key] = self.spans.get(key, 0) + n
+        if other.signals:
+            merge_handoffs(self.signals, other.signals)
+
+    def retire(self) -> None:
+        """Make this ended worker's state its name's retired state, in place: the states of
+        its name's later ended workers are folded into it (its own observed time stays
+        ``last - first``; theirs adds to ``retired``)."""
+        self.thread = _ended
 
     def clear(self) -> None:
         """Forget what was recorded, the held stack included (a release of a lock held across
@@ -192,32 +203,9 @@ class WorkerState:
         self.first = self.last = time.perf_counter_ns()
 
 
-class _ForeignThread:
-    """Stands for a thread that ``threading`` does not know (started by ``_thread`` or by C).
-
-    ``threading.current_thread()`` would register a ``_DummyThread`` for it, which stays in
-    ``threading.enumerate()`` after the thread ends (for good on Python 3.10): a change the host
-    could see. This token lives in the thread's own locals instead, and dies with the thread, so
-    the worker's state is folded away like an ended ``Thread``'s.
-    """
-
-    __slots__ = ("name", "__weakref__")
-
-    def __init__(self, ident: int) -> None:
-        self.name = f"Dummy-{ident}"
-
-    def is_alive(self) -> bool:
-        return True  # while it exists: the thread's locals (which hold it) outlive the thread
-
-
-def current_thread_or_none(ident: int | None = None) -> threading.Thread | None:
-    """The calling thread's ``Thread``, or None for a thread ``threading`` does not know
-    (without registering a ``_DummyThread`` for it, as ``threading.current_thread()`` would).
-    ``ident``: the calling thread's, when the caller has it."""
-    active = getattr(threading, "_active", None)
-    if active is None:  # not CPython's threading: ask it (it may register a dummy thread)
-        return threading.current_thread()
-    return active.get(_thread.get_ident() if ident is None else ident)
+def _ended() -> None:
+    """The owner of a retired state: a weak reference to a worker that has ended."""
+    return None
 
 
 class Recorder:
@@ -246,7 +234,7 @@ class Recorder:
         # entries dropped by the order check): lockdep's "held lock freed".
         self.held_locks_freed: dict[str, int] = {}
         self.window_yields = 0  # acquisitions made by yielding: capture._switched_out
-        self.peak = PeakWorkers(self._thread_ended)  # the most workers alive at once
+        self.peak = PeakWorkers()  # the most workers alive at once
         self.timeline = Timeline()  # wait and hold per class per slice of time, sampled
         # leases, release failures, key templates of the distributed locks (their own lock)
         self.distributed = DistributedRecord()
@@ -260,9 +248,9 @@ class Recorder:
 
     _states = states
 
-    def _keep(self, states: list[WorkerState]) -> None:
+    def _keep(self, states: list[WorkerState], retired: dict[str, WorkerState]) -> None:
         self._by_id = {id(state): state for state in states}
-        self._retired = {s.worker: s for s in states if s.thread is None and s.retired}
+        self._retired = retired
 
     def reset(self) -> None:
         """Forget everything recorded (tests; a fresh start).
@@ -278,7 +266,7 @@ class Recorder:
                 if state.thread is not None and state.alive():
                     state.clear()
                     keep.append(state)
-            self._keep(keep)
+            self._keep(keep, {})
             self._names = {state.worker for state in keep}
             self._compact_at = 256
             self._arrays = []
@@ -293,48 +281,52 @@ class Recorder:
             self.distributed.reset()
 
     def register(self, worker: str, owner: Any = None) -> WorkerState:
-        """A new state for the worker named ``worker`` (past :data:`MAX_WORKERS` names,
-        ``(other)``), of ``owner`` (its thread or task; None: of nobody, as a replay of recorded
-        work writes it)."""
+        """A new state for the worker ``worker`` (its name: past :data:`MAX_WORKERS` names,
+        ``(other)``) whose thread or task is ``owner`` (None: a state of no worker); the caller
+        has it counted by the peak."""
         with self._lock:
             if len(self._by_id) >= self._compact_at:
                 self._compact()
-            if worker not in self._names and len(self._names) >= MAX_WORKERS:
-                if "(other)" not in self._names:
-                    logger.warning(
-                        "otel-lockwatch: more than %d workers; later ones are reported as "
-                        "'(other)'",
-                        MAX_WORKERS,
-                    )
-                worker = "(other)"
-            self._names.add(worker)
+            if worker not in self._names:
+                if len(self._names) >= MAX_WORKERS:
+                    if "(other)" not in self._names:
+                        logger.warning(
+                            "otel-lockwatch: more than %d workers; later ones are reported as "
+                            "'(other)'",
+                            MAX_WORKERS,
+                        )
+                    worker = "(other)"
+                self._names.add(worker)
             state = WorkerState(worker, thread=owner)
             self._by_id[id(state)] = state
-            self.peak.started(state, owner, self.tls)
             return state
 
-    def _thread_ended(self, state: WorkerState) -> None:
-        """A thread ended (its locals were cleared, before a ``join()`` returns): its state is
-        folded into its name's retired state at once, so that a process that starts a thread
-        per request keeps no state per ended thread for the collector to walk and a compaction
-        to fold. One that ended holding a lock stays until a compaction, and so does one that
+    def _thread_ended(self, state: WorkerState, generation: int) -> None:
+        """A thread ended (its locals were cleared, before a ``join()`` returns: its
+        :class:`ThreadEnd` calls this). The peak counts it down, and its state leaves at once,
+        so that a process that starts a thread per request keeps no state per ended thread for
+        the collector to walk and a compaction to fold: the first ended state of a name becomes
+        the name's retired state, in place; a later one is folded into it, at the cost of what
+        it wrote. One that ended holding a lock stays until a compaction, and so does one that
         ends while another thread has the recorder (never waited for: in a forked child, the
         interpreter clears the other threads' locals before the fork handlers run, and the lock
         may be held by a thread that is gone)."""
+        self.peak.ended(state, generation)
         if not self._lock.acquire(False):
             return
         try:
             if state.held or self._by_id.get(id(state)) is not state:
                 return  # (or gone already: a reset, a compaction, a fork)
-            del self._by_id[id(state)]
             if not (state.stats or state.spans or state.signals):
-                return  # it recorded nothing (lockwatch's own threads): not a worker
+                del self._by_id[id(state)]  # it recorded nothing (lockwatch's own threads)
+                return
             target = self._retired.get(state.worker)
             if target is None:
-                target = self._retired[state.worker] = WorkerState(state.worker)
-                target.first = target.last = 0
-                self._by_id[id(target)] = target
-            target.fold(state)
+                state.retire()
+                self._retired[state.worker] = state
+            else:
+                del self._by_id[id(state)]
+                target.fold(state)
         finally:
             self._lock.release()
 
@@ -351,11 +343,12 @@ class Recorder:
                 continue
             target = retired.get(state.worker)
             if target is None:
-                target = retired[state.worker] = WorkerState(state.worker)
-                target.first = target.last = 0
-                keep.append(target)
-            target.fold(state)
-        self._keep(keep)
+                state.retire()
+                retired[state.worker] = state
+                keep.append(state)
+            else:
+                target.fold(state)
+        self._keep(keep, retired)
         self._compact_at = max(256, 2 * len(keep))
 
     def thread_state(self) -> WorkerState:
@@ -367,12 +360,15 @@ class Recorder:
 
     def new_thread_state(self) -> WorkerState:
         """The calling thread's state, made now: it has none (the lock paths ask this once they
-        found none, rather than :meth:`thread_state`, which would look again)."""
+        found none, rather than :meth:`thread_state`, which would look again). Its
+        :class:`ThreadEnd` goes in the thread's locals with it."""
+        tls = self.tls
         thread: Any = current_thread_or_none()
-        if thread is None:  # a foreign thread: see _ForeignThread
-            thread = self.tls.token = _ForeignThread(_thread.get_ident())
+        if thread is None:  # a foreign thread: see ForeignThread
+            thread = tls.token = ForeignThread(_thread.get_ident())
         state = self.register(thread.name, thread)
-        self.tls.st = state
+        tls.alive = ThreadEnd((self._thread_ended, state, self.peak.started(state)))
+        tls.st = state
         return state
 
     def task_state(self, task: Any) -> WorkerState:
@@ -386,6 +382,7 @@ class Recorder:
             except Exception:
                 name = repr(task)
             state = self.register(f"task:{name}", task)
+            self.peak.task_started(state, task)
             try:
                 task._lockwatch_state = state
             except AttributeError:  # a task type without __dict__: keep a side table
@@ -398,7 +395,7 @@ class Recorder:
         # thread's state is gone, and the child's manifest must hold only the child's work.
         self._lock = _thread.RLock()
         current = getattr(self.tls, "st", None)
-        self._keep([])
+        self._keep([], {})
         self._names = set()
         self._compact_at = 256
         self.start_ns = time.time_ns()
@@ -413,6 +410,14 @@ class Recorder:
             self.tls.st = fresh
         self.peak.after_fork_in_child(self.tls.st if current is not None else None)
         self.timeline.after_fork()
+
+    def exclusive(self) -> Any:
+        """The recorder, held for a ``with`` block (re-entrant): while it is held, no worker
+        registers, no ended thread's state is folded (its thread ends without waiting: the
+        state stays until a compaction) and no compaction runs. For a reader that needs the
+        set of states to stay put, and for a test of what happens while another thread has the
+        recorder (a fork: the child's recorder starts with a lock of its own)."""
+        return self._lock
 
     def note_array(self, track: Any) -> None:
         """Remember a section array's tracking (its count and the most sections held at once)."""
