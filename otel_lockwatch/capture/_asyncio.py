@@ -133,8 +133,9 @@ def lock_release_factory(original: Any) -> Any:
         d = self.__dict__
         st = d.get("_lw_holder")
         if st is not None:
-            self._lw_holder = None
-            untrack(st, d["_lw_entry"], d["_lw_stats"], d["_lw_start_ns"], d["_lw_context"], None)
+            entry = d["_lw_entry"]
+            self._lw_holder = self._lw_entry = None  # nothing of the holder outlives the hold
+            untrack(st, entry, d["_lw_stats"], d["_lw_start_ns"], d["_lw_context"], None)
 
     return release
 

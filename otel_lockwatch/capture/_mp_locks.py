@@ -93,7 +93,7 @@ class _LockTrack:
 
     __slots__ = ("semlock", "lock_class", "depth", *HOLD_FIELDS, "__weakref__")
     _lw_holder: WorkerState | None
-    _lw_entry: tuple
+    _lw_entry: Any
     _lw_stats: Stats
     _lw_start_ns: int
     _lw_context: Any
@@ -120,10 +120,11 @@ class _LockTrack:
             return
         self._lw_holder = None
         entry, s, t0, ctx = self._lw_entry, self._lw_stats, self._lw_start_ns, self._lw_context
+        self._lw_entry = None  # nothing of the holder (its frame) outlives the hold
         try:
             self.semlock.release()
         except BaseException:  # released too many times: nothing changed
-            self._lw_holder = st
+            self._lw_holder, self._lw_entry = st, entry
             raise
         untrack(st, entry, s, t0, ctx, None)
 

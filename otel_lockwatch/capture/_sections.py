@@ -235,6 +235,7 @@ def section_release_factory(original: Any, mirror: bool = True) -> Any:
         else:
             original(self, index)  # raises if not held: then nothing changed
             slot._lw_holder = None
+        slot._lw_entry = None  # nothing of the holder (its frame) outlives the hold
         held = track.held_sections
         if held:
             held.pop()

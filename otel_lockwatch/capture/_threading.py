@@ -131,6 +131,7 @@ class PyLockBase:
         # What untrack() needs is read before the lock is free (then another thread may take it).
         self._lw_holder = None
         entry = self._lw_entry
+        self._lw_entry = None  # nothing of the holder (its frame) outlives the hold
         s = self._lw_stats
         t0 = self._lw_start_ns
         ctx = self._lw_context
@@ -149,6 +150,7 @@ class PyLockBase:
             return
         self._lw_holder = None
         entry = self._lw_entry
+        self._lw_entry = None  # nothing of the holder (its frame) outlives the hold
         s = self._lw_stats
         t0 = self._lw_start_ns
         ctx = self._lw_context
@@ -312,11 +314,13 @@ class RLockProxy(_RLockBase, LockProxy):
         entry, s, t0, ctx = self._lw_entry, self._lw_stats, self._lw_start_ns, self._lw_context
         depth = self._lw_depth
         self._lw_holder = None
+        self._lw_entry = None
         self._lw_depth = 0
         try:
             state = self._lw_lock._release_save()
         except BaseException:  # it raised: nothing changed
             self._lw_holder = st
+            self._lw_entry = entry
             self._lw_depth = depth
             raise
         untrack(st, entry, s, t0, ctx, None)
