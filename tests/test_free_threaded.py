@@ -149,8 +149,9 @@ for t in threads:
 locks = RECORDER.snapshot()["locks"]
 gate = [v for k, v in locks.items() if k.startswith("__main__:make_gate:")][0]
 own = [v for k, v in locks.items() if k.startswith("__main__:make_own:")][0]
-print(json.dumps({{"pairs": PAIRS, "gate": gate["acquisitions"], "gate_holds": gate["hold_ns"].count,
-                  "own": own["acquisitions"], "own_holds": own["hold_ns"].count, "left": left,
+print(json.dumps({{"pairs": PAIRS, "left": left,
+                  "gate": gate["acquisitions"], "gate_holds": gate["hold_ns"].count,
+                  "own": own["acquisitions"], "own_holds": own["hold_ns"].count,
                   "gil": sys._is_gil_enabled() if hasattr(sys, "_is_gil_enabled") else True,
                   "c": _fast_path.SPEEDUPS}}))
 """
