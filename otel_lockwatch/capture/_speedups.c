@@ -12,11 +12,12 @@
  * importing it leaves the GIL off, and every place below that relied on the GIL for atomicity
  * does something else there, under `#ifdef Py_GIL_DISABLED` (the GIL build compiles the code it
  * always did):
- *   - a field another thread may read (a lock proxy's hold, read by a waiter charging its wait
- *     to the holder; a slot of WorkerState, Stats, Hold, ArrayTrack, HandoffStats) is read and
- *     written as CPython's own members are: PyMember_GetOne / PyMember_SetOne for a slot (an
- *     atomic load with a checked incref; a store under the object's critical section), an
- *     atomic exchange for a proxy's hold (field_set), the old value released after the store;
+ *   - a field another thread may read or write (a lock proxy's hold, read by a waiter charging
+ *     its wait to the holder; its class, which a rename replaces; a slot of WorkerState, Stats,
+ *     Hold, ArrayTrack, HandoffStats) is read and written as CPython's own members are:
+ *     PyMember_GetOne / PyMember_SetOne (an atomic load with a checked incref; a store under the
+ *     object's critical section), an atomic exchange for a proxy's hold (field_set), the old
+ *     value released after the store;
  *   - a held-stack entry is never reused (reused_entry): "its reference count is 1" does not
  *     mean "nobody can reach it" when a waiter may be reading the proxy's _lw_entry at that
  *     moment. A new entry is made before the raw acquire instead, as the Python path does, so
@@ -1330,7 +1331,7 @@ untrack(ModuleState *S, PyObject *st, PyObject *entry, PyObject *s, long long t0
     }
     if (slot_set_ll(&S->worker[WORKER_LAST], st, t1) < 0)
         goto fail;
-    if (h >= S->hold_metric_ns) {
+    if (h >= FT_LOAD(S->hold_metric_ns)) {
         PyObject *a = PyLong_FromLongLong(t0), *b = PyLong_FromLongLong(t1);
         PyObject *r = NULL;
         PyObject *release[REL_FIELDS] = {[REL_WORKER] = st, [REL_ENTRY] = entry,
@@ -1554,6 +1555,13 @@ order_known(ModuleState *S, PyObject *st, PyObject *held, PyObject *cls, PyObjec
 /* The tracked acquisition. Returns a new reference to True/False, NULL with an error (the
  * lock's own, or PotentialDeadlockError from the order check), or NULL with no error set:
  * "not handled here, ask the Python path" (nothing has been done then). */
+#ifdef Py_GIL_DISABLED
+/* _lw_lock's and _lockwatch_class's members (as in LockBase_members), read through. */
+static const PyMemberDef LOCK_MEMBER = {"_lw_lock", T_OBJECT_EX, offsetof(LockBase, lock), 0, NULL};
+static const PyMemberDef CLASS_MEMBER = {"_lockwatch_class", T_OBJECT_EX, offsetof(LockBase, cls), 0,
+                                         NULL};
+#endif
+
 static PyObject *
 lock_acquire_fast(LockBase *self, int blocking)
 {
@@ -1563,8 +1571,20 @@ lock_acquire_fast(LockBase *self, int blocking)
     PyObject *st = usable_state(S);
     if (st == NULL)
         return NULL;
-    /* Our own references: the Python code called below may rename (name_lock) the lock. */
+    /* Our own references: the Python code called below may rename (name_lock) the lock (on the
+     * free-threaded build, another thread may, meanwhile: read as its member reads it). */
+#ifdef Py_GIL_DISABLED
+    PyObject *lock = PyMember_GetOne((const char *)self, (PyMemberDef *)&LOCK_MEMBER);
+    PyObject *cls = lock ? PyMember_GetOne((const char *)self, (PyMemberDef *)&CLASS_MEMBER) : NULL;
+    if (cls == NULL) {
+        PyErr_Clear();
+        Py_XDECREF(lock);
+        Py_DECREF(st);
+        return NULL;
+    }
+#else
     PyObject *lock = Py_NewRef(self->lock), *cls = Py_NewRef(self->cls);
+#endif
     PyObject *s = stats_of(S, st, cls);
     PyObject *f = NULL, *held = NULL, *result = NULL, *entry = NULL;
     int deferred = 0; /* whether this call holds the collector off (collection_defer) */
