@@ -93,6 +93,7 @@ stats = data["locks"]["ft-sections"]
 print(json.dumps({{"n": sum(counts), "acquisitions": stats["acquisitions"],
                   "holds": stats["hold_ns"].count,
                   "max_held": data["sections"]["ft-sections"]["max_held"],
+                  "held_now": len(sections._lw.held_sections),
                   "gil": sys._is_gil_enabled() if hasattr(sys, "_is_gil_enabled") else True,
                   "c": _fast_path.SPEEDUPS}}))
 """
@@ -188,15 +189,18 @@ def test_counts_are_exact_with_more_threads_than_cores(pure):
 @pytest.mark.parametrize("pure", [False, True], ids=["default path", "pure path"])
 def test_section_counts_are_exact_with_more_threads_than_sections(pure):
     """The sections of one array exclude per section, every acquisition and hold is counted once,
-    and the most sections held at once never exceeds the array's size (its count is shared by
-    every thread that holds one of them)."""
+    and the count of sections held (one list for the array, which every thread that takes or
+    leaves a section changes) is back to none at the end. (Its peak may pass the array's size by
+    a few: a section's count is dropped just after its release, when the next holder may have
+    counted it already; at most one per thread.)"""
     got = _run(SECTIONS, pure)
     total = THREADS * (ITERATIONS // 4)
     assert got["c"] is (C_BUILT and not pure)
     assert got["n"] == total
     assert got["acquisitions"] == total
     assert got["holds"] == total
-    assert 1 <= got["max_held"] <= 4
+    assert got["held_now"] == 0
+    assert 1 <= got["max_held"] <= THREADS
     assert got["gil"] is not FREE_THREADED
 
 
