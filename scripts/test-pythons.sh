@@ -24,7 +24,7 @@
 # Where a Python comes from: pyenv's 3.N.* or python3.N on the PATH; failing both, 3.14 and 3.15
 # from the Debian sid root of scripts/provision-pythons.sh (made when missing, as root), where
 # the leg runs in a chroot (scripts/sid-root.sh); 3.13t from scripts/build-python-ft.sh (built
-# once from source into the cache, about 15 minutes on 2 cores; then instant). Each leg other than python3's has a venv of its
+# once from source into the cache, about 8 minutes on 2 cores; then instant). Each leg other than python3's has a venv of its
 # own, made once (${LOCKWATCH_VENVS:-$cache/venvs}/3.N, or ${LOCKWATCH_SID_VENVS:-/venvs}/3.N in
 # the sid root), with the checkout installed editable at each run (two checkouts running legs at
 # once each need venvs of their own: the editable install points a venv at one checkout). A Python that cannot be had fails the leg under
