@@ -2,12 +2,13 @@
 
     nox                     every leg: the README's (this machine's python3) and the matrix's
     nox -l                  the sessions
-    nox -s 3.14 3.15-pure   those legs
+    nox -s 3.14 3.15-pure   those legs (3.13t: the free-threaded build, C path)
     nox -t matrix           the matrix's legs (what .ci/run runs after the README's command)
     nox -s readme           the README's test command (scripts/test.sh: set-up, checks, its legs)
 
 Each session runs its leg through scripts/test-pythons.sh, which finds or provisions the
-interpreter (pyenv, the PATH, or the Debian sid root for 3.14 and 3.15), keeps the leg's venv,
+interpreter (pyenv, the PATH, the Debian sid root for 3.14 and 3.15, scripts/build-python-ft.sh
+for the free-threaded 3.13t), keeps the leg's venv,
 checks that the leg runs the path it names and prints its wall time: nox only names and orders
 the legs, so `nox -s 3.14` and `LOCKWATCH_LEGS=3.14 bash scripts/test-pythons.sh` are one run.
 Arguments after ``--`` go to pytest. docs/development.md says which tests run where and why.

@@ -4,7 +4,8 @@
 # runs legs alone, without that set-up; noxfile.py's sessions run one leg each.
 #
 # A leg's name is a version and a path: "3.14" is CPython 3.14 with the C fast path, "3.14-pure"
-# the same Python with LOCKWATCH_DISABLE_EXTENSIONS=1. What it runs is "all" (the whole suite)
+# the same Python with LOCKWATCH_DISABLE_EXTENSIONS=1; "3.13t" is the free-threaded build of 3.13
+# (PEP 703, no GIL), with the C fast path. What it runs is "all" (the whole suite)
 # or "core" (the capture, lock-order, pool and exit tests: CORE_TESTS below); a leg other than
 # the machine's python3 leaves out the end-to-end tests (-m "not e2e"): they drive external
 # programs (Jaeger, a collector, Chromium) and check what those received, which does not depend
@@ -13,7 +14,8 @@
 #   README_LEGS  the README's test command (scripts/test.sh): this machine's python3, the whole
 #                suite on the C path (e2e included), the core tests on the pure-Python path.
 #   MATRIX_LEGS  the rest of CI's matrix (.ci/run; `nox`): the whole suite on the newest GIL
-#                Python, the core tests on the others. docs/development.md says why.
+#                Python, the core tests on the others (the free-threaded 3.13t among them).
+#                docs/development.md says why.
 #
 #   LOCKWATCH_LEGS="3.14 3.15-pure"   those legs, with their usual tests
 #   LOCKWATCH_LEGS="3.12:all"         a leg with other tests than usual (all or core)
@@ -21,7 +23,8 @@
 #
 # Where a Python comes from: pyenv's 3.N.* or python3.N on the PATH; failing both, 3.14 and 3.15
 # from the Debian sid root of scripts/provision-pythons.sh (made when missing, as root), where
-# the leg runs in a chroot (scripts/sid-root.sh). Each leg other than python3's has a venv of its
+# the leg runs in a chroot (scripts/sid-root.sh); 3.13t from scripts/build-python-ft.sh (built
+# once from source into the cache, about 8 minutes on 2 cores; then instant). Each leg other than python3's has a venv of its
 # own, made once (${LOCKWATCH_VENVS:-$cache/venvs}/3.N, or ${LOCKWATCH_SID_VENVS:-/venvs}/3.N in
 # the sid root), with the checkout installed editable at each run (two checkouts running legs at
 # once each need venvs of their own: the editable install points a venv at one checkout). A Python that cannot be had fails the leg under
@@ -32,7 +35,7 @@ set -euo pipefail
 README_LEGS="main:all main-pure:core"
 # (Each C leg's tests/test_speedups.py also runs the lock path's suites on the pure-Python path,
 # in a subprocess: a pure leg of its own is kept for python3 and the newest Python only.)
-MATRIX_LEGS="3.15:all 3.15-pure:core 3.14:core 3.13:core 3.12:core"
+MATRIX_LEGS="3.15:all 3.15-pure:core 3.14:core 3.13:core 3.13t:core 3.12:core"
 # The core: what the capture (both paths' lock bookkeeping), the lock-order check, the pools'
 # evaluation and the exit path do, which is where the interpreter's version shows (reference
 # counts, frames, the GIL's switch points, signals at exit).
@@ -49,6 +52,12 @@ CORE_TESTS=(
 )
 # The Pythons the Debian sid root serves (scripts/provision-pythons.sh).
 SID_PYTHONS="3.14 3.15"
+# What a free-threaded leg leaves out of the `test` extra: no wheel of theirs runs without the
+# GIL and none builds there (psycopg's libpq binary, grpcio, orjson; mypy's ast-serialize). The
+# tests that need one skip (importorskip) or are end-to-end ones, which such a leg does not run;
+# psycopg itself (pure Python) is installed in place of psycopg[binary]. hypothesis comes as a
+# wheel: its newest sdist has a Rust part that PyO3 builds for 3.14t and later only.
+FT_LEFT_OUT="psycopg[binary] opentelemetry-exporter-otlp-proto-grpc orjson mypy"
 
 legs_say() { printf 'test.sh: %s\n' "$*" >&2; }
 
@@ -59,6 +68,7 @@ claimed_pythons() {
     sed -n 's/^ *"Programming Language :: Python :: \(3\.[0-9]*\)",$/\1/p' pyproject.toml
 }
 
+# (3.13t is no classifier: its leg runs and reports, not counted; docs/development.md says why.)
 is_claimed() { [[ " $(claimed_pythons | tr '\n' ' ') " == *" $1 "* ]]; }
 
 # "FAILED" and why ($2, may be empty), and whether it counts (it does for a claimed Python).
@@ -70,9 +80,14 @@ leg_failed() {
 
 legs_cache() { printf '%s' "${LOCKWATCH_CACHE:-$HOME/.cache/otel-lockwatch}"; }
 
-# The interpreter for version $1 on this machine (not the sid root's), or nothing.
+# The interpreter for version $1 on this machine (not the sid root's), or nothing. A
+# free-threaded one (3.13t) is scripts/build-python-ft.sh's, built when missing.
 find_python() {
     local p
+    if [[ $1 == *t ]]; then
+        [[ $1 == 3.13t ]] && bash scripts/build-python-ft.sh || true
+        return 0
+    fi
     p="$(ls -d "${PYENV_ROOT:-$HOME/.pyenv}/versions/$1".*/bin/python 2>/dev/null | sort -V | tail -1 || true)"
     [[ -z $p ]] && p="$(command -v "python$1" || true)"
     printf '%s' "$p"
@@ -88,9 +103,32 @@ leg_venv() {
         # shellcheck disable=SC2086 # the prefix is words
         $prefix "$base" -m venv "$dir" >&2 || return 1
     fi
-    # shellcheck disable=SC2086
-    $prefix "$dir/bin/python" -m pip install --quiet --disable-pip-version-check -e '.[test]' >&2 || return 1
+    if [[ $version == *t ]]; then
+        leg_free_threaded_install "$dir/bin/python" || return 1
+    else
+        # shellcheck disable=SC2086
+        $prefix "$dir/bin/python" -m pip install --quiet --disable-pip-version-check -e '.[test]' >&2 || return 1
+    fi
     printf '%s' "$dir/bin/python"
+}
+
+# The checkout and the `test` extra but FT_LEFT_OUT into a free-threaded venv's python $1.
+leg_free_threaded_install() {
+    local python="$1" deps
+    mapfile -t deps < <("$python" - "$FT_LEFT_OUT" <<'PY'
+import sys, tomllib
+left_out = set(sys.argv[1].split())
+with open("pyproject.toml", "rb") as f:
+    extra = tomllib.load(f)["project"]["optional-dependencies"]["test"]
+for dep in extra:
+    name = dep.split(">")[0].split("=")[0].split("<")[0].strip()
+    if name not in left_out:
+        print(dep)
+print("psycopg>=3.1")
+PY
+    ) || return 1
+    "$python" -m pip install --quiet --disable-pip-version-check -e . >&2 &&
+        "$python" -m pip install --quiet --disable-pip-version-check --only-binary=hypothesis "${deps[@]}" >&2
 }
 
 # Run one leg: its name ("3.12", "3.12-pure"), the command prefix, its python, then pytest's

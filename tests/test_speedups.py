@@ -52,8 +52,8 @@ _BUILDABLE = (  # setup.py builds the extension under these conditions (its _wan
     platform.python_implementation() == "CPython"
     and sys.version_info >= (3, 11)
     and sys.platform.startswith("linux")
-    and not sysconfig.get_config_var("Py_GIL_DISABLED")
 )
+FREE_THREADED = bool(sysconfig.get_config_var("Py_GIL_DISABLED"))
 
 
 def _env(pure: bool) -> dict[str, str]:
@@ -209,6 +209,11 @@ def test_c_hold_histogram_holds_no_more_memory_for_more_holds(make_watched):
 
 
 @needs_c
+@pytest.mark.skipif(
+    FREE_THREADED,
+    reason="the free-threaded build never reuses an entry: a waiter may be reading the hold's "
+    "_lw_entry while its reference count is 1 (_speedups.c's header)",
+)
 def test_a_locks_entry_serves_again_from_a_new_frame(watched):
     """A task is a new frame each time: the lock's held-stack entry, referred to by nothing else
     once released, is used again with the new frame set in it (no tuple made per acquisition),

@@ -350,7 +350,14 @@ def untrack(st: WorkerState, entry: Any, s: Stats, t0: int, ctx: Any, index: int
 
 
 def record_hold(st: WorkerState, entry: Any, t0: int, t1: int, ctx: Any, index: int | None) -> None:
-    """The slow path of a release: a hold at or above the metric floor goes to the outbox."""
+    """The slow path of a release: a hold at or above the metric floor goes to the outbox.
+    ``st`` is the holder's state; lockwatch runs on the releasing thread's, which is another
+    when a thread releases a Lock another took (marking the holder's would make the holder's own
+    acquisitions meanwhile go unrecorded)."""
+    try:
+        st = _tls.st
+    except AttributeError:
+        st = RECORDER.thread_state()
     st.in_lockwatch = True
     defer_collection()  # other locks may be held: _collection
     try:

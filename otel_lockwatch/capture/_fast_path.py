@@ -44,7 +44,8 @@ The contract:
   around its raw acquire never orders its own acquisitions after a lock the worker does not
   hold. A reader may miss a hold for the few instructions before its push, or see it a moment
   after its release. The C path makes no new entry for a ``Lock`` whose last entry nothing else
-  refers to (its frame and offset are set in place).
+  refers to (its frame and offset are set in place), but on the free-threaded build, where
+  another thread may be reading it (``_speedups.c``'s header).
 - What it reads and writes: every field a release needs is read before the raw release (another
   thread may take the lock, and overwrite them, the moment it is free). It reads and writes
   fields of ``WorkerState``, ``Stats``, ``Hold``, ``ArrayTrack``, ``StripedSections`` and

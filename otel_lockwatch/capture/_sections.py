@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import sys
 import threading
+from _thread import allocate_lock
 from time import perf_counter_ns as _pc
 from typing import Any
 
@@ -85,11 +86,19 @@ class ArrayTrack:
         RECORDER.note_array(self)
 
 
+# Threads that use an array first at once make one track (without the GIL they run at once; a
+# track made twice loses the holds noted in the one replaced). A raw lock: never watched.
+_TRACK_MADE = allocate_lock()
+
+
 def track_of(array: Any) -> ArrayTrack:
     """The array's :class:`ArrayTrack`, made on first use and after a rename."""
     track = array._lw
     if track is None or track.name != array._name:
-        track = array._lw = ArrayTrack(array)
+        with _TRACK_MADE:
+            track = array._lw
+            if track is None or track.name != array._name:
+                track = array._lw = ArrayTrack(array)
     return track
 
 
@@ -165,9 +174,6 @@ def section_acquire_factory(original: Any) -> Any:
         # (the stack entry made, the context, the order check, the holder's ident), and between
         # the raw acquire and the return there is the entry's push, one clock read and no call
         # that would let the interpreter switch threads but the held-sections count.
-        slot = track.slots[index]
-        if slot is None:
-            slot = track.slots[index] = Hold()
         entry = HeldEntry((cls, f, f.f_lasti, self, canonical))
         ctx = current_context()
         held = st.held
@@ -198,6 +204,11 @@ def section_acquire_factory(original: Any) -> Any:
         sections.append(1)
         if len(sections) > track.max_held:
             track.max_held = len(sections)
+        # The section's Hold, made by its first holder (with the section held, as the C path
+        # makes it: two threads that both found none would each make one).
+        slot = track.slots[index]
+        if slot is None:
+            slot = track.slots[index] = Hold()
         slot._lw_entry = entry
         slot._lw_stats = s
         slot._lw_context = ctx

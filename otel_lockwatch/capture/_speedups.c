@@ -7,6 +7,39 @@
  * entries and their push point, the fields it reads and writes, what it owns, its clock, its
  * state) is written once, in the docstring of capture/_fast_path.py: read it first.
  * tests/test_fast_path_contract.py holds both paths to it.
+ *
+ * The free-threaded build (PEP 703, Py_GIL_DISABLED): the module declares Py_MOD_GIL_NOT_USED, so
+ * importing it leaves the GIL off, and every place below that relied on the GIL for atomicity
+ * does something else there, under `#ifdef Py_GIL_DISABLED` (the GIL build compiles the code it
+ * always did):
+ *   - a field another thread may read or write (a lock proxy's hold, read by a waiter charging
+ *     its wait to the holder; its class, which a rename replaces; a slot of WorkerState, Stats,
+ *     Hold, ArrayTrack, HandoffStats) is read and written as CPython's own members are:
+ *     PyMember_GetOne / PyMember_SetOne (an atomic load with a checked incref; a store under the
+ *     object's critical section), an atomic exchange for a proxy's hold (field_set), the old
+ *     value released after the store;
+ *   - a held-stack entry is never reused (reused_entry): "its reference count is 1" does not
+ *     mean "nobody can reach it" when a waiter may be reading the proxy's _lw_entry at that
+ *     moment. A new entry is made before the raw acquire instead, as the Python path does, so
+ *     the uncontended acquisition still allocates nothing with the lock held;
+ *   - the collection deferral's count and the collector switch (collection_defer) run under a
+ *     PyMutex of the module's state: a count and its switch are one step on every thread;
+ *   - a StatsBase's counters are changed with atomic adds (a Lock may be released by a thread
+ *     that is not its holder, which then writes the holder's Stats), and its hold histogram
+ *     (the dense buckets and the dict, which the snapshot reads and Python may replace) under
+ *     the Stats' critical section;
+ *   - a held stack's compound steps (is the entry on top? pop it; find it and cut it out; the
+ *     order check's walk) run under the list's critical section (a releasing thread may edit
+ *     the holder's stack), and so does the held-sections counter's pop; a list's or dict's item
+ *     is taken as a strong reference (PyList_GetItemRef, PyDict_GetItemRef), never borrowed;
+ *   - a module-state object replaced by a later setup call is kept (in `retired`) until the
+ *     module goes, not released: another thread may be calling the one it read a moment ago.
+ *     Re-running setup() with other classes than before while other threads take watched locks
+ *     is not supported there (a slot's class and offset are two words); with the same classes,
+ *     as every re-import passes, the tables are left as they are.
+ * The rest needs nothing: a thread's WorkerState cache is its own (a pthread key), the ended
+ * threads' queue was already atomic, and a raw lock's own acquire and release order the hold's
+ * notes between holders.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -23,6 +56,65 @@
 #error "otel_lockwatch.capture._speedups reads CLOCK_MONOTONIC, which is perf_counter_ns on Linux only"
 #endif
 
+/* -- what the free-threaded build does differently (the header says why) --------------------
+ * FT_LOAD / FT_STORE: a word another thread may write or read at the same time (relaxed: the
+ * value alone matters). The GIL build reads and writes it plainly. */
+#ifdef Py_GIL_DISABLED
+#define FT_LOAD(field) __atomic_load_n(&(field), __ATOMIC_RELAXED)
+#define FT_STORE(field, value) __atomic_store_n(&(field), (value), __ATOMIC_RELAXED)
+#define FT_ADD(field, delta) ((void)__atomic_fetch_add(&(field), (delta), __ATOMIC_RELAXED))
+#else
+#define FT_LOAD(field) (field)
+#define FT_STORE(field, value) ((field) = (value))
+#define FT_ADD(field, delta) ((void)((field) += (delta)))
+#endif
+
+/* A critical section (the object's own lock) on the free-threaded build; nothing under the GIL
+ * (3.13 defines these as a block there; 3.11 and 3.12 do not define them). */
+#ifndef Py_BEGIN_CRITICAL_SECTION
+#define Py_BEGIN_CRITICAL_SECTION(op) {
+#define Py_END_CRITICAL_SECTION() }
+#endif
+
+/* seq[i] (new reference) of a list, i in range when read: another thread may shrink the list
+ * meanwhile on the free-threaded build (then NULL with an IndexError). */
+static inline PyObject *
+list_item(PyObject *seq, Py_ssize_t i)
+{
+#ifdef Py_GIL_DISABLED
+    return PyList_GetItemRef(seq, i);
+#else
+    return Py_NewRef(PyList_GET_ITEM(seq, i));
+#endif
+}
+
+/* d[key] as a new reference in *out: 1 found, 0 not (*out NULL), -1 error. */
+static inline int
+dict_get_ref(PyObject *d, PyObject *key, PyObject **out)
+{
+#ifdef Py_GIL_DISABLED
+    return PyDict_GetItemRef(d, key, out);
+#else
+    *out = Py_XNewRef(PyDict_GetItemWithError(d, key));
+    return *out != NULL ? 1 : PyErr_Occurred() ? -1 : 0;
+#endif
+}
+
+/* *p = v (a new reference, stolen), the old value released after: Py_XSETREF, where another
+ * thread may read *p meanwhile (as a member descriptor reads it: an atomic load and an incref
+ * checked against the field) or store into it (an exchange: one of two stores gets the old). */
+static inline void
+field_set(PyObject **p, PyObject *v)
+{
+#ifdef Py_GIL_DISABLED
+    PyObject *old = __atomic_exchange_n(p, v, __ATOMIC_ACQ_REL);
+#else
+    PyObject *old = *p;
+    *p = v;
+#endif
+    Py_XDECREF(old);
+}
+
 /* -- slots read like the interpreter reads them -------------------------------------------
  * The Python objects the hot path touches (WorkerState, Stats, Hold, ArrayTrack,
  * StripedSections, HandoffStats) are __slots__ classes. A generic PyObject_GetAttr on one costs a
@@ -35,6 +127,7 @@ typedef struct {
     PyObject *name;     /* interned attribute name */
     PyTypeObject *type; /* the exact class resolved, or NULL: always generic */
     Py_ssize_t offset;
+    PyMemberDef *member; /* its member (the free-threaded build reads and writes through it) */
 } Slot;
 
 enum {
@@ -130,7 +223,8 @@ typedef struct ThreadCache {
  * at file level. Lock proxies and section functions keep a pointer to it (their type keeps the
  * module alive), read on the hot path without a lookup; module functions get it from their
  * module. Under the GIL every field is written with the GIL held, except `ended` (atomic: a
- * pthread key destructor pushes onto it without the GIL). */
+ * pthread key destructor pushes onto it without the GIL); the free-threaded build's differences
+ * are in the header. */
 typedef struct ModuleState {
     /* setup(), from _bookkeeping.py */
     PyObject *tls;          /* RECORDER.tls */
@@ -172,6 +266,10 @@ typedef struct ModuleState {
     /* the collector held off (collection_defer) */
     long deferrals;
     int collection_was_enabled;
+#ifdef Py_GIL_DISABLED
+    PyMutex deferral_lock; /* a count and its switch, as one step */
+    PyObject *retired;     /* the objects later setup calls replaced (a list, or NULL) */
+#endif
     /* the threads' cached WorkerStates */
     pthread_key_t cache_key;
     int cache_key_made;
@@ -318,28 +416,44 @@ call_with_event(PyObject *fn, PyTypeObject *type, PyObject *const *values, int n
  * the first of nested deferrals (on any thread) notes whether it was on and turns it off, the
  * last turns it back on if it was; the objects they counted are collected at the program's next
  * allocation, wherever the program's own would have been. Under the GIL, with no Python code
- * between the count and the switch, a deferral is atomic. */
+ * between the count and the switch, a deferral is atomic; on the free-threaded build the count
+ * and the switch run under the state's deferral lock (else a first deferral's switch and a
+ * last's could interleave, and the collector stay off for good). */
+#ifdef Py_GIL_DISABLED
+#define DEFERRAL_LOCK(S) PyMutex_Lock(&(S)->deferral_lock)
+#define DEFERRAL_UNLOCK(S) PyMutex_Unlock(&(S)->deferral_lock)
+#else
+#define DEFERRAL_LOCK(S) ((void)0)
+#define DEFERRAL_UNLOCK(S) ((void)0)
+#endif
 
 static __attribute__((noinline)) void
 collection_defer(ModuleState *S)
 {
+    DEFERRAL_LOCK(S);
     if (S->deferrals++ == 0)
         S->collection_was_enabled = PyGC_Disable();
+    DEFERRAL_UNLOCK(S);
 }
 
 static __attribute__((noinline)) void
 collection_resume(ModuleState *S)
 {
-    if (S->deferrals <= 0)
-        return; /* a forked child started again while a deferral was open */
-    if (--S->deferrals == 0 && S->collection_was_enabled)
+    DEFERRAL_LOCK(S);
+    /* (none open: a forked child started again while a deferral was open) */
+    if (S->deferrals > 0 && --S->deferrals == 0 && S->collection_was_enabled)
         PyGC_Enable();
+    DEFERRAL_UNLOCK(S);
 }
 
 /* obj.name (new reference), or NULL with AttributeError */
 static inline PyObject *
 slot_get(Slot *sl, PyObject *obj)
 {
+#ifdef Py_GIL_DISABLED
+    if (Py_TYPE(obj) == sl->type) /* another thread may store into it meanwhile */
+        return PyMember_GetOne((const char *)obj, sl->member);
+#else
     if (Py_TYPE(obj) == sl->type) {
         PyObject *v = *(PyObject **)((char *)obj + sl->offset);
         if (v != NULL)
@@ -347,12 +461,17 @@ slot_get(Slot *sl, PyObject *obj)
         PyErr_SetObject(PyExc_AttributeError, sl->name);
         return NULL;
     }
+#endif
     return PyObject_GetAttr(obj, sl->name);
 }
 
 static inline int
 slot_set(Slot *sl, PyObject *obj, PyObject *value)
 {
+#ifdef Py_GIL_DISABLED
+    if (Py_TYPE(obj) == sl->type) /* under the object's critical section, as a member's store */
+        return PyMember_SetOne((char *)obj, sl->member, value);
+#else
     if (Py_TYPE(obj) == sl->type) {
         PyObject **p = (PyObject **)((char *)obj + sl->offset);
         PyObject *old = *p;
@@ -360,6 +479,7 @@ slot_set(Slot *sl, PyObject *obj, PyObject *value)
         Py_XDECREF(old);
         return 0;
     }
+#endif
     return PyObject_SetAttr(obj, sl->name, value);
 }
 
@@ -371,21 +491,31 @@ slot_resolve(Slot *sl, PyObject *type, const char *name)
     PyObject *interned = PyUnicode_InternFromString(name);
     if (interned == NULL)
         return -1;
-    Py_XSETREF(sl->name, interned);
-    sl->type = NULL;
-    PyObject *descr = PyObject_GetAttr(type, sl->name);
-    if (descr == NULL) {
+    PyObject *descr = PyObject_GetAttr(type, interned);
+    PyMemberDef *member = NULL;
+    if (descr == NULL)
         PyErr_Clear();
+    else if (Py_TYPE(descr) == &PyMemberDescr_Type) {
+        PyMemberDef *m = ((PyMemberDescrObject *)descr)->d_member;
+        if (m->type == T_OBJECT_EX && !(m->flags & READONLY))
+            member = m;
+    }
+    Py_XDECREF(descr);
+#ifdef Py_GIL_DISABLED
+    /* Another thread may be reading this slot: what a re-import passes again stays untouched. */
+    if (sl->name == interned && member != NULL && sl->type == (PyTypeObject *)type &&
+        sl->member == member) {
+        Py_DECREF(interned);
         return 0;
     }
-    if (Py_TYPE(descr) == &PyMemberDescr_Type) {
-        PyMemberDef *m = ((PyMemberDescrObject *)descr)->d_member;
-        if (m->type == T_OBJECT_EX && !(m->flags & READONLY)) {
-            sl->type = (PyTypeObject *)type;
-            sl->offset = m->offset;
-        }
+#endif
+    Py_XSETREF(sl->name, interned);
+    sl->type = NULL;
+    if (member != NULL) {
+        sl->offset = member->offset;
+        sl->member = member;
+        sl->type = (PyTypeObject *)type;
     }
-    Py_DECREF(descr);
     return 0;
 }
 
@@ -532,18 +662,19 @@ bucket_add(PyObject *hist, long long b, long long n)
     PyObject *key = PyLong_FromLongLong(b);
     if (key == NULL)
         return -1;
-    PyObject *count = PyDict_GetItemWithError(hist, key); /* borrowed */
+    PyObject *count;
     long long had = 0;
+    if (dict_get_ref(hist, key, &count) < 0) {
+        Py_DECREF(key);
+        return -1;
+    }
     if (count != NULL) {
         had = PyLong_AsLongLong(count);
+        Py_DECREF(count);
         if (had == -1 && PyErr_Occurred()) {
             Py_DECREF(key);
             return -1;
         }
-    }
-    else if (PyErr_Occurred()) {
-        Py_DECREF(key);
-        return -1;
     }
     PyObject *nv = PyLong_FromLongLong(had + n);
     if (nv == NULL) {
@@ -675,17 +806,20 @@ StatsBase_dealloc(StatsBase *self)
 static PyObject *
 StatsBase_get_histogram(StatsBase *self, void *Py_UNUSED(closure))
 {
-    if (self->hold_histogram == NULL) { /* cleared by the collector */
+    PyObject *out = NULL;
+    Py_BEGIN_CRITICAL_SECTION(self); /* (the holder's release may be counting meanwhile) */
+    if (self->hold_histogram == NULL) /* cleared by the collector */
         PyErr_SetString(PyExc_AttributeError, "hold_histogram");
-        return NULL;
+    else if (!PyDict_Check(self->hold_histogram)) /* what was assigned, as assigned */
+        out = Py_NewRef(self->hold_histogram);
+    else {
+        out = PyDict_Copy(self->hold_histogram);
+        for (int b = 0; out != NULL && b < DENSE; b++) {
+            if (self->dense[b] != 0 && bucket_add(out, b, self->dense[b]) < 0)
+                Py_CLEAR(out);
+        }
     }
-    if (!PyDict_Check(self->hold_histogram)) /* what was assigned, as assigned */
-        return Py_NewRef(self->hold_histogram);
-    PyObject *out = PyDict_Copy(self->hold_histogram);
-    for (int b = 0; out != NULL && b < DENSE; b++) {
-        if (self->dense[b] != 0 && bucket_add(out, b, self->dense[b]) < 0)
-            Py_CLEAR(out);
-    }
+    Py_END_CRITICAL_SECTION();
     return out;
 }
 
@@ -698,8 +832,13 @@ StatsBase_set_histogram(StatsBase *self, PyObject *value, void *Py_UNUSED(closur
         PyErr_SetString(PyExc_TypeError, "otel_lockwatch: a Stats keeps its hold histogram");
         return -1;
     }
+    PyObject *old;
+    Py_BEGIN_CRITICAL_SECTION(self);
     memset(self->dense, 0, DENSE * sizeof(uint32_t));
-    Py_XSETREF(self->hold_histogram, Py_NewRef(value));
+    old = self->hold_histogram;
+    self->hold_histogram = Py_NewRef(value);
+    Py_END_CRITICAL_SECTION();
+    Py_XDECREF(old);
     return 0;
 }
 
@@ -747,7 +886,7 @@ stats_add(ModuleState *S, PyObject *s, int field, long long delta)
 {
     StatsBase *c = c_stats(S, s);
     if (c != NULL) {
-        c->counts[field] += delta;
+        FT_ADD(c->counts[field], delta); /* (atomic on the free-threaded build) */
         return 0;
     }
     return slot_add(&S->stats[field], s, delta);
@@ -836,7 +975,7 @@ refresh_state(ModuleState *S, PyThreadState *ts)
     Py_XSETREF(c->st, st);
     c->tstate = ts;
     c->tstate_id = PyThreadState_GetID(ts);
-    c->generation = S->generation;
+    c->generation = FT_LOAD(S->generation);
     return st;
 }
 
@@ -850,7 +989,7 @@ thread_state(ModuleState *S)
 {
     PyThreadState *ts = PyThreadState_Get();
     ThreadCache *c = pthread_getspecific(S->cache_key);
-    if (c != NULL && c->st != NULL && c->generation == S->generation && c->tstate == ts &&
+    if (c != NULL && c->st != NULL && c->generation == FT_LOAD(S->generation) && c->tstate == ts &&
         c->tstate_id == PyThreadState_GetID(ts))
         return c->st;
     return refresh_state(S, ts);
@@ -890,8 +1029,9 @@ stats_of(ModuleState *S, PyObject *st, PyObject *cls)
         PyErr_Clear();
         return NULL;
     }
-    PyObject *s = PyDict_Check(stats) ? PyDict_GetItemWithError(stats, cls) : NULL;
-    Py_XINCREF(s);
+    PyObject *s = NULL;
+    if (PyDict_Check(stats))
+        (void)dict_get_ref(stats, cls, &s);
     Py_DECREF(stats);
     if (s == NULL)
         PyErr_Clear();
@@ -1121,7 +1261,9 @@ pop_last(PyObject *list)
     Py_DECREF(item);
 }
 
-/* Remove `entry` from a held stack where it is not on top (_bookkeeping.discard). */
+/* Remove `entry` from a held stack where it is not on top (_bookkeeping.discard); under the
+ * stack's critical section on the free-threaded build (PyList_SetSlice takes it again: a
+ * critical section the thread holds already is taken again, not waited for). */
 static int
 discard(PyObject *held, PyObject *entry)
 {
@@ -1144,20 +1286,30 @@ untrack(ModuleState *S, PyObject *st, PyObject *entry, PyObject *s, long long t0
     PyObject *hist = NULL;
     if (held == NULL)
         goto fail;
+    int popped;
+    /* (a releasing thread may edit the holder's stack: one step, on the free-threaded build) */
+    Py_BEGIN_CRITICAL_SECTION(held);
     Py_ssize_t n = PyList_Check(held) ? PyList_GET_SIZE(held) : -1;
-    if (n > 0 && PyList_GET_ITEM(held, n - 1) == entry) {
+    popped = n > 0 && PyList_GET_ITEM(held, n - 1) == entry;
+    if (popped)
         pop_last(held);
-    }
-    else if (discard(held, entry) < 0)
+    else
+        popped = discard(held, entry);
+    Py_END_CRITICAL_SECTION();
+    if (popped < 0)
         goto fail;
     StatsBase *c = c_stats(S, s);
     if (c != NULL) {
+        int r;
+        Py_BEGIN_CRITICAL_SECTION(c); /* (another thread may release the holder's other lock) */
         c->counts[STATS_HOLD_TOTAL] += h;
         if (h > c->counts[STATS_HOLD_MAX])
             c->counts[STATS_HOLD_MAX] = h;
         if (h < c->counts[STATS_HOLD_MIN])
             c->counts[STATS_HOLD_MIN] = h;
-        if (hold_add(c, h) < 0)
+        r = hold_add(c, h);
+        Py_END_CRITICAL_SECTION();
+        if (r < 0)
             goto fail;
     }
     else {
@@ -1179,7 +1331,7 @@ untrack(ModuleState *S, PyObject *st, PyObject *entry, PyObject *s, long long t0
     }
     if (slot_set_ll(&S->worker[WORKER_LAST], st, t1) < 0)
         goto fail;
-    if (h >= S->hold_metric_ns) {
+    if (h >= FT_LOAD(S->hold_metric_ns)) {
         PyObject *a = PyLong_FromLongLong(t0), *b = PyLong_FromLongLong(t1);
         PyObject *r = NULL;
         PyObject *release[REL_FIELDS] = {[REL_WORKER] = st, [REL_ENTRY] = entry,
@@ -1336,6 +1488,10 @@ static inline PyObject *
 reused_entry(ModuleState *S, PyObject *entry, PyObject *cls, PyObject *f, PyObject *self,
              PyObject *canonical)
 {
+#ifdef Py_GIL_DISABLED
+    /* Never: a waiter may be reading the hold's _lw_entry (a count of 1 proves nothing). */
+    return NULL;
+#endif
     if (entry == NULL || Py_TYPE(entry) != S->held_entry_type ||
         ENTRY_GET(entry, ENTRY_LOCK_CLASS) != cls || ENTRY_GET(entry, ENTRY_LOCK) != self ||
         ENTRY_GET(entry, ENTRY_CANONICAL) != canonical || Py_REFCNT(entry) != 1)
@@ -1375,6 +1531,7 @@ order_known(ModuleState *S, PyObject *st, PyObject *held, PyObject *cls, PyObjec
         return 0;
     }
     int known = PySet_CheckExact(chain);
+    Py_BEGIN_CRITICAL_SECTION(held); /* (a releasing thread may edit it: its items stay ours) */
     for (Py_ssize_t i = 0; known && i < PyList_GET_SIZE(held); i++) {
         PyObject *entry = PyList_GET_ITEM(held, i);
         if (Py_TYPE(entry) != S->held_entry_type || ENTRY_GET(entry, ENTRY_LOCK) == obj) {
@@ -1390,6 +1547,7 @@ order_known(ModuleState *S, PyObject *st, PyObject *held, PyObject *cls, PyObjec
             known = 0;
         }
     }
+    Py_END_CRITICAL_SECTION();
     Py_DECREF(chain);
     return known;
 }
@@ -1397,6 +1555,13 @@ order_known(ModuleState *S, PyObject *st, PyObject *held, PyObject *cls, PyObjec
 /* The tracked acquisition. Returns a new reference to True/False, NULL with an error (the
  * lock's own, or PotentialDeadlockError from the order check), or NULL with no error set:
  * "not handled here, ask the Python path" (nothing has been done then). */
+#ifdef Py_GIL_DISABLED
+/* _lw_lock's and _lockwatch_class's members (as in LockBase_members), read through. */
+static const PyMemberDef LOCK_MEMBER = {"_lw_lock", T_OBJECT_EX, offsetof(LockBase, lock), 0, NULL};
+static const PyMemberDef CLASS_MEMBER = {"_lockwatch_class", T_OBJECT_EX, offsetof(LockBase, cls), 0,
+                                         NULL};
+#endif
+
 static PyObject *
 lock_acquire_fast(LockBase *self, int blocking)
 {
@@ -1406,10 +1571,22 @@ lock_acquire_fast(LockBase *self, int blocking)
     PyObject *st = usable_state(S);
     if (st == NULL)
         return NULL;
-    /* Our own references: the Python code called below may rename (name_lock) the lock. */
+    /* Our own references: the Python code called below may rename (name_lock) the lock (on the
+     * free-threaded build, another thread may, meanwhile: read as its member reads it). */
+#ifdef Py_GIL_DISABLED
+    PyObject *lock = PyMember_GetOne((const char *)self, (PyMemberDef *)&LOCK_MEMBER);
+    PyObject *cls = lock ? PyMember_GetOne((const char *)self, (PyMemberDef *)&CLASS_MEMBER) : NULL;
+    if (cls == NULL) {
+        PyErr_Clear();
+        Py_XDECREF(lock);
+        Py_DECREF(st);
+        return NULL;
+    }
+#else
     PyObject *lock = Py_NewRef(self->lock), *cls = Py_NewRef(self->cls);
+#endif
     PyObject *s = stats_of(S, st, cls);
-    PyObject *f = NULL, *held = NULL, *result = NULL;
+    PyObject *f = NULL, *held = NULL, *result = NULL, *entry = NULL;
     int deferred = 0; /* whether this call holds the collector off (collection_defer) */
     if (s == NULL)
         goto not_here;
@@ -1430,6 +1607,15 @@ lock_acquire_fast(LockBase *self, int blocking)
             goto error;
         goto not_here;
     }
+#ifdef Py_GIL_DISABLED
+    /* No entry is reused here: the new one is made before the acquire (as the Python path makes
+     * it), not with the lock held. */
+    entry = new_entry(S, cls, f, (PyObject *)self, Py_False);
+    if (entry == NULL) {
+        PyErr_Clear();
+        goto not_here;
+    }
+#endif
     if (blocking) {
         if (PyList_GET_SIZE(held) > 0 && !order_known(S, st, held, cls, (PyObject *)self)) {
             PyObject *order[ACQ_FIELDS] = {[ACQ_WORKER] = st, [ACQ_LOCK_CLASS] = cls,
@@ -1480,7 +1666,8 @@ lock_acquire_fast(LockBase *self, int blocking)
     /* Taken: track the hold (_bookkeeping.track_hold). From here on nothing reaches the host
      * but True. */
     {
-        PyObject *entry = reused_entry(S, self->entry, cls, f, (PyObject *)self, Py_False);
+        if (entry == NULL)
+            entry = reused_entry(S, self->entry, cls, f, (PyObject *)self, Py_False);
         if (entry == NULL) {
             if (!deferred) { /* a new entry, under the lock just taken */
                 collection_defer(S);
@@ -1489,7 +1676,7 @@ lock_acquire_fast(LockBase *self, int blocking)
             entry = new_entry(S, cls, f, (PyObject *)self, Py_False);
         }
         if (entry == NULL || PyList_Append(held, entry) < 0) {
-            Py_XDECREF(entry);
+            Py_CLEAR(entry);
             swallow(S);
         }
         else {
@@ -1498,11 +1685,13 @@ lock_acquire_fast(LockBase *self, int blocking)
                 swallow(S);
                 ctx = Py_NewRef(Py_None);
             }
-            Py_XSETREF(self->entry, entry);
-            Py_XSETREF(self->stats, Py_NewRef(s));
-            Py_XSETREF(self->context, ctx);
-            Py_XSETREF(self->holder, Py_NewRef(st));
-            self->start_ns = now_ns();
+            /* (a waiter may read these meanwhile: field_set) */
+            field_set(&self->entry, entry);
+            entry = NULL;
+            field_set(&self->stats, Py_NewRef(s));
+            field_set(&self->context, ctx);
+            field_set(&self->holder, Py_NewRef(st));
+            FT_STORE(self->start_ns, now_ns());
         }
     }
     result = Py_NewRef(Py_True);
@@ -1521,6 +1710,7 @@ done:
     Py_XDECREF(s);
     Py_XDECREF(f);
     Py_XDECREF(held);
+    Py_XDECREF(entry); /* (the free-threaded build's, not taken) */
     if (deferred)
         collection_resume(S);
     return result;
@@ -1581,15 +1771,24 @@ LockBase_release(LockBase *self, PyObject *Py_UNUSED(ignored))
         PyErr_SetString(PyExc_AttributeError, "_lw_lock");
         return NULL;
     }
-    PyObject *st = self->holder;
+    PyObject *st = FT_LOAD(self->holder);
     if (st == NULL || st == Py_None || !S->ready)
         return release_lock(S, self->lock);
     /* Everything the bookkeeping needs, read before the lock is free. */
+#ifdef Py_GIL_DISABLED
+    /* (two releases at once, one of them wrong: one takes the holder, the other finds None) */
+    st = __atomic_exchange_n(&self->holder, Py_NewRef(Py_None), __ATOMIC_ACQ_REL);
+    if (st == NULL || st == Py_None) {
+        Py_XDECREF(st);
+        return release_lock(S, self->lock);
+    }
+#else
     self->holder = Py_NewRef(Py_None); /* the reference to st is ours now */
-    PyObject *entry = Py_XNewRef(self->entry);
-    PyObject *s = Py_XNewRef(self->stats);
-    PyObject *ctx = Py_XNewRef(self->context);
-    long long t0 = self->start_ns;
+#endif
+    PyObject *entry = Py_XNewRef(FT_LOAD(self->entry));
+    PyObject *s = Py_XNewRef(FT_LOAD(self->stats));
+    PyObject *ctx = Py_XNewRef(FT_LOAD(self->context));
+    long long t0 = FT_LOAD(self->start_ns);
     PyObject *r = release_lock(S, self->lock);
     if (r != NULL && entry != NULL && s != NULL)
         untrack(S, st, entry, s, t0, ctx ? ctx : Py_None, NULL);
@@ -1680,7 +1879,7 @@ RLockBase_acquire(RLockBase *self, PyObject *const *args, Py_ssize_t nargs, PyOb
     PyObject *st = self->base.lock != NULL ? thread_state(S) : NULL; /* borrowed */
     if (st == NULL) /* no state yet: the Python path creates it */
         return delegate(S->python_rlock_acquire, (PyObject *)self, args, nargs, kwnames);
-    int owner = self->base.holder == st;
+    int owner = FT_LOAD(self->base.holder) == st;
     if (owner) {
         /* Re-entry by the owner: the lock's own acquire, with the arguments as given. */
         PyObject *lock = Py_NewRef(self->base.lock);
@@ -1720,7 +1919,7 @@ RLockBase_release(RLockBase *self, PyObject *Py_UNUSED(ignored))
         PyErr_SetString(PyExc_AttributeError, "_lw_lock");
         return NULL;
     }
-    if (!is_current_state(S, self->base.holder)) /* not tracked, or not the owner: the lock decides */
+    if (!is_current_state(S, FT_LOAD(self->base.holder))) /* not tracked, or not the owner: the lock decides */
         return release_lock(S, self->base.lock);
     if (self->depth) {
         PyObject *r = release_lock(S, self->base.lock);
@@ -1887,7 +2086,7 @@ section_item(PyObject *arr, Slot *attr, PyObject *index)
         return NULL;
     Py_ssize_t i = list_index(seq, index);
     if (i >= 0) {
-        PyObject *r = Py_NewRef(PyList_GET_ITEM(seq, i));
+        PyObject *r = list_item(seq, i);
         Py_DECREF(seq);
         return r;
     }
@@ -1904,11 +2103,17 @@ section_set(PyObject *arr, Slot *attr, PyObject *index, PyObject *value)
         return -1;
     Py_ssize_t i = list_index(seq, index);
     if (i >= 0) {
+#ifdef Py_GIL_DISABLED
+        int r = PyList_SetItem(seq, i, Py_NewRef(value)); /* (a reader may hold the old one) */
+        Py_DECREF(seq);
+        return r;
+#else
         PyObject *old = PyList_GET_ITEM(seq, i);
         PyList_SET_ITEM(seq, i, Py_NewRef(value));
         Py_DECREF(old);
         Py_DECREF(seq);
         return 0;
+#endif
     }
     int r = PyObject_SetItem(seq, index, value);
     Py_DECREF(seq);
@@ -2075,7 +2280,7 @@ section_acquire(SectionFn *fn, PyObject *const *args, size_t nargsf, PyObject *k
         if (slots == NULL)
             goto track_failed;
         Py_ssize_t si = list_index(slots, index);
-        slot = si >= 0 ? Py_NewRef(PyList_GET_ITEM(slots, si)) : PyObject_GetItem(slots, index);
+        slot = si >= 0 ? list_item(slots, si) : PyObject_GetItem(slots, index);
         if (slot == NULL)
             goto track_failed;
         if (slot == Py_None) {
@@ -2085,9 +2290,13 @@ section_acquire(SectionFn *fn, PyObject *const *args, size_t nargsf, PyObject *k
                 goto track_failed;
         }
         /* the section's last entry, when nothing else refers to it (as a Lock's) */
+#ifdef Py_GIL_DISABLED
+        PyObject *last = NULL; /* (never reused there: reused_entry) */
+#else
         PyObject *last = Py_TYPE(slot) == S->hold[HOLD_ENTRY].type
                              ? *(PyObject **)((char *)slot + S->hold[HOLD_ENTRY].offset)
                              : NULL;
+#endif
         entry = reused_entry(S, last, cls, f, arr, canonical);
         if (entry == NULL)
             entry = new_entry(S, cls, f, arr, canonical);
@@ -2106,10 +2315,16 @@ section_acquire(SectionFn *fn, PyObject *const *args, size_t nargsf, PyObject *k
             PyList_Append(counter, S->one) < 0)
             goto track_failed;
         long long max_held;
-        if (slot_get_ll(&S->track[TRACK_MAX_HELD], track, &max_held) < 0)
-            goto track_failed;
-        if (PyList_GET_SIZE(counter) > max_held &&
-            slot_set_ll(&S->track[TRACK_MAX_HELD], track, PyList_GET_SIZE(counter)) < 0)
+        int bad = 0;
+        /* (sections of one array are held by several threads at once: the compare and the store
+         * as one step on the free-threaded build, whose member store takes the section again) */
+        Py_BEGIN_CRITICAL_SECTION(track);
+        Py_ssize_t now_held = PyList_GET_SIZE(counter);
+        bad = slot_get_ll(&S->track[TRACK_MAX_HELD], track, &max_held) < 0 ||
+              (now_held > max_held &&
+               slot_set_ll(&S->track[TRACK_MAX_HELD], track, now_held) < 0);
+        Py_END_CRITICAL_SECTION();
+        if (bad)
             goto track_failed;
         if (slot_set_ll(&S->hold[HOLD_START], slot, now_ns()) < 0)
             goto track_failed;
@@ -2162,8 +2377,7 @@ section_release(SectionFn *fn, PyObject *const *args, size_t nargsf, PyObject *k
     if (track != Py_None) {
         PyObject *slots = slot_get(&S->track[TRACK_SLOTS], track);
         Py_ssize_t si = slots ? list_index(slots, index) : -1;
-        slot = si >= 0 ? Py_NewRef(PyList_GET_ITEM(slots, si))
-                       : (slots ? PyObject_GetItem(slots, index) : NULL);
+        slot = si >= 0 ? list_item(slots, si) : (slots ? PyObject_GetItem(slots, index) : NULL);
         Py_XDECREF(slots);
         if (slot == NULL) {
             PyErr_Clear();
@@ -2211,8 +2425,12 @@ section_release(SectionFn *fn, PyObject *const *args, size_t nargsf, PyObject *k
     }
     {
         PyObject *counter = slot_get(&S->track[TRACK_HELD_SECTIONS], track);
-        if (counter != NULL && PyList_Check(counter) && PyList_GET_SIZE(counter) > 0)
-            pop_last(counter);
+        if (counter != NULL && PyList_Check(counter)) {
+            Py_BEGIN_CRITICAL_SECTION(counter); /* (other sections' acquires append meanwhile) */
+            if (PyList_GET_SIZE(counter) > 0)
+                pop_last(counter);
+            Py_END_CRITICAL_SECTION();
+        }
         else if (counter == NULL)
             swallow(S);
         Py_XDECREF(counter);
@@ -2334,12 +2552,11 @@ signal_stats_of(ModuleState *S, PyObject *st, PyObject *cls)
     PyObject *signals = slot_get(&S->worker[WORKER_SIGNALS], st);
     if (signals == NULL)
         return NULL;
-    PyObject *s = PyDict_CheckExact(signals) ? PyDict_GetItemWithError(signals, cls) : NULL;
+    PyObject *s = NULL;
+    int found = PyDict_CheckExact(signals) ? dict_get_ref(signals, cls, &s) : 0;
     Py_DECREF(signals);
-    if (s != NULL)
-        return Py_NewRef(s);
-    if (PyErr_Occurred())
-        return NULL;
+    if (found != 0)
+        return s; /* (or NULL with the error) */
     return PyObject_CallFunctionObjArgs(S->signal_stats, st, cls, NULL);
 }
 
@@ -2639,8 +2856,11 @@ creation_gate(SectionFn *fn, PyObject *const *args, size_t nargsf, PyObject *kwn
     ModuleState *S = fn->state;
     PyObject *g = PyEval_GetGlobals(); /* borrowed: the caller's, without making its frame */
     if (g != NULL && PyDict_Check(g) && PyDict_Check(fn->globals)) {
-        PyObject *name = PyDict_GetItemWithError(g, S->str_dunder_name);
-        PyObject *machinery = name == NULL ? NULL : PyDict_GetItemWithError(fn->globals, name);
+        PyObject *name = NULL, *machinery = NULL;
+        if (dict_get_ref(g, S->str_dunder_name, &name) > 0)
+            (void)dict_get_ref(fn->globals, name, &machinery);
+        Py_XDECREF(name);
+        Py_XDECREF(machinery); /* (compared, not read: True is immortal) */
         if (machinery == Py_True)
             return PyObject_Vectorcall(fn->original, args, nargsf, kwnames);
         if (PyErr_Occurred())
@@ -2663,6 +2883,30 @@ SECTION_FN_TYPE(CreationCall,
 /* ==========================================================================================
  * Module
  * ========================================================================================== */
+/* S->field = value (borrowed; NULL: none), for a setup call. The GIL build releases the old
+ * value; the free-threaded build keeps it in `retired` until the module goes: another thread may
+ * be calling it (read a moment ago, borrowed). */
+static int
+state_set(ModuleState *S, PyObject **field, PyObject *value)
+{
+    PyObject *old = *field;
+    if (old == value)
+        return 0;
+#ifdef Py_GIL_DISABLED
+    if (old != NULL) {
+        if (S->retired == NULL && (S->retired = PyList_New(0)) == NULL)
+            return -1;
+        if (PyList_Append(S->retired, old) < 0)
+            return -1;
+    }
+    __atomic_store_n(field, Py_XNewRef(value), __ATOMIC_RELEASE);
+#else
+    *field = Py_XNewRef(value);
+#endif
+    Py_XDECREF(old);
+    return 0;
+}
+
 /* A later setup call may run: setup() ran (else an error). */
 static int
 after_setup(ModuleState *S)
@@ -2686,7 +2930,8 @@ speedups_setup_signals(PyObject *module, PyObject *args, PyObject *kwds)
         return NULL;
     if (table_resolve(&S->tables[TABLE_SIGNAL], fields) < 0)
         return NULL;
-    Py_XSETREF(S->signal_stats, Py_NewRef(make));
+    if (state_set(S, &S->signal_stats, make) < 0)
+        return NULL;
     Py_RETURN_NONE;
 }
 
@@ -2704,17 +2949,24 @@ speedups_setup(PyObject *module, PyObject *args, PyObject *kwds)
         table_resolve(&S->tables[TABLE_STATS], stats) < 0 ||
         table_resolve(&S->tables[TABLE_HOLD], hold) < 0)
         return NULL;
-    Py_XSETREF(S->tls, Py_NewRef(tls));
-    Py_XSETREF(S->context, Py_NewRef(context));
+    if (state_set(S, &S->tls, tls) < 0)
+        return NULL;
+    if (state_set(S, &S->context, context) < 0)
+        return NULL;
     /* context is ContextVar.get, bound: read the variable without the call. */
     PyObject *var = PyCFunction_Check(context) ? PyCFunction_GET_SELF(context) : NULL;
-    Py_XSETREF(S->context_var, var != NULL && PyContextVar_CheckExact(var) ? Py_NewRef(var) : NULL);
-    Py_XSETREF(S->failed, Py_NewRef(failed));
-    Py_XSETREF(S->check_order, Py_NewRef(check_order));
-    Py_XSETREF(S->lock_wait, Py_NewRef(lock_wait));
-    Py_XSETREF(S->record_hold, Py_NewRef(record_hold));
-    S->ready = 1;
-    S->generation++; /* another tls: read it anew */
+    if (state_set(S, &S->context_var, var != NULL && PyContextVar_CheckExact(var) ? var : NULL) < 0)
+        return NULL;
+    if (state_set(S, &S->failed, failed) < 0)
+        return NULL;
+    if (state_set(S, &S->check_order, check_order) < 0)
+        return NULL;
+    if (state_set(S, &S->lock_wait, lock_wait) < 0)
+        return NULL;
+    if (state_set(S, &S->record_hold, record_hold) < 0)
+        return NULL;
+    FT_STORE(S->ready, 1);
+    FT_ADD(S->generation, 1); /* another tls: read it anew */
     Py_RETURN_NONE;
 }
 
@@ -2732,11 +2984,15 @@ speedups_setup_locks(PyObject *module, PyObject *args, PyObject *kwds)
         return NULL;
     /* The lock proxies' own wait (on_acquisition(capture._switched_out.window_wait)): a failed try first
      * yields to a holder still inside lockwatch's window (3.14's check after a `with`'s call). */
-    Py_XSETREF(S->lock_wait, Py_NewRef(lock_wait));
-    Py_XSETREF(S->python_acquire, Py_NewRef(acquire));
-    Py_XSETREF(S->python_rlock_acquire, Py_NewRef(rlock_acquire));
-    Py_XSETREF(S->skip_frames, Py_NewRef(skip));
-    S->locks_ready = 1;
+    if (state_set(S, &S->lock_wait, lock_wait) < 0)
+        return NULL;
+    if (state_set(S, &S->python_acquire, acquire) < 0)
+        return NULL;
+    if (state_set(S, &S->python_rlock_acquire, rlock_acquire) < 0)
+        return NULL;
+    if (state_set(S, &S->skip_frames, skip) < 0)
+        return NULL;
+    FT_STORE(S->locks_ready, 1);
     Py_RETURN_NONE;
 }
 
@@ -2753,8 +3009,9 @@ speedups_setup_sections(PyObject *module, PyObject *args, PyObject *kwds)
     if (table_resolve(&S->tables[TABLE_TRACK], track) < 0 ||
         table_resolve(&S->tables[TABLE_ARRAY], array) < 0)
         return NULL;
-    Py_XSETREF(S->section_wait, Py_NewRef(section_wait));
-    S->sections_ready = 1;
+    if (state_set(S, &S->section_wait, section_wait) < 0)
+        return NULL;
+    FT_STORE(S->sections_ready, 1);
     Py_RETURN_NONE;
 }
 
@@ -2792,7 +3049,7 @@ speedups_set_hold_metric_ns(PyObject *module, PyObject *arg)
     long long v = PyLong_AsLongLong(arg);
     if (v == -1 && PyErr_Occurred())
         return NULL;
-    S->hold_metric_ns = v;
+    FT_STORE(S->hold_metric_ns, v);
     Py_RETURN_NONE;
 }
 
@@ -2808,13 +3065,18 @@ static PyObject *
 speedups_forget_states(PyObject *module, PyObject *Py_UNUSED(ignored))
 {
     ModuleState *S = module_state(module);
-    S->generation++;
+    FT_ADD(S->generation, 1);
     /* a forked child: the threads whose deferrals were open are gone */
+#ifdef Py_GIL_DISABLED
+    S->deferral_lock = (PyMutex){0}; /* as the fork left it: maybe held by a thread now gone */
+#endif
+    DEFERRAL_LOCK(S);
     if (S->deferrals > 0) {
         S->deferrals = 0;
         if (S->collection_was_enabled)
             PyGC_Enable();
     }
+    DEFERRAL_UNLOCK(S);
     Py_RETURN_NONE;
 }
 
@@ -2894,6 +3156,9 @@ speedups_traverse(PyObject *module, visitproc visit, void *arg)
 #define VISIT(field) Py_VISIT(S->field);
     STATE_OBJECTS(VISIT)
 #undef VISIT
+#ifdef Py_GIL_DISABLED
+    Py_VISIT(S->retired);
+#endif
     for (int t = 0; t < TABLE_COUNT; t++)
         Py_VISIT(S->tables[t].type);
     return 0;
@@ -2908,6 +3173,9 @@ speedups_clear(PyObject *module)
 #define CLEAR(field) Py_CLEAR(S->field);
     STATE_OBJECTS(CLEAR)
 #undef CLEAR
+#ifdef Py_GIL_DISABLED
+    Py_CLEAR(S->retired);
+#endif
     for (int t = 0; t < TABLE_COUNT; t++) {
         Py_CLEAR(S->tables[t].type);
         for (int i = 0; S->tables[t].slots != NULL && i < S->tables[t].spec->used; i++) {
@@ -3059,6 +3327,10 @@ speedups_exec(PyObject *m)
 
 static PyModuleDef_Slot speedups_slots[] = {
     {Py_mod_exec, speedups_exec},
+#ifdef Py_GIL_DISABLED
+    /* Safe without the GIL (the header says how): importing it leaves the GIL off. */
+    {Py_mod_gil, Py_MOD_GIL_NOT_USED},
+#endif
     {0, NULL},
 };
 
