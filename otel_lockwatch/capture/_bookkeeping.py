@@ -106,7 +106,9 @@ def stats_of(st: WorkerState, cls: LockClass) -> Stats:
 def holder_entry(hold: Any) -> Any:
     """The held-stack entry of the last hold that ``hold`` (the object that keeps a lock's hold)
     tracked: the holder a waiter arrived during, or the one that released (or handed over) in
-    the moment between the waiter's failed try and this look; None if none was ever watched."""
+    the moment between the waiter's failed try and this look; None if none was ever watched, or
+    once a release let go of it (its ``frame`` None once released: nothing of a holder outlives
+    its hold but what a waiter that arrived during it keeps)."""
     try:
         return hold._lw_entry
     except AttributeError:  # never held yet
@@ -159,7 +161,8 @@ def record_wait(
         sites = s.sites
         if sites is None:
             sites = s.sites = SiteTable(THRESHOLDS.sites_kept)
-        holder = None if held_by is None else (held_by.frame.f_code, held_by.lasti)
+        holder_frame = None if held_by is None else held_by.frame  # None: released before
+        holder = None if holder_frame is None else (holder_frame.f_code, held_by.lasti)
         waiter = UNKNOWN if f is None else (f.f_code, f.f_lasti)
         sites.add(waiter, UNKNOWN if holder is None else holder, w)
         span_ns = THRESHOLDS.wait_span_ns

@@ -45,7 +45,11 @@ The contract:
   hold. A reader may miss a hold for the few instructions before its push, or see it a moment
   after its release. The C path makes no new entry for a ``Lock`` whose last entry nothing else
   refers to (its frame and offset are set in place), but on the free-threaded build, where
-  another thread may be reading it (``_speedups.c``'s header).
+  another thread may be reading it (``_speedups.c``'s header). **Nothing of a holder outlives
+  its hold**: after the release and its bookkeeping, the hold's ``_lw_entry`` is None on both
+  paths, or (C, GIL build, kept for that reuse) an entry whose ``frame`` is None. A frame kept
+  alive past its call keeps the call's locals (``tests/test_lifetimes.py``); a waiter that
+  arrived during the hold keeps its own reference to the entry, and so the holder's site.
 - What it reads and writes: every field a release needs is read before the raw release (another
   thread may take the lock, and overwrite them, the moment it is free). It reads and writes
   fields of ``WorkerState``, ``Stats``, ``Hold``, ``ArrayTrack``, ``StripedSections`` and

@@ -1275,6 +1275,38 @@ discard(PyObject *held, PyObject *entry)
     return 0;
 }
 
+/* After a hold's release and its bookkeeping: the entry its lock (or section slot) keeps, at
+ * `*field`, no longer keeps the frame that acquired. A frame object still alive when its call
+ * returns keeps the call's locals, so an object the program let go of at the return lived on,
+ * instrumented only, until the lock's next acquisition (tests/test_lifetimes.py). With nothing
+ * but the field and the release (`entry`, its own reference) referring to the entry, the frame
+ * goes in place and the entry stays for its reuse (GIL build); else the field lets go of the
+ * entry (a waiter that arrived during the hold keeps its own reference, and so the holder's
+ * site), and holds None. A hold taken since (the bookkeeping may switch threads) is left alone. */
+static void
+entry_released(ModuleState *S, PyObject **field, PyObject *entry)
+{
+#ifdef Py_GIL_DISABLED
+    PyObject *expected = entry;
+    if (__atomic_compare_exchange_n(field, &expected, Py_None, 0, __ATOMIC_ACQ_REL,
+                                    __ATOMIC_ACQUIRE)) /* (None is immortal: no reference) */
+        Py_DECREF(entry); /* the field's reference */
+#else
+    if (*field != entry)
+        return;
+    if (Py_TYPE(entry) == S->held_entry_type && Py_REFCNT(entry) == 2) {
+        PyObject *frame = ENTRY_GET(entry, ENTRY_FRAME);
+        if (frame != Py_None) {
+            PyStructSequence_SET_ITEM(entry, ENTRY_FRAME, Py_NewRef(Py_None));
+            Py_DECREF(frame); /* (its locals' finalizers may run: the entry is ours meanwhile) */
+        }
+        return;
+    }
+    *field = Py_NewRef(Py_None);
+    Py_DECREF(entry); /* the field's reference */
+#endif
+}
+
 /* The bookkeeping of a release (_bookkeeping.untrack): pop the held entry, record the hold.
  * `index`: the section's, or NULL. Errors are swallowed: the lock is already released. */
 static void
@@ -1792,6 +1824,8 @@ LockBase_release(LockBase *self, PyObject *Py_UNUSED(ignored))
     PyObject *r = release_lock(S, self->lock);
     if (r != NULL && entry != NULL && s != NULL)
         untrack(S, st, entry, s, t0, ctx ? ctx : Py_None, NULL);
+    if (r != NULL && entry != NULL)
+        entry_released(S, &self->entry, entry);
     Py_DECREF(st);
     Py_XDECREF(entry);
     Py_XDECREF(s);
@@ -2436,6 +2470,8 @@ section_release(SectionFn *fn, PyObject *const *args, size_t nargsf, PyObject *k
         Py_XDECREF(counter);
     }
     untrack(S, st, entry, s, t0, ctx, index);
+    if (Py_TYPE(slot) == S->hold[HOLD_ENTRY].type) /* (a subclass's slot keeps its entry) */
+        entry_released(S, (PyObject **)((char *)slot + S->hold[HOLD_ENTRY].offset), entry);
     result = Py_NewRef(Py_None);
     goto done;
 untracked: /* not tracked here: after the cleanup, the array's own release */
