@@ -18,7 +18,8 @@
 #                docs/development.md says why.
 #
 #   LOCKWATCH_LEGS="3.14 3.15-pure"   those legs, with their usual tests
-#   LOCKWATCH_LEGS="3.12:all"         a leg with other tests than usual (all or core)
+#   LOCKWATCH_LEGS="3.12:all"         a leg with other tests than usual (all, project, suites
+#                                     or core)
 #   LOCKWATCH_LEGS=readme | matrix    either list (the default is readme)
 #
 # Where a Python comes from: pyenv's 3.N.* or python3.N on the PATH; failing both, 3.14 and 3.15
@@ -32,10 +33,13 @@
 # small machine make timing tests flake); each prints its wall time, and the summary repeats them.
 set -euo pipefail
 
-README_LEGS="main:all main-pure:core"
+# The README's legs run the project's own suite; CPython's own threading, queue, futures and
+# asyncio suites, run plain and instrumented (tests/test_cpython_suites.py: about 2 of the C
+# leg's 9 minutes on 3.11), are the matrix's: its main-suites leg, and 3.15's whole suite.
+README_LEGS="main:project main-pure:core"
 # (Each C leg's tests/test_speedups.py also runs the lock path's suites on the pure-Python path,
 # in a subprocess: a pure leg of its own is kept for python3 and the newest Python only.)
-MATRIX_LEGS="3.15:all 3.15-pure:core 3.14:core 3.13:core 3.13t:core 3.12:core"
+MATRIX_LEGS="main-suites:suites 3.15:all 3.15-pure:core 3.14:core 3.13:core 3.13t:core 3.12:core"
 # The core: what the capture (both paths' lock bookkeeping), the lock-order check, the pools'
 # evaluation and the exit path do, which is where the interpreter's version shows (reference
 # counts, frames, the GIL's switch points, signals at exit).
@@ -162,7 +166,8 @@ expand_legs() {
         matrix) printf '%s\n' $MATRIX_LEGS ;;
         *:*) printf '%s\n' "$word" ;;
         *) # its usual tests: as in the lists, else core
-            printf '%s\n' $README_LEGS $MATRIX_LEGS | grep -m1 -x "${word}:[a-z]*" ||
+            printf '%s\n' $README_LEGS $MATRIX_LEGS | sed "s/^main/$main/" |
+                grep -m1 -x "${word}:[a-z]*" ||
                 printf '%s:core\n' "$word" ;;
         esac
     done | sed "s/^main/$main/"
@@ -177,12 +182,15 @@ run_legs() {
     mapfile -t legs < <(expand_legs "$main")
     for leg in "${legs[@]}"; do
         name="${leg%%:*}" tests="${leg#*:}" version="${name%-pure}" prefix="" python=""
+        version="${version%-suites}"
         start=$SECONDS
         case $tests in
         all) args=() ;;
+        project) args=(--ignore=tests/test_cpython_suites.py) ;;
+        suites) args=(tests/test_cpython_suites.py) ;;
         core) args=("${CORE_TESTS[@]}") ;;
         *)
-            legs_say "leg $leg: unknown tests '$tests' (all or core)"
+            legs_say "leg $leg: unknown tests '$tests' (all, project, suites or core)"
             return 2
             ;;
         esac

@@ -10,10 +10,10 @@
 #      optional C fast path, otel_lockwatch._speedups, with them);
 #   4. the package with its test extra, editable;
 #   5. the static checks: ruff check, ruff format --check, mypy;
-#   6. pytest (extra arguments are passed on) in two legs on this python3: the whole suite on the
-#      C path, then the capture, lock-order, pool and exit tests on the pure-Python path
-#      (scripts/test-pythons.sh says which tests and why). Measured warm: 15 min on the 2-core
-#      machine while other suites ran on it (12 min the C leg, 3 min the pure one).
+#   6. pytest (extra arguments are passed on) in two legs on this python3: the project's suite
+#      on the C path (all but CPython's own suites run instrumented: the matrix's 3.11-suites
+#      leg), then the capture, lock-order, pool and exit tests on the pure-Python path
+#      (scripts/test-pythons.sh says which tests and why).
 #
 # The rest of the matrix (the other Pythons, 3.14 and 3.15 from a Debian sid root) is
 # `nox -t matrix` (noxfile.py), which .ci/run runs after this. Under CI=true a missing piece is a
