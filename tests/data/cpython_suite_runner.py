@@ -25,11 +25,12 @@ def main(argv: list[str]) -> int:
     suite = unittest.TestSuite()
     loader = unittest.TestLoader()
     for name in modules:
-        module = importlib.import_module(name)
-        if hasattr(module, "load_tests") or hasattr(module, "setUpModule"):
-            suite.addTests(loader.loadTestsFromModule(module))
-        else:
-            suite.addTests(loader.loadTestsFromModule(module))
+        try:
+            module = importlib.import_module(name)
+        except ModuleNotFoundError:  # a test's id (a rerun): module.Class.method
+            suite.addTests(loader.loadTestsFromName(name))
+            continue
+        suite.addTests(loader.loadTestsFromModule(module))
     with open(os.devnull, "w") as sink:
         result = unittest.TextTestRunner(stream=sink, verbosity=0).run(suite)
     failed = sorted(
