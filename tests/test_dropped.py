@@ -52,8 +52,8 @@ def _run(body: str, env: dict[str, str] | None = None) -> subprocess.CompletedPr
 
 
 @pytest.mark.skipif(
-    sys.version_info >= (3, 14),
-    reason="3.14 and later: the referrer walk does not find a lock kept only by a reference cycle "
+    sys.version_info >= (3, 13),
+    reason="3.13 and later: the referrer walk does not find a lock kept only by a reference cycle "
     "gone, so the cycle check still runs the collector there (capture/_dropped.collected_gone)",
 )
 def test_a_finalizer_taking_a_held_lock_does_not_hang_the_cycle_check():

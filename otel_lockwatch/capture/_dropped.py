@@ -74,8 +74,8 @@ _SHARED = (type, types.ModuleType, types.CodeType, types.FrameType)
 _DEFERRED_COUNTS = bool(sysconfig.get_config_var("Py_GIL_DISABLED"))
 _MAX_MEMBERS = 128
 #: Whether :func:`_kept_by_garbage` decides alone (a lock it does not find gone is not): on
-#: CPython 3.11 to 3.13, where it finds a lock kept only by a reference cycle gone.
-_WALK_DECIDES = sys.version_info < (3, 14)
+#: CPython 3.11 and 3.12, where it finds a lock kept only by a reference cycle gone.
+_WALK_DECIDES = sys.version_info < (3, 13)
 _MAX_LEVELS = 8  # levels of referrers walked by _kept_by_garbage: one walk of the heap each
 
 
@@ -120,7 +120,7 @@ def collected_gone(entry: Any, held: list) -> bool:
         return True
     if _WALK_DECIDES:
         return False
-    # 3.14 and later: the walk finds such a lock still referred to from outside the set (what
+    # 3.13 and later: the walk finds such a lock still referred to from outside the set (what
     # holds a counted reference there differs; not found yet), so the collector decides, as it
     # did everywhere before, with the hazard it had: a finalizer run here may take a lock this
     # thread holds (tests/test_dropped.py skips that case there).
