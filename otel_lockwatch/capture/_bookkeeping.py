@@ -415,10 +415,13 @@ if speedups is not None:
         worker_state=(WorkerState, WORKER_FIELDS),
         stats=(Stats, STATS_FIELDS),
         hold=(Hold, HOLD_FIELDS),
+        outbox=OUTBOX,
     )
 
     def _fast_path_floor(thresholds: Thresholds) -> None:
         speedups.set_hold_metric_ns(thresholds.hold_metric_ns)
+        speedups.set_hold_span_ns(thresholds.hold_span_ns)
 
-    # The C path keeps its copy of the hold metric floor: the session's, at every begin().
+    # The C path keeps its copies of the hold metric floor and span threshold: the session's, at
+    # every begin().
     THRESHOLDS.follow(_fast_path_floor)

@@ -235,6 +235,9 @@ typedef struct ModuleState {
     PyObject *lock_wait;    /* lock_wait(Acquisition) -> bool; the lock proxies' own
                              * (on_acquisition(window_wait)) once setup_locks() ran */
     PyObject *record_hold;  /* record_hold(Release) */
+    PyObject *outbox;       /* OUTBOX: a hold's record, queued here (hold_queued) */
+    long long outbox_size;  /* Outbox.QUEUE_SIZE */
+    long long hold_span_ns; /* a hold at least this long is a span: the Python path's */
     int ready;
     /* setup_locks(), from _threading.py */
     PyObject *python_acquire;       /* the Python LockProxy.acquire */
@@ -261,6 +264,7 @@ typedef struct ModuleState {
     PyObject *false_args; /* (False,) */
     PyObject *one, *minus_one;
     /* interned attribute names */
+    PyObject *str_accepting, *str_started, *str_queue, *str_lock_hold; /* the outbox's */
     PyObject *str_dunder_name, *str_st, *str_acquire, *str_release, *str_append, *str_pop,
         *str_lockwatch_class, *str_value, *str_lw_capacity, *str_waiters, *str_is_owned;
     /* the collector held off (collection_defer) */
@@ -1309,6 +1313,75 @@ entry_released(ModuleState *S, PyObject **field, PyObject *entry)
 
 /* The bookkeeping of a release (_bookkeeping.untrack): pop the held entry, record the hold.
  * `index`: the section's, or NULL. Errors are swallowed: the lock is already released. */
+/* Whether `name` of the outbox is True (-1: an error). */
+static int
+outbox_flag(ModuleState *S, PyObject *name)
+{
+    PyObject *v = PyObject_GetAttr(S->outbox, name);
+    if (v == NULL)
+        return -1;
+    int r = v == Py_True;
+    Py_DECREF(v);
+    return r;
+}
+
+/* The common slow path of a release, queued from here: a hold at or above the metric floor and
+ * below the span threshold, of a lock (not a section), once the process's outbox has started. Its
+ * record is the one Outbox.put makes for it (_outbox.RECORD_FIELDS; tests/test_outbox_records.py
+ * holds the two paths to it); nothing of Python runs, so nothing here can be recorded or re-enter.
+ * 1: queued (or, the outbox not accepting, nothing to queue); 0: the Python slow path's (the
+ * first record, a span, a section, a full queue); -1: an error. */
+static int
+hold_queued(ModuleState *S, PyObject *entry, long long t0, long long t1, PyObject *ctx,
+            PyObject *index)
+{
+    if (S->outbox == NULL || (index != NULL && index != Py_None) ||
+        t1 - t0 >= FT_LOAD(S->hold_span_ns) || !Py_IS_TYPE(entry, S->held_entry_type))
+        return 0;
+    int accepting = outbox_flag(S, S->str_accepting);
+    if (accepting <= 0)
+        return accepting == 0 ? 1 : -1; /* Outbox.put: nothing while nothing consumes */
+    int started = outbox_flag(S, S->str_started);
+    if (started <= 0)
+        return started; /* the first record: Outbox.put starts the emitter */
+    PyObject *queue = PyObject_GetAttr(S->outbox, S->str_queue);
+    if (queue == NULL)
+        return -1;
+    int r = 0;
+    if (!Py_IS_TYPE(queue, (PyTypeObject *)S->deque_type))
+        goto done;
+    Py_ssize_t n = PyObject_Size(queue);
+    if (n < 0) {
+        r = -1;
+        goto done;
+    }
+    if (n >= FT_LOAD(S->outbox_size))
+        goto done; /* full: the Python path counts the drop */
+    collection_defer(S); /* it allocates, maybe under other held locks: _collection */
+    PyObject *a = PyLong_FromLongLong(t0), *b = PyLong_FromLongLong(t1), *record = NULL;
+    if (a != NULL && b != NULL)
+        record = PyTuple_Pack(12, S->str_lock_hold,
+                              PyStructSequence_GET_ITEM(entry, ENTRY_LOCK_CLASS), a, b,
+                              ctx == NULL ? Py_None : ctx, Py_None, Py_False, Py_None, Py_None,
+                              Py_None, Py_None, Py_None);
+    Py_XDECREF(a);
+    Py_XDECREF(b);
+    PyObject *appended = record == NULL ? NULL
+                         : PyObject_Vectorcall(S->deque_append, (PyObject *[]){queue, record}, 2,
+                                               NULL);
+    Py_XDECREF(record);
+    collection_resume(S);
+    if (appended == NULL)
+        r = -1;
+    else {
+        Py_DECREF(appended);
+        r = 1;
+    }
+done:
+    Py_DECREF(queue);
+    return r;
+}
+
 static void
 untrack(ModuleState *S, PyObject *st, PyObject *entry, PyObject *s, long long t0, PyObject *ctx, PyObject *index)
 {
@@ -1364,6 +1437,11 @@ untrack(ModuleState *S, PyObject *st, PyObject *entry, PyObject *s, long long t0
     if (slot_set_ll(&S->worker[WORKER_LAST], st, t1) < 0)
         goto fail;
     if (h >= FT_LOAD(S->hold_metric_ns)) {
+        int queued = hold_queued(S, entry, t0, t1, ctx, index);
+        if (queued < 0)
+            goto fail;
+        if (queued)
+            goto done;
         PyObject *a = PyLong_FromLongLong(t0), *b = PyLong_FromLongLong(t1);
         PyObject *r = NULL;
         PyObject *release[REL_FIELDS] = {[REL_WORKER] = st, [REL_ENTRY] = entry,
@@ -1377,6 +1455,7 @@ untrack(ModuleState *S, PyObject *st, PyObject *entry, PyObject *s, long long t0
             goto fail;
         Py_DECREF(r);
     }
+done:
     Py_DECREF(held);
     Py_XDECREF(hist);
     return;
@@ -2976,10 +3055,17 @@ speedups_setup(PyObject *module, PyObject *args, PyObject *kwds)
 {
     ModuleState *S = module_state(module);
     static char *kwlist[] = {"tls", "context", "failed", "check_order", "lock_wait",
-                             "record_hold", "worker_state", "stats", "hold", NULL};
-    PyObject *tls, *context, *failed, *check_order, *lock_wait, *record_hold, *ws, *stats, *hold;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "$OOOOOOOOO", kwlist, &tls, &context, &failed,
-                                     &check_order, &lock_wait, &record_hold, &ws, &stats, &hold))
+                             "record_hold", "worker_state", "stats", "hold", "outbox", NULL};
+    PyObject *tls, *context, *failed, *check_order, *lock_wait, *record_hold, *ws, *stats, *hold,
+        *outbox;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "$OOOOOOOOOO", kwlist, &tls, &context, &failed,
+                                     &check_order, &lock_wait, &record_hold, &ws, &stats, &hold,
+                                     &outbox))
+        return NULL;
+    PyObject *size = PyObject_GetAttrString(outbox, "QUEUE_SIZE");
+    long long outbox_size = size == NULL ? -1 : PyLong_AsLongLong(size);
+    Py_XDECREF(size);
+    if (outbox_size == -1 && PyErr_Occurred())
         return NULL;
     if (table_resolve(&S->tables[TABLE_WORKER], ws) < 0 ||
         table_resolve(&S->tables[TABLE_STATS], stats) < 0 ||
@@ -3001,6 +3087,9 @@ speedups_setup(PyObject *module, PyObject *args, PyObject *kwds)
         return NULL;
     if (state_set(S, &S->record_hold, record_hold) < 0)
         return NULL;
+    if (state_set(S, &S->outbox, outbox) < 0)
+        return NULL;
+    FT_STORE(S->outbox_size, outbox_size);
     FT_STORE(S->ready, 1);
     FT_ADD(S->generation, 1); /* another tls: read it anew */
     Py_RETURN_NONE;
@@ -3090,6 +3179,17 @@ speedups_set_hold_metric_ns(PyObject *module, PyObject *arg)
 }
 
 static PyObject *
+speedups_set_hold_span_ns(PyObject *module, PyObject *arg)
+{
+    ModuleState *S = module_state(module);
+    long long v = PyLong_AsLongLong(arg);
+    if (v == -1 && PyErr_Occurred())
+        return NULL;
+    FT_STORE(S->hold_span_ns, v);
+    Py_RETURN_NONE;
+}
+
+static PyObject *
 speedups_raw_lock_layout(PyObject *module, PyObject *Py_UNUSED(ignored))
 {
     ModuleState *S = module_state(module);
@@ -3138,6 +3238,37 @@ speedups_now_ns(PyObject *module, PyObject *Py_UNUSED(ignored))
     return PyLong_FromLongLong(now_ns());
 }
 
+/* thread_frame(ident): the innermost frame of the thread ``ident``, or None. What
+ * ``sys._current_frames().get(ident)`` gives, without a frame object made for every other thread:
+ * a waiter's look at its lock's holder (``_switched_out.in_window``) runs on every failed try. On
+ * the free-threaded build another thread's frames change under the reader: None there, and the
+ * caller looks through ``sys._current_frames()``, which stops the world to read them. */
+static PyObject *
+speedups_thread_frame(PyObject *module, PyObject *arg)
+{
+#ifdef Py_GIL_DISABLED
+    Py_RETURN_NONE;
+#else
+    unsigned long ident = PyLong_AsUnsignedLong(arg);
+    if (ident == (unsigned long)-1 && PyErr_Occurred())
+        return NULL;
+    /* Under the interpreter lock, which every thread state's frames change under. */
+    PyThreadState *ts = PyInterpreterState_ThreadHead(PyInterpreterState_Get());
+    for (; ts != NULL; ts = PyThreadState_Next(ts)) {
+        if (ts->thread_id != ident)
+            continue;
+        PyFrameObject *f = PyThreadState_GetFrame(ts);
+        if (f == NULL) {
+            if (PyErr_Occurred())
+                return NULL;
+            Py_RETURN_NONE;
+        }
+        return (PyObject *)f;
+    }
+    Py_RETURN_NONE;
+#endif
+}
+
 static PyMethodDef speedups_methods[] = {
     {"setup", (PyCFunction)(void (*)(void))speedups_setup, METH_VARARGS | METH_KEYWORDS,
      "The recorder's tables and the shared slow paths (from _bookkeeping)."},
@@ -3153,6 +3284,8 @@ static PyMethodDef speedups_methods[] = {
      "gave(st, cls, held): a give (_handoffs.gave)."},
     {"set_hold_metric_ns", speedups_set_hold_metric_ns, METH_O,
      "The hold (ns) from which a release takes the slow path (_bookkeeping.HOLD_METRIC_NS)."},
+    {"set_hold_span_ns", speedups_set_hold_span_ns, METH_O,
+     "The hold (ns) from which a hold is a span (THRESHOLDS.hold_span_ns): the slow path's."},
     {"direct_slots", speedups_direct_slots, METH_NOARGS,
      "Which attributes the C path reads at their slot's offset: {'Class.attr': bool}."},
     {"raw_lock_layout", speedups_raw_lock_layout, METH_NOARGS,
@@ -3167,6 +3300,9 @@ static PyMethodDef speedups_methods[] = {
      "End a deferral: the collector is on again after the last, if it was before the first."},
     {"now_ns", speedups_now_ns, METH_NOARGS,
      "The clock the C path reads (time.perf_counter_ns on Linux)."},
+    {"thread_frame", speedups_thread_frame, METH_O,
+     "thread_frame(ident): the thread's innermost frame, or None (on the free-threaded build, "
+     "always None: read sys._current_frames() there)."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -3181,7 +3317,8 @@ static PyMethodDef speedups_methods[] = {
     X(held_entry_type) X(acquisition_type) X(release_type) X(stats_base_type) X(lock_base_type) X(rlock_base_type)                 \
     X(section_acquire_type) X(section_release_type) X(semaphore_acquire_type)                  \
     X(semaphore_release_type) X(condition_notify_type) X(creation_gate_type)                   \
-    X(creation_call_type)
+    X(creation_call_type)                                                                      \
+    X(outbox) X(str_accepting) X(str_started) X(str_queue) X(str_lock_hold)
 
 static int
 speedups_traverse(PyObject *module, visitproc visit, void *arg)
@@ -3263,6 +3400,7 @@ speedups_exec(PyObject *m)
 {
     ModuleState *S = module_state(m);
     S->hold_metric_ns = 100000;
+    S->hold_span_ns = 10000000;
     S->generation = 1;
     Slot *slots[TABLE_COUNT] = {
         [TABLE_WORKER] = S->worker, [TABLE_STATS] = S->stats, [TABLE_HOLD] = S->hold,
@@ -3283,6 +3421,10 @@ speedups_exec(PyObject *m)
     INTERN(str_lw_capacity, "_lw_capacity");
     INTERN(str_waiters, "_waiters");
     INTERN(str_is_owned, "_is_owned");
+    INTERN(str_accepting, "accepting");
+    INTERN(str_started, "started");
+    INTERN(str_queue, "queue");
+    INTERN(str_lock_hold, "lock.hold");
     if (pthread_key_create(&S->cache_key, cache_thread_ended) != 0) {
         PyErr_SetString(PyExc_RuntimeError, "otel_lockwatch: no thread-local key");
         return -1;

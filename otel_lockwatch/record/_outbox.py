@@ -26,7 +26,25 @@ from typing import Any
 
 from ._recorder import current_thread_or_none
 
-__all__ = ["Outbox"]
+__all__ = ["RECORD_FIELDS", "Outbox"]
+
+#: A queued record: a tuple of these, in this order (made by :meth:`Outbox.put`; the C path
+#: queues a hold's below the span threshold itself, the same tuple: ``_speedups.c``'s
+#: ``hold_queued``, held to it by ``tests/test_outbox_records.py``), unpacked by the emitter.
+RECORD_FIELDS = (
+    "name",  # "lock.wait" or "lock.hold"
+    "lock_class",
+    "start_ns",
+    "end_ns",
+    "context",  # the OpenTelemetry context at the acquisition (a span's parent)
+    "outcome",  # a wait's "acquired" or "timed_out"; None for a hold
+    "span",  # whether it lasted the span threshold or more
+    "extra",  # more span attributes, or None
+    "site",  # where it waited or was held (a span's), or None
+    "thread_name",  # a span's; None without one
+    "thread_id",  # a span's; None without one
+    "holder",  # a wait's span: where the holder acquired the lock; else None
+)
 
 logger = logging.getLogger("otel_lockwatch")
 
@@ -51,12 +69,13 @@ class Outbox:
         self._warned = False
         #: False until the first record of this process (a forked child starts again): then the
         #: queue is cleared and ``on_first_record`` runs. A flag the fork hook resets, rather than
-        #: the process id: ``os.getpid()`` is a system call, on every record.
-        self._started = False
+        #: the process id: ``os.getpid()`` is a system call, on every record. (The C path reads
+        #: it, with ``accepting`` and ``queue``, to queue a hold's record itself.)
+        self.started = False
 
     def after_fork_in_child(self) -> None:
         """In a forked child (the session's fork handler): its first record starts again."""
-        self._started = False
+        self.started = False
 
     def reset(self) -> None:
         """Forget what is queued and counted (``_session.discard``)."""
@@ -110,8 +129,8 @@ class Outbox:
         when it lasted ``span_ns`` or more; nothing while no emitter consumes the queue."""
         if not self.accepting:
             return
-        if not self._started:  # first use, or a forked child
-            self._started = True
+        if not self.started:  # first use, or a forked child
+            self.started = True
             self.queue.clear()  # a child drops its parent's records: the parent emits them
             start = self.on_first_record
             if start is not None:
@@ -126,7 +145,7 @@ class Outbox:
         queue = self.queue
         if len(queue) >= self.QUEUE_SIZE:
             self.dropped += 1
-        queue.append(
+        queue.append(  # RECORD_FIELDS
             (name, cls, t0, t1, ctx, outcome, span, extra, site, thread_name, ident, holder)
         )
 

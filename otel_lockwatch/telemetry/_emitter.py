@@ -96,6 +96,8 @@ class Telemetry:
     INTERVAL_S = 0.05
     #: The emitter's records between two yields of the interpreter lock, in ns of wall time.
     SLICE_NS = 100_000
+    #: How long the emitter sleeps between two slices, in s (see :meth:`drain`).
+    SLICE_PAUSE_S = 0.0
 
     def __init__(
         self, clock: Callable[[], int] = _pc, pause: Callable[[float], None] = _sleep
@@ -217,7 +219,7 @@ class Telemetry:
             except Exception as exc:
                 OUTBOX.failed(exc)
             if yielding and clock() >= slice_ends:
-                self.pause(0)
+                self.pause(self.SLICE_PAUSE_S)
                 slice_ends = clock() + self.SLICE_NS
 
     def enable(self, tracer_provider: Any, meter_provider: Any, recorder: Any) -> None:
