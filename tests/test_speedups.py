@@ -28,13 +28,13 @@ from otel_lockwatch._session import OUTBOX, RECORDER
 from otel_lockwatch.capture import _fast_path, _threading
 from otel_lockwatch.capture._bookkeeping import HOLD_FIELDS, Hold
 from otel_lockwatch.capture._sections import ARRAY_FIELDS, TRACK_FIELDS, ArrayTrack
+from otel_lockwatch.record._handoff_stats import HANDOFF_FIELDS, HandoffStats
 from otel_lockwatch.record._recorder import (
     STATS_FIELDS,
     WORKER_FIELDS,
     Stats,
     WorkerState,
 )
-from otel_lockwatch.record._signals import HANDOFF_FIELDS, HandoffStats
 from otel_lockwatch.sections._threaded import StripedSections as _Sections
 
 ROOT = Path(__file__).resolve().parent.parent
