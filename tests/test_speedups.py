@@ -388,10 +388,10 @@ def test_both_paths_record_the_same():
     c, python = dict(runs[False]), dict(runs[True])
     c.pop("speedups")
     python.pop("speedups")
-    # The signal paths' common calls run in C (the same records as the Python wrappers').
-    assert c.pop("signal_paths") == ["SemaphoreAcquire", "SemaphoreRelease", "ConditionNotify"]
-    assert python.pop("signal_paths") == ["function", "function", "function"]
-    assert c["signals"]["sem"]["pool"]["checkouts"] > 20
+    # The hand-off paths' common calls run in C (the same records as the Python wrappers').
+    assert c.pop("handoff_paths") == ["SemaphoreAcquire", "SemaphoreRelease", "ConditionNotify"]
+    assert python.pop("handoff_paths") == ["function", "function", "function"]
+    assert c["handoffs"]["sem"]["pool"]["checkouts"] > 20
     assert c == python
     assert c["errors"] == 0
     assert c["held"] == []
