@@ -16,7 +16,7 @@ baseline:
 
 The statements run in a module of their own (``bench_events``), which is watched code: what
 they make would be watched when a wait on it blocked. Each process then checks that: one
-blocked wait on each kind, made at the same statement, must be recorded as a signal wait, or the
+blocked wait on each kind, made at the same statement, must be recorded as a hand-off wait, or the
 run fails (a row that measured objects nobody watches would prove nothing).
 
 Nothing here is a test: the figures go into docs/performance.md.

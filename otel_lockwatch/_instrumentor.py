@@ -60,7 +60,7 @@ class LockwatchInstrumentor(BaseInstrumentor):
 
     def _instrument(self, **kwargs: Any) -> None:
         session = _session.begin(load_options(kwargs))
-        configure(session)
+        note_pool_size(session)
         session.emitter = Telemetry()
         session.emitter.enable(
             kwargs.get("tracer_provider"), kwargs.get("meter_provider"), session.recorder
@@ -121,10 +121,10 @@ class LockwatchInstrumentor(BaseInstrumentor):
         session.processors = []
 
 
-def configure(session: Session) -> None:
-    """Hand the options of an ``instrument()`` to the recorder: the nominal pool size (the lock
-    paths read their thresholds, cycle policy and contention points kept from the session's
-    ``THRESHOLDS``, which ``begin()`` set)."""
+def note_pool_size(session: Session) -> None:
+    """Hand the one option of an ``instrument()`` that the recorder keeps to it: the nominal pool
+    size (the lock paths read their thresholds, cycle policy and contention points kept from the
+    session's ``THRESHOLDS``, which ``begin()`` set)."""
     options = session.options
     if options.pool_size is not None:
         session.recorder.note_pool(options.pool_size, "env")

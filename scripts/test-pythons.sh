@@ -46,7 +46,7 @@ MATRIX_LEGS="main-suites:suites 3.15:all 3.15-pure:core 3.14:core 3.13:core 3.13
 CORE_TESTS=(
     tests/test_instrumentation.py tests/test_lock_conformance.py tests/test_reentrancy.py
     tests/test_held_window.py tests/test_speedups.py tests/test_sections.py
-    tests/test_async_sections.py tests/test_starvation_noise.py tests/test_signal_capture.py
+    tests/test_async_sections.py tests/test_starvation_noise.py tests/test_handoff_capture.py
     tests/test_histogram.py tests/test_free_threaded.py
     tests/test_lock_order.py tests/test_order_graph.py tests/test_order_reentrant.py
     tests/test_ordered.py

@@ -222,16 +222,16 @@ def producer_consumer(
             waits[c].append(t - free_since[c])
         free_since[c] = end[c] = start + work_ns
     samples = [v for vs in waits.values() for v in vs]
-    signal_workers = {
+    handoff_workers = {
         c: {"waits": len(vs), "wait_ns": sum(vs), "signals": 0} for c, vs in waits.items()
     }
-    signal_workers["producer"] = {"waits": 0, "wait_ns": 0, "signals": items}
+    handoff_workers["producer"] = {"waits": 0, "wait_ns": 0, "signals": items}
     entry = lock_entry(kind, {"producer": items, **{c: len(v) + 1 for c, v in waits.items()}})
     entry["signal_waits"] = {
         "count": len(samples),
         "timeouts": 0,
         "wait_ns": LogHistogram(samples),
-        "workers": signal_workers,
+        "workers": handoff_workers,
     }
     entry["pool"] = {"capacity": 1, "in_use_peak": 1, "checkouts": items, "hold_ns": LogHistogram()}
     workers = {c: {"observed_ns": end[c], "wait_ns": 0} for c in free_since}

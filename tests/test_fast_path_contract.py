@@ -237,8 +237,8 @@ def test_state_statistics_and_holds_have_the_tables_fields(observed: dict) -> No
     and every field the C path reads is one of its class's table, read at its slot's offset."""
     from otel_lockwatch.capture._bookkeeping import HOLD_FIELDS
     from otel_lockwatch.capture._sections import ARRAY_FIELDS, TRACK_FIELDS
+    from otel_lockwatch.record._handoff_stats import HANDOFF_FIELDS
     from otel_lockwatch.record._recorder import STATS_FIELDS, WORKER_FIELDS
-    from otel_lockwatch.record._signals import HANDOFF_FIELDS
 
     assert observed["fields_of"] == {
         "stats": list(STATS_FIELDS),

@@ -53,7 +53,7 @@ def line_of(function, text: str) -> int:
 
 
 def mutex_waits(watched) -> list:
-    """The ``lock.wait`` spans of mutex waits (not of signal waits: a test's own events)."""
+    """The ``lock.wait`` spans of mutex waits (not of hand-off waits: a test's own events)."""
     spans = watched.finished("lock.wait")
     return [s for s in spans if s.attributes.get("lockwatch.wait.kind") != "signal"]
 
@@ -304,7 +304,7 @@ def test_wait_span_is_child_of_task_span(watched):
     holder.join()
     worker.join()
     (task_span,) = watched.finished("task")
-    waits = mutex_waits(watched)  # (the test's own events' waits are signal waits)
+    waits = mutex_waits(watched)  # (the test's own events' waits are hand-off waits)
     assert len(waits) == 1
     (wait,) = waits
     assert wait.parent is not None and wait.parent.span_id == task_span.context.span_id

@@ -370,7 +370,7 @@ def record(state, attempts, spans, collision_waits, observed_ns):
 
 
 class _Track:
-    """A section array's tracking, as the recorder sees it (``capture._wrappers.ArrayTrack``)."""
+    """A section array's tracking, as the recorder sees it (``capture._sections.ArrayTrack``)."""
 
     def __init__(self, name, count, max_held):
         self.name, self.count, self.max_held = name, count, max_held

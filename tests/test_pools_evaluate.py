@@ -1,4 +1,4 @@
-"""Evaluation of signal waits and resource pools, on data parts with a known ground truth.
+"""Evaluation of hand-off waits and resource pools, on data parts with a known ground truth.
 
 The data parts are what the recorder leaves for pools simulated event by event
 (``_snapshots.PoolRun``: workers on a first-come first-served pool of slots) and for a
@@ -53,7 +53,7 @@ def roomy(kind: str = "semaphore") -> dict:
 
 
 def test_a_checkout_that_waits_for_a_slot_is_contention():
-    """Every worker gives back what it takes: all of the pool's signal waits are contention."""
+    """Every worker gives back what it takes: all of the pool's hand-off waits are contention."""
     run = PoolRun(16, 2)
     split = HandoffSplit(pool_data(run, "semaphore")["locks"][POOL])
     assert split.is_pool and split.idle == {} and split.idle_ns == 0
@@ -105,7 +105,7 @@ def test_a_class_is_a_pool_when_contention_is_at_least_half_its_wait():
 
 
 def test_a_pool_nobody_waited_on_is_a_pool_when_checkouts_came_back():
-    """No signal wait at all: a semaphore whose holds were recorded is a pool (with enough
+    """No hand-off wait at all: a semaphore whose holds were recorded is a pool (with enough
     capacity), a condition with signals only is not."""
     assert [p["name"] for p in evaluate(roomy()).to_dict()["resource_pools"]] == [POOL]
     data = roomy("condition")
@@ -203,7 +203,7 @@ def test_producer_and_idle_consumers_are_low_contention(kind):
 
 def test_an_idle_consumer_on_a_semaphore_is_not_starvation():
     """One consumer blocked 900 ms on a semaphore another worker releases: recorded as a mutex
-    wait (as before signal waits existed) it starved; as an idle signal wait it is nothing."""
+    wait (as before hand-off waits existed) it starved; as an idle hand-off wait it is nothing."""
     as_mutex_wait, workers = locks_and_workers(
         [("producer", "sem", 0, 0)] * 3 + [("consumer", "sem", 900 * MS, 0)]
     )

@@ -360,7 +360,7 @@ def test_a_wait_on_an_event_nobody_watches_does_not_start_a_worker(watched):
     assert observed_ns < 300_000_000, observed_ns
 
 
-def _signal_waits(kind: str) -> dict:
+def _handoff_waits(kind: str) -> dict:
     """The one class of ``kind``: its ``signal_waits``."""
     (lock,) = [v for v in RECORDER.snapshot()["locks"].values() if v["kind"] == kind]
     return lock["signal_waits"]
@@ -395,7 +395,7 @@ def test_instrument_uninstrument_restores_events_and_futures():
 
 def test_the_machinerys_events_and_futures_are_not_watched(watched):
     """A thread's start event, an executor's futures, asyncio's own futures (a sleep's) stay
-    plain: no class, no signal wait."""
+    plain: no class, no hand-off wait."""
     thread = threading.Thread(target=lambda: None)
     thread.start()
     thread.join()
@@ -420,7 +420,7 @@ def test_the_machinerys_events_and_futures_are_not_watched(watched):
 
 def test_a_set_event_or_a_done_future_passes_through(watched):
     """Waiting on an event already set, or a future already done, is no wait; a set nobody
-    waited for is no signal: nothing is recorded."""
+    waited for is no give: nothing is recorded."""
     event = threading.Event()
     event.set()
     assert event.wait() is True
@@ -459,7 +459,7 @@ def test_a_timed_out_wait_is_counted_as_given_up(watched):
 
     asyncio.run(main())
     for kind in ("threading.Event", "concurrent.futures.Future", "asyncio.Future", "asyncio.Event"):
-        waits = _signal_waits(kind)
+        waits = _handoff_waits(kind)
         assert (waits["count"], waits["timeouts"]) == (1, 1), kind
 
 
@@ -480,9 +480,9 @@ def _until(predicate: Callable[[], object], timeout_s: float = 10.0) -> None:
 
 
 def test_a_hand_off_between_peers_counts_for_both(watched):
-    """A worker that waited on the class sets a peer's event: a signal of its own, and of the
+    """A worker that waited on the class sets a peer's event: a give of its own, and of the
     peer it handed to (which will hand on in turn, unseen when nobody waits); a producer that
-    never waits signals alone."""
+    never waits gives alone."""
     first, second, third = (_event() for _ in range(3))  # one site: one class
     ready = threading.Barrier(2)
 
@@ -503,21 +503,21 @@ def test_a_hand_off_between_peers_counts_for_both(watched):
     first.set()
     for t in threads:
         t.join()
-    third.set()  # nobody waits: no signal
-    workers = _signal_waits("threading.Event")["workers"]
+    third.set()  # nobody waits: no give
+    workers = _handoff_waits("threading.Event")["workers"]
     assert workers["MainThread"] == {"waits": 0, "wait_ns": 0, "signals": 1}
     assert (workers["a"]["waits"], workers["a"]["signals"]) == (1, 1)  # it set b's event
     assert (workers["b"]["waits"], workers["b"]["signals"]) == (1, 1)  # handed by a peer
 
 
-def test_executor_wait_on_a_watched_future_is_a_signal_wait(watched):
+def test_executor_wait_on_a_watched_future_is_a_handoff_wait(watched):
     future: concurrent.futures.Future = concurrent.futures.Future()
     timer = threading.Timer(0.02, future.set_result, (1,))
     timer.start()
     done, not_done = concurrent.futures.wait(iter([future]))  # a generator is read once
     timer.join()
     assert done == {future} and not not_done
-    waits = _signal_waits("concurrent.futures.Future")
+    waits = _handoff_waits("concurrent.futures.Future")
     assert waits["count"] == 1 and waits["timeouts"] == 0
     assert waits["workers"]["MainThread"]["wait_ns"] > 0
 

@@ -1,4 +1,4 @@
-"""Merging data parts that carry signal waits, pools, roles and peak workers.
+"""Merging data parts that carry hand-off waits, pools, roles and peak workers.
 
 The merge rules of the new fields (``record._data``): counts and per-worker numbers add,
 histograms merge, ``capacity`` and ``in_use_peak`` take the largest known, ``role`` the least
@@ -240,7 +240,7 @@ def test_the_merge_rules_of_the_pool_fields():
 
 
 def test_merged_processes_qualify_their_signal_workers():
-    """Two processes' w0 are two workers in the signal waits too, so that a worker's contention
+    """Two processes' w0 are two workers in the hand-off waits too, so that a worker's contention
     adds to its own wait and its own observed time judges its starvation."""
     a, b = (pool_data(PoolRun(4, 2), "semaphore") for _ in range(2))
     a["process"], b["process"] = {"pid": 1}, {"pid": 2}

@@ -93,7 +93,7 @@ def test_a_contended_acquisition_waits_through_the_clients_polling(watched, clie
     assert (entry["acquisitions"], entry["contentions"]) == (2, 1)
     waited = entry["workers"]["MainThread"]["wait_ns"]
     assert 0.04e9 <= waited <= wall
-    # The lock's wait (the holder's wait on `release`, if it blocked, is a signal wait's span).
+    # The lock's wait (the holder's wait on `release`, if it blocked, is a hand-off wait's span).
     spans = [
         s
         for s in watched.finished("lock.wait")

@@ -251,13 +251,13 @@ def test_nonsense_threshold_refused(bad):
 
 
 # ---------------------------------------------------------------------------------------------
-# Pools whose checkout waits on a signal, not a mutex. They need the capture side to record
-# signal waits (docs/pools.md); until it does, each test skips after running its workload.
+# Pools whose checkout waits on a hand-off, not a mutex. They need the capture side to record
+# hand-off waits (docs/pools.md); until it does, each test skips after running its workload.
 
 
-def _needs_signal_waits(doc: dict) -> None:
+def _needs_handoff_waits(doc: dict) -> None:
     if not any("signal_waits" in lock for lock in doc["locks"].values()):
-        pytest.skip("the capture side records no signal waits yet")
+        pytest.skip("the capture side records no hand-off waits yet")
 
 
 def _two_slot_pool(kind: str):
@@ -310,7 +310,7 @@ def test_an_exhausted_two_slot_pool_is_a_hot_lock(watched, kind):
         list(pool.map(work, range(8)))
     manifest = evaluate()
     doc = manifest.to_dict()
-    _needs_signal_waits(doc)
+    _needs_handoff_waits(doc)
 
     assert manifest.verdict in ("HOT_LOCK_DETECTED", "STARVATION_OBSERVED")
     (pool_entry,) = doc["resource_pools"]
@@ -346,7 +346,7 @@ def test_a_producer_and_idle_consumers_are_low_contention(watched):
     assert sorted(done) == list(range(20))
     manifest = evaluate()
     doc = manifest.to_dict()
-    _needs_signal_waits(doc)
+    _needs_handoff_waits(doc)
 
     assert manifest.verdict == "LOW_CONTENTION"
     assert manifest.starvation_signatures == [] and doc["resource_pools"] == []

@@ -172,6 +172,7 @@ def test_a_session_per_instrument(tmp_path):
         first = _session.current()
         assert first is not None
         assert first.options.pool_size == 3 and instrumentor.options is first.options
+        assert (RECORDER.pool_size, RECORDER.pool_source) == (3, "env")  # note_pool_size
         assert first.recorder is RECORDER and first.outbox is OUTBOX
         assert first.distributed is DISTRIBUTED and first.graph is RECORDER.graph
         assert first.emitter.running and first.exporter is not None

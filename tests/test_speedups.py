@@ -28,13 +28,13 @@ from otel_lockwatch._session import OUTBOX, RECORDER
 from otel_lockwatch.capture import _fast_path, _threading
 from otel_lockwatch.capture._bookkeeping import HOLD_FIELDS, Hold
 from otel_lockwatch.capture._sections import ARRAY_FIELDS, TRACK_FIELDS, ArrayTrack
+from otel_lockwatch.record._handoff_stats import HANDOFF_FIELDS, HandoffStats
 from otel_lockwatch.record._recorder import (
     STATS_FIELDS,
     WORKER_FIELDS,
     Stats,
     WorkerState,
 )
-from otel_lockwatch.record._signals import HANDOFF_FIELDS, HandoffStats
 from otel_lockwatch.sections._threaded import StripedSections as _Sections
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -388,10 +388,10 @@ def test_both_paths_record_the_same():
     c, python = dict(runs[False]), dict(runs[True])
     c.pop("speedups")
     python.pop("speedups")
-    # The signal paths' common calls run in C (the same records as the Python wrappers').
-    assert c.pop("signal_paths") == ["SemaphoreAcquire", "SemaphoreRelease", "ConditionNotify"]
-    assert python.pop("signal_paths") == ["function", "function", "function"]
-    assert c["signals"]["sem"]["pool"]["checkouts"] > 20
+    # The hand-off paths' common calls run in C (the same records as the Python wrappers').
+    assert c.pop("handoff_paths") == ["SemaphoreAcquire", "SemaphoreRelease", "ConditionNotify"]
+    assert python.pop("handoff_paths") == ["function", "function", "function"]
+    assert c["handoffs"]["sem"]["pool"]["checkouts"] > 20
     assert c == python
     assert c["errors"] == 0
     assert c["held"] == []

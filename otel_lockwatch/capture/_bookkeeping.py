@@ -95,12 +95,12 @@ def caller_frame() -> Any:
         return _getframe(1)
 
 
-def stats_of(st: WorkerState, cls: LockClass) -> Stats:
+def stats_of(state: WorkerState, lock_class: LockClass) -> Stats:
     """The worker's :class:`Stats` for a lock class, created on first use."""
-    s = st.stats.get(cls)
-    if s is None:
-        s = st.stats[cls] = new_stats()
-    return s
+    stats = state.stats.get(lock_class)
+    if stats is None:
+        stats = state.stats[lock_class] = new_stats()
+    return stats
 
 
 def holder_entry(hold: Any) -> Any:
@@ -116,13 +116,13 @@ def holder_entry(hold: Any) -> Any:
 
 
 # -- the acquire -----------------------------------------------------------------------------
-def record_try(s: Stats, ok: bool) -> bool:
+def record_try(stats: Stats, ok: bool) -> bool:
     """Count a non-blocking attempt; returns ``ok``."""
     if ok:
-        s.acquisitions += 1
-        s.try_acquisitions += 1
+        stats.acquisitions += 1
+        stats.try_acquisitions += 1
     else:
-        s.skipped += 1
+        stats.skipped += 1
     return ok
 
 
@@ -249,31 +249,31 @@ class Hold:
         self._lw_holder: WorkerState | None = None
 
 
-def track_hold(hold: Any, st: WorkerState, s: Stats, entry: Any) -> None:
+def track_hold(hold: Any, state: WorkerState, stats: Stats, entry: Any) -> None:
     """The lock is held: push its entry on the worker's held stack, and note on ``hold`` (the
     object that keeps the hold) what the release needs. The clock is read last.
     (:func:`acquire_tracked` does the same around the acquire, keeping the held window short.)"""
-    st.held.append(entry)
+    state.held.append(entry)
     hold._lw_entry = entry
-    hold._lw_stats = s
+    hold._lw_stats = stats
     hold._lw_context = current_context()
-    hold._lw_holder = st
+    hold._lw_holder = state
     hold._lw_start_ns = _pc()
 
 
 def acquire_tracked(
     lock: Any,
     hold: Any,
-    st: WorkerState,
-    cls: LockClass,
-    f: Any,
+    state: WorkerState,
+    lock_class: LockClass,
+    frame: Any,
     blocking: Any,
     timeout: Any,
     wait: Callable[..., bool] = lock_wait,
     deferred: bool = False,
 ) -> bool:
-    """Acquire ``lock`` (whose ``acquire(blocking, timeout)`` is the stdlib's) from the frame
-    ``f``, counted, ordered, timed when it waits (``wait``: :func:`lock_wait` or one with its
+    """Acquire ``lock`` (whose ``acquire(blocking, timeout)`` is the stdlib's) from ``frame``,
+    counted, ordered, timed when it waits (``wait``: :func:`lock_wait` or one with its
     signature), and tracked on ``hold`` (which is also the entry's lock object). Under a held
     lock, what comes before the acquire allocates with the collector off (``_collection``; the
     caller's deferral, ``deferred``, also covers its frame object), closed before the acquire.
@@ -285,18 +285,18 @@ def acquire_tracked(
     ``held.append`` is none once specialized (the interpreter's ``list.append`` instruction does
     not check for a switch).
     """
-    held = st.held
+    held = state.held
     if held and not deferred:
         defer_collection()
         deferred = True
     try:
-        s = st.stats.get(cls)
-        if s is None:
-            s = st.stats[cls] = new_stats()
-        entry = HeldEntry((cls, f, f.f_lasti, hold, False))
-        ctx = current_context()
+        stats = state.stats.get(lock_class)
+        if stats is None:
+            stats = state.stats[lock_class] = new_stats()
+        entry = HeldEntry((lock_class, frame, frame.f_lasti, hold, False))
+        context = current_context()
         if blocking and held:
-            check_order(st, cls, f, hold, False)
+            check_order(state, lock_class, frame, hold, False)
     finally:
         if deferred:
             resume_collection()
@@ -304,75 +304,82 @@ def acquire_tracked(
     if blocking:
         if lock.acquire(False):
             held.append(entry)
-            t0 = _pc()
-            s.acquisitions += 1
+            start_ns = _pc()
+            stats.acquisitions += 1
         else:
-            if not wait(lock, st, s, cls, f, timeout, hold):
+            if not wait(lock, state, stats, lock_class, frame, timeout, hold):
                 return False
             held.append(entry)
-            t0 = _pc()
+            start_ns = _pc()
     else:
-        if not record_try(s, lock.acquire(False)):
+        if not record_try(stats, lock.acquire(False)):
             return False
         held.append(entry)
-        t0 = _pc()
+        start_ns = _pc()
     # Attribute stores only: a call here would be a point where the interpreter switches threads.
     hold._lw_entry = entry
-    hold._lw_stats = s
-    hold._lw_context = ctx
-    hold._lw_start_ns = t0
-    hold._lw_holder = st
+    hold._lw_stats = stats
+    hold._lw_context = context
+    hold._lw_start_ns = start_ns
+    hold._lw_holder = state
     return True
 
 
 # -- the release -----------------------------------------------------------------------------
-def untrack(st: WorkerState, entry: Any, s: Stats, t0: int, ctx: Any, index: int | None) -> None:
+def untrack(
+    holder: WorkerState, entry: Any, stats: Stats, start_ns: int, context: Any, index: int | None
+) -> None:
     """The bookkeeping of a release, after it (with what the hold noted, read before): pop the
     held entry, record the hold. ``index``: the section's, for a section."""
-    t1 = _pc()
-    h = t1 - t0
-    held = st.held
+    end_ns = _pc()
+    held_ns = end_ns - start_ns
+    held = holder.held
     if held and held[-1] is entry:
         held.pop()
     else:
         discard(held, entry)
-    s.hold_total_ns += h
-    # bucket_of(h), inlined: the one copy on the hot path (a call would cost every release).
-    b = h.bit_length()
-    b = ((b - 5) << 4) + (h >> (b - 5)) if b > 5 else h
-    hist = s.hold_histogram  # the C path's Stats gives a copy: assigned back
-    hist[b] = hist.get(b, 0) + 1
-    s.hold_histogram = hist
-    if h > s.hold_max_ns:
-        s.hold_max_ns = h
-    if h < s.hold_min_ns:
-        s.hold_min_ns = h
-    st.last = t1
-    if h >= THRESHOLDS.hold_metric_ns:  # the session's (one attribute read more than a global)
-        record_hold(st, entry, t0, t1, ctx, index)
+    stats.hold_total_ns += held_ns
+    # bucket_of(held_ns), inlined: the one copy on the hot path (a call would cost every release).
+    bits = held_ns.bit_length()
+    bucket = ((bits - 5) << 4) + (held_ns >> (bits - 5)) if bits > 5 else held_ns
+    histogram = stats.hold_histogram  # the C path's Stats gives a copy: assigned back
+    histogram[bucket] = histogram.get(bucket, 0) + 1
+    stats.hold_histogram = histogram
+    if held_ns > stats.hold_max_ns:
+        stats.hold_max_ns = held_ns
+    if held_ns < stats.hold_min_ns:
+        stats.hold_min_ns = held_ns
+    holder.last = end_ns
+    # The session's floor (one attribute read more than a global).
+    if held_ns >= THRESHOLDS.hold_metric_ns:
+        record_hold(holder, entry, start_ns, end_ns, context, index)
 
 
-def record_hold(st: WorkerState, entry: Any, t0: int, t1: int, ctx: Any, index: int | None) -> None:
+def record_hold(
+    holder: WorkerState, entry: Any, start_ns: int, end_ns: int, context: Any, index: int | None
+) -> None:
     """The slow path of a release: a hold at or above the metric floor goes to the outbox.
-    ``st`` is the holder's state; lockwatch runs on the releasing thread's, which is another
-    when a thread releases a Lock another took (marking the holder's would make the holder's own
-    acquisitions meanwhile go unrecorded)."""
+    ``holder`` is the holder's state; lockwatch runs on the releasing thread's (``releasing``),
+    which is another when a thread releases a Lock another took (marking the holder's would make
+    the holder's own acquisitions meanwhile go unrecorded)."""
     try:
-        st = _tls.st
+        releasing = _tls.st
     except AttributeError:
-        st = RECORDER.thread_state()
-    st.in_lockwatch = True
+        releasing = RECORDER.thread_state()
+    releasing.in_lockwatch = True
     defer_collection()  # other locks may be held: _collection
     try:
         extra = None if index is None else {"lockwatch.section.index": index}
         span_ns = THRESHOLDS.hold_span_ns
-        site = entry_site(entry) if t1 - t0 >= span_ns else None
-        OUTBOX.put("lock.hold", entry.lock_class, t0, t1, ctx, None, span_ns, extra, site)
+        site = entry_site(entry) if end_ns - start_ns >= span_ns else None
+        OUTBOX.put(
+            "lock.hold", entry.lock_class, start_ns, end_ns, context, None, span_ns, extra, site
+        )
     except Exception as exc:
         OUTBOX.failed(exc)
     finally:
         resume_collection()
-        st.in_lockwatch = False
+        releasing.in_lockwatch = False
 
 
 # -- the C path's slow paths: one event each (``_fast_path``'s contract) ----------------------

@@ -14,7 +14,7 @@ The contract:
   ``RLockProxy``: an acquire or ``with`` with the default timeout, the release) and
   ``SectionAcquire`` / ``SectionRelease`` (the instrumented ``StripedSections._acquire`` /
   ``_release``: method descriptors with ``__wrapped__``, so ``unwrap`` restores them like a
-  function), and on the signal paths ``took`` / ``gave`` (every checkout and checkin),
+  function), and on the hand-off paths ``took`` / ``gave`` (every checkout and checkin),
   ``SemaphoreAcquire`` / ``SemaphoreRelease`` (a watched ``threading.Semaphore`` with a free
   permit) and ``ConditionNotify`` (a watched condition's ``notify``). Any other call (a timeout,
   a worker whose state does not exist yet, lockwatch itself running on the worker, no Python
@@ -26,12 +26,12 @@ The contract:
   (:data:`ACQUISITION_FIELDS`; a field a path has no use for is None), a hold at or above the
   metric floor a ``Release`` (:data:`RELEASE_FIELDS`); ``_bookkeeping``'s and ``_sections``'
   ``*_event`` functions receive them and call the Python path's routines. Besides: a worker's
-  first ``HandoffStats`` of a class (``signal_stats(st, cls)``), the current OpenTelemetry
+  first ``HandoffStats`` of a class (``handoff_stats(st, cls)``), the current OpenTelemetry
   context when it is not the SDK's ``ContextVar``, and the one error path (``OUTBOX.failed``:
   an error in its bookkeeping after the lock changed hands goes there, never to the host; the
   lock's own results and exceptions pass through unchanged). Each module passes its own:
   ``_bookkeeping`` to ``setup()``, ``_threading`` to ``setup_locks()``, ``_sections`` to
-  ``setup_sections()``, ``_handoffs`` to ``setup_signals()``; each call runs when its module
+  ``setup_sections()``, ``_handoffs`` to ``setup_handoffs()``; each call runs when its module
   is imported, before anything of that module can be used.
 - The held stack (``WorkerState.held``): one :data:`HeldEntry` per hold, in acquisition order,
   read by field name (:data:`HELD_ENTRY_FIELDS`; the C path's is a struct sequence, the Python

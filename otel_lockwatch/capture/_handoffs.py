@@ -3,15 +3,15 @@
 A *hand-off wait* (``Condition.wait``, a blocking queue ``get`` / ``put``, a semaphore's blocking
 ``acquire``, an ``Event.wait`` or a future's result that blocked) ends only when another worker
 hands something over: a ``notify``, a ``put``, a ``release``, a ``set``, a ``set_result``. It is
-recorded apart from mutex waits, in the worker's ``signals`` (``record._signals``; the manifest
-calls these waits ``signal_waits``, a published name). The condition, queue, semaphore, event and
-future paths (``_conditions``, ``_queues``, ``_semaphores``, ``_events``, ``_futures``) call these
-after the operation ran, never around it, so the host's object behaves as it always did. Like
-``_bookkeeping``'s, they write only to the calling worker's state (no process-wide lock), and a
+recorded apart from mutex waits, in the worker's ``handoffs`` (``record._handoff_stats``; the
+manifest calls these waits ``signal_waits``, a published name). The condition, queue, semaphore,
+event and future paths (``_conditions``, ``_queues``, ``_semaphores``, ``_events``, ``_futures``)
+call these after the operation ran, never around it, so the host's object behaves as it always did.
+Like ``_bookkeeping``'s, they write only to the calling worker's state (no process-wide lock), and a
 wait that blocked also goes to the outbox, for its ``lock.wait`` span (above the wait threshold,
-with ``lockwatch.wait.kind = "signal"``) and its value of the wait histogram, exactly as a mutex
-wait does. The clock is read for a take or a give (their hold time needs it) and around a wait
-that blocked; never for a call that only passes through.
+with ``lockwatch.wait.kind = "signal"``, a published value) and its value of the wait histogram,
+exactly as a mutex wait does. The clock is read for a take or a give (their hold time needs it) and
+around a wait that blocked; never for a call that only passes through.
 
 One routine times a blocked wait on a thread (:func:`blocked_wait`) and one on a task
 (:func:`blocked_wait_async`); each path passes what differs: the ``ended`` callback that records
@@ -37,8 +37,8 @@ from time import perf_counter_ns as _pc
 from typing import Any
 
 from .._session import OUTBOX, RECORDER, THRESHOLDS
+from ..record._handoff_stats import HANDOFF_FIELDS, HandoffStats
 from ..record._recorder import WorkerState
-from ..record._signals import HANDOFF_FIELDS, HandoffStats
 from ._bookkeeping import current_context
 from ._fast_path import new_stats, speedups
 from ._naming import LockClass, excluded_caller, site_of
@@ -110,9 +110,9 @@ def running_task_state() -> WorkerState | None:
 
 def handoff_stats(state: WorkerState, lock_class: LockClass) -> HandoffStats:
     """The worker's statistics for the class (made on first use, with its empty ``Stats``)."""
-    stats = state.signals.get(lock_class)
+    stats = state.handoffs.get(lock_class)
     if stats is None:
-        stats = state.signals[lock_class] = HandoffStats()
+        stats = state.handoffs[lock_class] = HandoffStats()
         if lock_class not in state.stats:
             state.stats[lock_class] = new_stats()
     return stats
@@ -256,7 +256,7 @@ def gave(state: WorkerState, lock_class: LockClass, held: int) -> None:
     """A give (a checkin, a notify): ``held`` items are in the queue now (-1: not a queue)."""
     try:
         now = _pc()
-        stats = state.signals.get(lock_class)
+        stats = state.handoffs.get(lock_class)
         if stats is None:
             stats = handoff_stats(state, lock_class)
         stats.gives += 1
@@ -313,7 +313,7 @@ def woke(find_state: Any, lock_class: LockClass) -> bool:
         state = find_state()
         if state is None or state.in_lockwatch:
             return False
-        stats = state.signals.get(lock_class)
+        stats = state.handoffs.get(lock_class)
         if stats is None:
             stats = handoff_stats(state, lock_class)
         stats.gives += 1
@@ -330,7 +330,7 @@ def add_give(state: WorkerState, lock_class: LockClass) -> None:
     ended, one that waits on the class too (the waiter is in the pool's chain of hand-offs: it
     will hand on what it was handed, and a hand-on with nobody waiting sets nothing to see)."""
     try:
-        stats = state.signals.get(lock_class)
+        stats = state.handoffs.get(lock_class)
         if stats is None:
             stats = handoff_stats(state, lock_class)
         stats.gives += 1
@@ -340,7 +340,7 @@ def add_give(state: WorkerState, lock_class: LockClass) -> None:
 
 if speedups is not None:
     # A take and a give run on every checkout and checkin: the C path records them alike.
-    speedups.setup_signals(signal_stats=handoff_stats, fields=(HandoffStats, HANDOFF_FIELDS))
+    speedups.setup_handoffs(handoff_stats=handoff_stats, fields=(HandoffStats, HANDOFF_FIELDS))
     took = speedups.took  # noqa: F811
     gave = speedups.gave  # noqa: F811
 

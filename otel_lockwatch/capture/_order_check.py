@@ -39,7 +39,9 @@ def entry_site(entry: Any) -> str:
 
 
 # -- the lock order --------------------------------------------------------------------------
-def check_order(st: WorkerState, cls: LockClass, frame: Any, obj: Any, canonical: bool) -> None:
+def check_order(
+    state: WorkerState, lock_class: LockClass, frame: Any, lock: Any, canonical: bool
+) -> None:
     """Called before a blocking acquire made while locks are held: add the new edges.
 
     A held entry whose pair is not in the chain cache adds no edge when its lock is the one being
@@ -48,44 +50,46 @@ def check_order(st: WorkerState, cls: LockClass, frame: Any, obj: Any, canonical
     reported (:func:`_held_lock_freed`). Both cost a cache miss only. A miss allocates under the
     held locks: from the first one on, the collector is off (``_collection``).
     """
-    chain = st.chain
+    chain = state.chain
     gone = None
     deferred = False
     try:
-        for entry in st.held:
-            hcls = entry.lock_class
+        for entry in state.held:
+            held_class = entry.lock_class
             if (
                 canonical
                 and entry.canonical
-                and hcls is cls
+                and held_class is lock_class
                 and entry.frame is frame
                 and entry.lasti == frame.f_lasti
             ):
                 continue  # one lock_many call (same frame and position) is ascending: canonical
-            pair = (hcls, cls)
+            pair = (held_class, lock_class)
             if pair in chain:
                 continue
-            if entry.lock is obj and cls.kind != "section":  # (an array's sections share it)
+            if (
+                entry.lock is lock and lock_class.kind != "section"
+            ):  # (an array's sections share it)
                 continue
             if not deferred:
                 defer_collection()
                 deferred = True
-            if dropped(entry, st.held) or not _new_edge(st, entry, cls, frame, pair):
+            if dropped(entry, state.held) or not _new_edge(state, entry, lock_class, frame, pair):
                 gone = [entry] if gone is None else [*gone, entry]
         if gone is not None:
-            _held_lock_freed(st, gone)
+            _held_lock_freed(state, gone)
     finally:
         if deferred:
             resume_collection()
 
 
-def _held_lock_freed(st: WorkerState, entries: list) -> None:
+def _held_lock_freed(state: WorkerState, entries: list) -> None:
     """Take the entries of gone locks off the worker's stack; count each by lock class in the
     recorder, and warn once per class (lockdep's "held lock freed")."""
-    st.in_lockwatch = True
+    state.in_lockwatch = True
     try:
         for entry in entries:
-            discard(st.held, entry)
+            discard(state.held, entry)
             name = entry.lock_class.name
             counts = RECORDER.held_locks_freed
             first = name not in counts
@@ -96,44 +100,48 @@ def _held_lock_freed(st: WorkerState, entries: list) -> None:
                     "while held; it orders no later acquisition",
                     name,
                     entry_site(entry),
-                    st.worker,
+                    state.worker,
                 )
     except Exception as exc:  # never into the host
         OUTBOX.failed(exc)
     finally:
-        st.in_lockwatch = False
+        state.in_lockwatch = False
 
 
-def _new_edge(st: WorkerState, entry: Any, cls: LockClass, frame: Any, pair: tuple) -> bool:
+def _new_edge(
+    state: WorkerState, entry: Any, lock_class: LockClass, frame: Any, pair: tuple
+) -> bool:
     """Add the edge from a held entry; False when, the edge closing a cycle, the collector found
     the held lock gone (kept only by a reference cycle: see ``collected_gone``)."""
-    st.in_lockwatch = True
+    state.in_lockwatch = True
     try:
         span_ctx = trace.get_current_span().get_span_context()
         trace_id = f"{span_ctx.trace_id:032x}" if span_ctx.is_valid else None
         span_id = f"{span_ctx.span_id:016x}" if span_ctx.is_valid else None
-        hcls = entry.lock_class
+        held_class = entry.lock_class
         witness = EdgeWitness(
-            hcls.name,
-            cls.name,
-            st.worker,
+            held_class.name,
+            lock_class.name,
+            state.worker,
             (entry_site(entry), site_of(frame)),
             utc_timestamp(),
             trace_id,
             span_id,
         )
         graph = RECORDER.graph
-        cycle = graph.would_close_cycle(hcls.name, cls.name, witness)
+        cycle = graph.would_close_cycle(held_class.name, lock_class.name, witness)
         if cycle is not None:
-            if graph.witness(hcls.name, cls.name) is None and collected_gone(entry, st.held):
+            if graph.witness(held_class.name, lock_class.name) is None and collected_gone(
+                entry, state.held
+            ):
                 return False
             if THRESHOLDS.on_cycle == "raise":  # the session's cycle policy
                 # Recorded for the manifest, refused now and on every later attempt (the pair
                 # never enters the chain cache, and would_close_cycle answers every time).
-                graph.add_edge(hcls.name, cls.name, witness)
+                graph.add_edge(held_class.name, lock_class.name, witness)
                 raise PotentialDeadlockError(cycle.format(), cycle.locks)
-        cycle = graph.add_edge(hcls.name, cls.name, witness)
-        st.chain.add(pair)
+        cycle = graph.add_edge(held_class.name, lock_class.name, witness)
+        state.chain.add(pair)
         if cycle is not None and THRESHOLDS.on_cycle == "warn":
             text = cycle.format()
             logger.warning("otel-lockwatch: %s", text)
@@ -143,7 +151,7 @@ def _new_edge(st: WorkerState, entry: Any, cls: LockClass, frame: Any, pair: tup
     except Exception as exc:  # never into the host
         OUTBOX.failed(exc)
     finally:
-        st.in_lockwatch = False
+        state.in_lockwatch = False
     return True
 
 

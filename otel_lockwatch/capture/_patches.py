@@ -38,7 +38,7 @@ What is patched:
   otel-lockwatch and the stdlib's own machinery, are the plain locks they always were.
   (``from threading import Lock`` done before instrumenting keeps the plain factory.)
 - ``threading.Condition.__init__`` and ``asyncio.Condition.__init__``: a condition created by
-  watched code gets its own ``wait`` and ``notify`` (signal waits and signals); a threading one
+  watched code gets its own ``wait`` and ``notify`` (hand-off waits and gives); a threading one
   made without a lock gets a watched RLock.
 - ``queue.Queue.__init__`` (``LifoQueue`` and ``PriorityQueue`` inherit it): a queue created by
   watched code gets its own storage hooks and condition waits; other queues are untouched.

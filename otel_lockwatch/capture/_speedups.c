@@ -131,13 +131,13 @@ typedef struct {
 } Slot;
 
 enum {
-    WORKER_HELD, WORKER_STATS, WORKER_IN_LOCKWATCH, WORKER_LAST, WORKER_SIGNALS, WORKER_CHAIN,
+    WORKER_HELD, WORKER_STATS, WORKER_IN_LOCKWATCH, WORKER_LAST, WORKER_HANDOFFS, WORKER_CHAIN,
     WORKER_USED
 };
 static const char *const WORKER_NAMES[WORKER_USED] = {
     [WORKER_HELD] = "held",     [WORKER_STATS] = "stats",
     [WORKER_IN_LOCKWATCH] = "in_lockwatch", [WORKER_LAST] = "last",
-    [WORKER_SIGNALS] = "signals", [WORKER_CHAIN] = "chain",
+    [WORKER_HANDOFFS] = "handoffs", [WORKER_CHAIN] = "chain",
 };
 /* The Stats fields a pair writes: StatsBase owns them on this path (C integers, and the hold
  * histogram's dense buckets). */
@@ -168,16 +168,16 @@ static const char *const ARRAY_NAMES[ARRAY_USED] = {
     [ARRAY_TRACK] = "_lw", [ARRAY_NAME] = "_name", [ARRAY_LOCKS] = "_locks",
     [ARRAY_OWNERS] = "_owners", [ARRAY_KEYS] = "_keys",
 };
-/* record/_signals.py's HandoffStats: the fields a take and a give write. */
+/* record/_handoff_stats.py's HandoffStats: the fields a take and a give write. */
 enum {
-    SIGNAL_TAKES, SIGNAL_GIVES, SIGNAL_MOST, SIGNAL_FEWEST, SIGNAL_PENDING, SIGNAL_HOLD_TOTAL,
-    SIGNAL_HOLD_HISTOGRAM, SIGNAL_HOLD_MIN, SIGNAL_HOLD_MAX, SIGNAL_USED
+    HANDOFF_TAKES, HANDOFF_GIVES, HANDOFF_MOST, HANDOFF_FEWEST, HANDOFF_PENDING, HANDOFF_HOLD_TOTAL,
+    HANDOFF_HOLD_HISTOGRAM, HANDOFF_HOLD_MIN, HANDOFF_HOLD_MAX, HANDOFF_USED
 };
-static const char *const SIGNAL_NAMES[SIGNAL_USED] = {
-    [SIGNAL_TAKES] = "takes", [SIGNAL_GIVES] = "gives", [SIGNAL_MOST] = "most",
-    [SIGNAL_FEWEST] = "fewest", [SIGNAL_PENDING] = "pending",
-    [SIGNAL_HOLD_TOTAL] = "hold_total_ns", [SIGNAL_HOLD_HISTOGRAM] = "hold_histogram",
-    [SIGNAL_HOLD_MIN] = "hold_min_ns", [SIGNAL_HOLD_MAX] = "hold_max_ns",
+static const char *const HANDOFF_NAMES[HANDOFF_USED] = {
+    [HANDOFF_TAKES] = "takes", [HANDOFF_GIVES] = "gives", [HANDOFF_MOST] = "most",
+    [HANDOFF_FEWEST] = "fewest", [HANDOFF_PENDING] = "pending",
+    [HANDOFF_HOLD_TOTAL] = "hold_total_ns", [HANDOFF_HOLD_HISTOGRAM] = "hold_histogram",
+    [HANDOFF_HOLD_MIN] = "hold_min_ns", [HANDOFF_HOLD_MAX] = "hold_max_ns",
 };
 
 /* One class the C path reads: the setup keyword that passes it, its fields' names here, and its
@@ -189,7 +189,7 @@ typedef struct {
 } TableSpec;
 
 enum {
-    TABLE_WORKER, TABLE_STATS, TABLE_HOLD, TABLE_TRACK, TABLE_ARRAY, TABLE_SIGNAL, TABLE_COUNT
+    TABLE_WORKER, TABLE_STATS, TABLE_HOLD, TABLE_TRACK, TABLE_ARRAY, TABLE_HANDOFF, TABLE_COUNT
 };
 static const TableSpec TABLE_SPECS[TABLE_COUNT] = {
     [TABLE_WORKER] = {"worker_state", WORKER_NAMES, WORKER_USED},
@@ -197,7 +197,7 @@ static const TableSpec TABLE_SPECS[TABLE_COUNT] = {
     [TABLE_HOLD] = {"hold", HOLD_NAMES, HOLD_USED},
     [TABLE_TRACK] = {"track", TRACK_NAMES, TRACK_USED},
     [TABLE_ARRAY] = {"array", ARRAY_NAMES, ARRAY_USED},
-    [TABLE_SIGNAL] = {"signal_stats", SIGNAL_NAMES, SIGNAL_USED},
+    [TABLE_HANDOFF] = {"fields", HANDOFF_NAMES, HANDOFF_USED},
 };
 
 typedef struct {
@@ -247,10 +247,10 @@ typedef struct ModuleState {
     /* setup_sections(), from _sections.py */
     PyObject *section_wait; /* section_wait(Acquisition) -> bool */
     int sections_ready;
-    /* setup_signals(), from _handoffs.py */
-    PyObject *signal_stats; /* signal_stats(st, cls): the HandoffStats, made on first use */
+    /* setup_handoffs(), from _handoffs.py */
+    PyObject *handoff_stats; /* handoff_stats(st, cls): the HandoffStats, made on first use */
     PyObject *deque_type, *deque_append, *deque_pop; /* collections.deque's */
-    /* configure(), from _bookkeeping.configure */
+    /* set_hold_metric_ns(), from _bookkeeping: the session's THRESHOLDS.hold_metric_ns */
     long long hold_metric_ns;
     /* the raw locks' types and methods */
     PyObject *lock_type, *lock_acquire, *lock_release;    /* _thread.LockType's */
@@ -281,7 +281,7 @@ typedef struct ModuleState {
     ThreadCache *_Atomic ended; /* entries of ended threads, to release */
     /* the classes read at their slots' offsets */
     Slot worker[WORKER_USED], stats[STATS_USED], hold[HOLD_USED], track[TRACK_USED],
-        array[ARRAY_USED], signal[SIGNAL_USED];
+        array[ARRAY_USED], handoff[HANDOFF_USED];
     Table tables[TABLE_COUNT];
     /* the types */
     PyTypeObject *held_entry_type, *acquisition_type, *release_type, *stats_base_type, *lock_base_type, *rlock_base_type,
@@ -2636,7 +2636,7 @@ SECTION_FN_TYPE(SectionRelease,
                 section_release, Py_tp_descr_get);
 
 /* ==========================================================================================
- * The signal paths: a take and a give (_handoffs.took / gave), a semaphore's acquire and
+ * The hand-off paths: a take and a give (_handoffs.took / gave), a semaphore's acquire and
  * release, a condition's notify
  * ========================================================================================== */
 /* A semaphore's acquire and release and a queue's get and put call these on every operation
@@ -2662,17 +2662,17 @@ optional_attr(PyObject *obj, PyObject *name)
 
 /* The worker's HandoffStats for the class (new reference), made by the Python routine when new. */
 static PyObject *
-signal_stats_of(ModuleState *S, PyObject *st, PyObject *cls)
+handoff_stats_of(ModuleState *S, PyObject *st, PyObject *cls)
 {
-    PyObject *signals = slot_get(&S->worker[WORKER_SIGNALS], st);
-    if (signals == NULL)
+    PyObject *handoffs = slot_get(&S->worker[WORKER_HANDOFFS], st);
+    if (handoffs == NULL)
         return NULL;
     PyObject *s = NULL;
-    int found = PyDict_CheckExact(signals) ? dict_get_ref(signals, cls, &s) : 0;
-    Py_DECREF(signals);
+    int found = PyDict_CheckExact(handoffs) ? dict_get_ref(handoffs, cls, &s) : 0;
+    Py_DECREF(handoffs);
     if (found != 0)
         return s; /* (or NULL with the error) */
-    return PyObject_CallFunctionObjArgs(S->signal_stats, st, cls, NULL);
+    return PyObject_CallFunctionObjArgs(S->handoff_stats, st, cls, NULL);
 }
 
 /* obj.field = min(obj.field, v) (less: 1) or max (less: 0) */
@@ -2688,15 +2688,15 @@ slot_bound(Slot *sl, PyObject *obj, long long v, int less)
 }
 
 static int
-signal_args(ModuleState *S, const char *name, Py_ssize_t nargs, PyObject *const *args, long long *a, long long *b,
+handoff_args(ModuleState *S, const char *name, Py_ssize_t nargs, PyObject *const *args, long long *a, long long *b,
             Py_ssize_t want)
 {
     if (nargs != want) {
         PyErr_Format(PyExc_TypeError, "%s() takes %zd arguments (%zd given)", name, want, nargs);
         return -1;
     }
-    if (!S->ready || S->signal_stats == NULL) {
-        PyErr_Format(PyExc_RuntimeError, "otel_lockwatch: %s() before setup_signals()", name);
+    if (!S->ready || S->handoff_stats == NULL) {
+        PyErr_Format(PyExc_RuntimeError, "otel_lockwatch: %s() before setup_handoffs()", name);
         return -1;
     }
     if (as_ll(args[2], a) < 0)
@@ -2706,17 +2706,17 @@ signal_args(ModuleState *S, const char *name, Py_ssize_t nargs, PyObject *const 
 
 /* A take (a checkout) by worker st of class cls at `now`: left items or permits remain. */
 static void
-signal_took(ModuleState *S, PyObject *st, PyObject *cls, long long left, long long capacity, long long now)
+handoff_took(ModuleState *S, PyObject *st, PyObject *cls, long long left, long long capacity, long long now)
 {
-    PyObject *s = signal_stats_of(S, st, cls), *pending = NULL, *stamp = NULL, *r = NULL;
-    if (s == NULL || slot_add(&S->signal[SIGNAL_TAKES], s, 1) < 0 ||
-        (pending = slot_get(&S->signal[SIGNAL_PENDING], s)) == NULL ||
+    PyObject *s = handoff_stats_of(S, st, cls), *pending = NULL, *stamp = NULL, *r = NULL;
+    if (s == NULL || slot_add(&S->handoff[HANDOFF_TAKES], s, 1) < 0 ||
+        (pending = slot_get(&S->handoff[HANDOFF_PENDING], s)) == NULL ||
         (stamp = PyLong_FromLongLong(now)) == NULL ||
         (r = Py_TYPE(pending) == (PyTypeObject *)S->deque_type
                  ? PyObject_Vectorcall(S->deque_append, (PyObject *[]){pending, stamp}, 2, NULL)
                  : PyObject_CallMethodOneArg(pending, S->str_append, stamp)) == NULL ||
-        slot_bound(&S->signal[SIGNAL_FEWEST], s, left, 1) < 0 ||
-        slot_bound(&S->signal[SIGNAL_MOST], s, capacity, 0) < 0 ||
+        slot_bound(&S->handoff[HANDOFF_FEWEST], s, left, 1) < 0 ||
+        slot_bound(&S->handoff[HANDOFF_MOST], s, capacity, 0) < 0 ||
         slot_set(&S->worker[WORKER_LAST], st, stamp) < 0)
         swallow(S);
     Py_XDECREF(r);
@@ -2731,17 +2731,17 @@ speedups_took(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
     ModuleState *S = module_state(module);
     long long now = now_ns(), left, capacity;
-    if (signal_args(S, "took", nargs, args, &left, &capacity, 4) < 0)
+    if (handoff_args(S, "took", nargs, args, &left, &capacity, 4) < 0)
         return NULL; /* a caller's mistake, as the Python routine's TypeError */
-    signal_took(S, args[0], args[1], left, capacity, now);
+    handoff_took(S, args[0], args[1], left, capacity, now);
     Py_RETURN_NONE;
 }
 
 /* The hold from the last pending take to `now`, if there is one. */
 static int
-signal_hold(ModuleState *S, PyObject *s, long long now)
+handoff_hold(ModuleState *S, PyObject *s, long long now)
 {
-    PyObject *pending = slot_get(&S->signal[SIGNAL_PENDING], s);
+    PyObject *pending = slot_get(&S->handoff[HANDOFF_PENDING], s);
     if (pending == NULL)
         return -1;
     Py_ssize_t n = PyObject_Length(pending);
@@ -2760,39 +2760,39 @@ signal_hold(ModuleState *S, PyObject *s, long long now)
     }
     Py_DECREF(start);
     long long h = now - t0;
-    PyObject *hist = slot_get(&S->signal[SIGNAL_HOLD_HISTOGRAM], s);
+    PyObject *hist = slot_get(&S->handoff[HANDOFF_HOLD_HISTOGRAM], s);
     int r = hist != NULL && is_type(hist, &PyDict_Type, "a hold histogram") &&
-                    hist_add(hist, h) == 0 && slot_add(&S->signal[SIGNAL_HOLD_TOTAL], s, h) == 0 &&
-                    slot_bound(&S->signal[SIGNAL_HOLD_MAX], s, h, 0) == 0 &&
-                    slot_bound(&S->signal[SIGNAL_HOLD_MIN], s, h, 1) == 0
+                    hist_add(hist, h) == 0 && slot_add(&S->handoff[HANDOFF_HOLD_TOTAL], s, h) == 0 &&
+                    slot_bound(&S->handoff[HANDOFF_HOLD_MAX], s, h, 0) == 0 &&
+                    slot_bound(&S->handoff[HANDOFF_HOLD_MIN], s, h, 1) == 0
                 ? 0
                 : -1;
     Py_XDECREF(hist);
     return r;
 }
 
-/* A give (a checkin, a signal) by worker st of class cls at `now`: held items are queued now
+/* A give (a checkin, a notify) by worker st of class cls at `now`: held items are queued now
  * (-1: not a queue). */
 static void
-signal_gave(ModuleState *S, PyObject *st, PyObject *cls, long long held, long long now)
+handoff_gave(ModuleState *S, PyObject *st, PyObject *cls, long long held, long long now)
 {
-    PyObject *s = signal_stats_of(S, st, cls);
-    if (s == NULL || slot_add(&S->signal[SIGNAL_GIVES], s, 1) < 0 || signal_hold(S, s, now) < 0 ||
-        slot_bound(&S->signal[SIGNAL_MOST], s, held, 0) < 0 ||
+    PyObject *s = handoff_stats_of(S, st, cls);
+    if (s == NULL || slot_add(&S->handoff[HANDOFF_GIVES], s, 1) < 0 || handoff_hold(S, s, now) < 0 ||
+        slot_bound(&S->handoff[HANDOFF_MOST], s, held, 0) < 0 ||
         slot_set_ll(&S->worker[WORKER_LAST], st, now) < 0)
         swallow(S);
     Py_XDECREF(s);
 }
 
-/* gave(st, cls, held): a give (a checkin, a signal); held items are queued now (-1: not a queue). */
+/* gave(st, cls, held): a give (a checkin, a notify); held items are queued now (-1: not a queue). */
 static PyObject *
 speedups_gave(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
     ModuleState *S = module_state(module);
     long long now = now_ns(), held;
-    if (signal_args(S, "gave", nargs, args, &held, NULL, 3) < 0)
+    if (handoff_args(S, "gave", nargs, args, &held, NULL, 3) < 0)
         return NULL;
-    signal_gave(S, args[0], args[1], held, now);
+    handoff_gave(S, args[0], args[1], held, now);
     Py_RETURN_NONE;
 }
 
@@ -2828,7 +2828,7 @@ sem_acquire(SectionFn *fn, PyObject *const *args, size_t nargsf, PyObject *kwnam
     PyObject *cls = n >= 1 ? optional_attr(args[0], S->str_lockwatch_class) : NULL;
     if (n >= 1 && cls == NULL) /* not watched (an executor's own): the original, as Python does */
         return PyObject_Vectorcall(fn->original, args, nargsf, kwnames);
-    if (n != 1 || kwnames != NULL || !S->ready || S->signal_stats == NULL) {
+    if (n != 1 || kwnames != NULL || !S->ready || S->handoff_stats == NULL) {
         Py_XDECREF(cls);
         return PyObject_Vectorcall(fn->python, args, nargsf, kwnames);
     }
@@ -2845,7 +2845,7 @@ sem_acquire(SectionFn *fn, PyObject *const *args, size_t nargsf, PyObject *kwnam
     if (ok == 1) {
         if (stats_add(S, s, STATS_ACQUISITIONS, 1) < 0)
             swallow(S);
-        signal_took(S, st, cls, attr_ll(sem, S->str_value, -1), attr_ll(sem, S->str_lw_capacity, -1),
+        handoff_took(S, st, cls, attr_ll(sem, S->str_value, -1), attr_ll(sem, S->str_lw_capacity, -1),
                     now_ns());
     }
     Py_DECREF(cls);
@@ -2867,7 +2867,7 @@ sem_release(SectionFn *fn, PyObject *const *args, size_t nargsf, PyObject *kwnam
     PyObject *cls = n >= 1 ? optional_attr(args[0], S->str_lockwatch_class) : NULL, *st = NULL;
     if (n >= 1 && cls == NULL) /* not watched: the original, as Python does */
         return PyObject_Vectorcall(fn->original, args, nargsf, kwnames);
-    if (n != 1 || kwnames != NULL || !S->ready || S->signal_stats == NULL) {
+    if (n != 1 || kwnames != NULL || !S->ready || S->handoff_stats == NULL) {
         Py_XDECREF(cls);
         return PyObject_Vectorcall(fn->python, args, nargsf, kwnames);
     }
@@ -2877,7 +2877,7 @@ sem_release(SectionFn *fn, PyObject *const *args, size_t nargsf, PyObject *kwnam
     }
     PyObject *r = PyObject_Vectorcall(fn->original, args, 1, NULL);
     if (r != NULL) /* released (a bounded semaphore released too often raises: no checkin) */
-        signal_gave(S, st, cls, -1, now_ns());
+        handoff_gave(S, st, cls, -1, now_ns());
     Py_DECREF(cls);
     Py_DECREF(st);
     return r;
@@ -2890,10 +2890,10 @@ SECTION_FN_TYPE(SemaphoreRelease,
                 "SemaphoreRelease(original, python): a watched threading.Semaphore's release.",
                 sem_release, Py_tp_descr_get);
 
-/* A watched threading.Condition's own notify (_conditions._signal_hooks): SectionFn's layout,
+/* A watched threading.Condition's own notify (_conditions._notify_hooks): SectionFn's layout,
  * with `globals` the condition (its class is read on every call, as in Python) and `mirror` set
  * when the instance's notify is threading.Condition's own. The bound original's result and
- * errors pass through; a notify that raised signalled nothing.
+ * errors pass through; a notify that raised handed nothing over.
  *
  * A notify with no waiter (the common case of a pool that is not exhausted) checks that the
  * lock is held and does nothing else, in every version of threading.Condition.notify: with
@@ -2928,7 +2928,7 @@ cond_notify(SectionFn *fn, PyObject *const *args, size_t nargsf, PyObject *kwnam
 {
     ModuleState *S = fn->state;
     PyObject *cls = NULL, *st = NULL;
-    if (S->ready && S->signal_stats != NULL &&
+    if (S->ready && S->handoff_stats != NULL &&
         (cls = optional_attr(fn->globals, S->str_lockwatch_class)) != NULL)
         st = usable_state(S);
     PyErr_Clear();
@@ -2939,9 +2939,9 @@ cond_notify(SectionFn *fn, PyObject *const *args, size_t nargsf, PyObject *kwnam
     PyObject *r = notify_nobody(S, fn, args, PyVectorcall_NARGS(nargsf), kwnames)
                       ? Py_NewRef(Py_None)
                       : PyObject_Vectorcall(fn->original, args, nargsf, kwnames);
-    if (r != NULL) { /* a signal: no clock (a notify is made under the lock, whose release reads it) */
-        PyObject *s = signal_stats_of(S, st, cls);
-        if (s == NULL || slot_add(&S->signal[SIGNAL_GIVES], s, 1) < 0)
+    if (r != NULL) { /* a give: no clock (a notify is made under the lock, whose release reads it) */
+        PyObject *s = handoff_stats_of(S, st, cls);
+        if (s == NULL || slot_add(&S->handoff[HANDOFF_GIVES], s, 1) < 0)
             swallow(S);
         Py_XDECREF(s);
     }
@@ -3034,18 +3034,18 @@ after_setup(ModuleState *S)
 }
 
 static PyObject *
-speedups_setup_signals(PyObject *module, PyObject *args, PyObject *kwds)
+speedups_setup_handoffs(PyObject *module, PyObject *args, PyObject *kwds)
 {
     ModuleState *S = module_state(module);
-    static char *kwlist[] = {"signal_stats", "fields", NULL};
+    static char *kwlist[] = {"handoff_stats", "fields", NULL};
     PyObject *make, *fields;
     if (!PyArg_ParseTupleAndKeywords(args, kwds, "$OO", kwlist, &make, &fields))
         return NULL;
     if (!after_setup(S))
         return NULL;
-    if (table_resolve(&S->tables[TABLE_SIGNAL], fields) < 0)
+    if (table_resolve(&S->tables[TABLE_HANDOFF], fields) < 0)
         return NULL;
-    if (state_set(S, &S->signal_stats, make) < 0)
+    if (state_set(S, &S->handoff_stats, make) < 0)
         return NULL;
     Py_RETURN_NONE;
 }
@@ -3276,14 +3276,14 @@ static PyMethodDef speedups_methods[] = {
      METH_VARARGS | METH_KEYWORDS, "The lock proxies' Python paths (from _threading)."},
     {"setup_sections", (PyCFunction)(void (*)(void))speedups_setup_sections,
      METH_VARARGS | METH_KEYWORDS, "The section arrays' tables and slow path (from _sections)."},
-    {"setup_signals", (PyCFunction)(void (*)(void))speedups_setup_signals,
-     METH_VARARGS | METH_KEYWORDS, "The signal paths' table and HandoffStats maker (from _handoffs)."},
+    {"setup_handoffs", (PyCFunction)(void (*)(void))speedups_setup_handoffs,
+     METH_VARARGS | METH_KEYWORDS, "The hand-off paths' table and HandoffStats maker (from _handoffs)."},
     {"took", (PyCFunction)(void (*)(void))speedups_took, METH_FASTCALL,
      "took(st, cls, left, capacity): a take (_handoffs.took)."},
     {"gave", (PyCFunction)(void (*)(void))speedups_gave, METH_FASTCALL,
      "gave(st, cls, held): a give (_handoffs.gave)."},
     {"set_hold_metric_ns", speedups_set_hold_metric_ns, METH_O,
-     "The hold (ns) from which a release takes the slow path (_bookkeeping.HOLD_METRIC_NS)."},
+     "The hold (ns) from which a release takes the slow path (the session's THRESHOLDS.hold_metric_ns, from _bookkeeping)."},
     {"set_hold_span_ns", speedups_set_hold_span_ns, METH_O,
      "The hold (ns) from which a hold is a span (THRESHOLDS.hold_span_ns): the slow path's."},
     {"direct_slots", speedups_direct_slots, METH_NOARGS,
@@ -3309,7 +3309,7 @@ static PyMethodDef speedups_methods[] = {
 /* -- the module's state: made by exec, visited, cleared and freed with the module ---------- */
 #define STATE_OBJECTS(X)                                                                       \
     X(tls) X(context) X(context_var) X(failed) X(check_order) X(lock_wait) X(record_hold)     \
-    X(python_acquire) X(python_rlock_acquire) X(skip_frames) X(section_wait) X(signal_stats)   \
+    X(python_acquire) X(python_rlock_acquire) X(skip_frames) X(section_wait) X(handoff_stats)   \
     X(deque_type) X(deque_append) X(deque_pop) X(lock_type) X(lock_acquire) X(lock_release)   \
     X(rlock_type) X(rlock_acquire) X(rlock_release) X(false_args) X(one) X(minus_one)          \
     X(str_dunder_name) X(str_st) X(str_acquire) X(str_release) X(str_append) X(str_pop)        \
@@ -3404,7 +3404,7 @@ speedups_exec(PyObject *m)
     S->generation = 1;
     Slot *slots[TABLE_COUNT] = {
         [TABLE_WORKER] = S->worker, [TABLE_STATS] = S->stats, [TABLE_HOLD] = S->hold,
-        [TABLE_TRACK] = S->track,   [TABLE_ARRAY] = S->array, [TABLE_SIGNAL] = S->signal,
+        [TABLE_TRACK] = S->track,   [TABLE_ARRAY] = S->array, [TABLE_HANDOFF] = S->handoff,
     };
     for (int t = 0; t < TABLE_COUNT; t++) {
         S->tables[t].spec = &TABLE_SPECS[t];

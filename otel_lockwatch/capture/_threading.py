@@ -55,17 +55,17 @@ _THREADING_GLOBALS = vars(threading)
 _ORDERED_GLOBALS = vars(_ordered)
 
 
-def _caller(f: Any) -> Any:
-    """The first frame at or above ``f`` outside this module, ``threading`` and ``ordered``
-    (``f`` itself when there is none: C called in)."""
-    first = f
-    while f is not None and (
-        f.f_globals is _OWN_GLOBALS
-        or f.f_globals is _THREADING_GLOBALS
-        or f.f_globals is _ORDERED_GLOBALS
+def _caller(frame: Any) -> Any:
+    """The first frame at or above ``frame`` outside this module, ``threading`` and ``ordered``
+    (``frame`` itself when there is none: C called in)."""
+    first = frame
+    while frame is not None and (
+        frame.f_globals is _OWN_GLOBALS
+        or frame.f_globals is _THREADING_GLOBALS
+        or frame.f_globals is _ORDERED_GLOBALS
     ):
-        f = f.f_back
-    return f if f is not None else first
+        frame = frame.f_back
+    return frame if frame is not None else first
 
 
 def _valid(blocking: Any, timeout: Any) -> bool:
@@ -96,47 +96,49 @@ class PyLockBase:
     def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
         lock = self._lw_lock
         try:
-            st = _tls.st
+            state = _tls.st
         except AttributeError:
-            st = RECORDER.new_thread_state()
-        if st.in_lockwatch or (timeout != -1 and not _valid(blocking, timeout)):
+            state = RECORDER.new_thread_state()
+        if state.in_lockwatch or (timeout != -1 and not _valid(blocking, timeout)):
             return lock.acquire(blocking, timeout)
         # Under a held lock, the frame object made on first use allocates: the collector is
         # off from here until acquire_tracked closes the deferral (_collection).
-        deferred = bool(st.held)
+        deferred = bool(state.held)
         if deferred:
             defer_collection()
         try:
-            f = _getframe(1)
+            frame = _getframe(1)
         except ValueError:  # called straight from C (an atexit or C callback): no Python caller
-            f = _getframe(0)
+            frame = _getframe(0)
         except BaseException:
             if deferred:
                 resume_collection()
             raise
-        g = f.f_globals
-        if g is _OWN_GLOBALS or g is _THREADING_GLOBALS or g is _ORDERED_GLOBALS:
-            f = _caller(f)  # an RLock, a Condition or ordered(): the site is their caller's
-        cls = self._lockwatch_class
-        return acquire_tracked(lock, self, st, cls, f, blocking, timeout, _wait, deferred)
+        module = frame.f_globals
+        if module is _OWN_GLOBALS or module is _THREADING_GLOBALS or module is _ORDERED_GLOBALS:
+            frame = _caller(frame)  # an RLock, a Condition or ordered(): the site is their caller's
+        lock_class = self._lockwatch_class
+        return acquire_tracked(
+            lock, self, state, lock_class, frame, blocking, timeout, _wait, deferred
+        )
 
     __enter__ = acquire
     acquire_lock = acquire
 
     def release(self) -> None:
-        st = self._lw_holder
-        if st is None:
+        holder = self._lw_holder
+        if holder is None:
             self._lw_lock.release()
             return
         # What untrack() needs is read before the lock is free (then another thread may take it).
         self._lw_holder = None
         entry = self._lw_entry
         self._lw_entry = None  # nothing of the holder (its frame) outlives the hold
-        s = self._lw_stats
-        t0 = self._lw_start_ns
-        ctx = self._lw_context
+        stats = self._lw_stats
+        start_ns = self._lw_start_ns
+        context = self._lw_context
         self._lw_lock.release()
-        untrack(st, entry, s, t0, ctx, None)
+        untrack(holder, entry, stats, start_ns, context, None)
 
     release_lock = release
 
@@ -144,18 +146,18 @@ class PyLockBase:
         # release(), inlined: `with` is the common case, and calling release() from here costs
         # 7 % of a with block on this path (measured 2000 -> 2150 ns on CPython 3.11). Any
         # arguments, as the lock's own __exit__ takes.
-        st = self._lw_holder
-        if st is None:
+        holder = self._lw_holder
+        if holder is None:
             self._lw_lock.release()
             return
         self._lw_holder = None
         entry = self._lw_entry
         self._lw_entry = None  # nothing of the holder (its frame) outlives the hold
-        s = self._lw_stats
-        t0 = self._lw_start_ns
-        ctx = self._lw_context
+        stats = self._lw_stats
+        start_ns = self._lw_start_ns
+        context = self._lw_context
         self._lw_lock.release()
-        untrack(st, entry, s, t0, ctx, None)
+        untrack(holder, entry, stats, start_ns, context, None)
 
 
 if TYPE_CHECKING:
@@ -181,12 +183,12 @@ class LockProxy(_LockBase):
         raise TypeError(f"cannot create '{cls.__module__}.{cls.__name__}' instances")
 
     @classmethod
-    def watch(cls, lock: Any, lock_cls: LockClass) -> Any:
-        """A proxy of this class around ``lock``, of lock class ``lock_cls``: the internal
+    def watch(cls, lock: Any, lock_class: LockClass) -> Any:
+        """A proxy of this class around ``lock``, of lock class ``lock_class``: the internal
         constructor (calling the class itself raises, as for the lock's type)."""
         self = _new(cls)
         self._lw_lock = lock
-        self._lockwatch_class = lock_cls
+        self._lockwatch_class = lock_class
         self._lw_holder = None
         return self
 
@@ -202,10 +204,10 @@ class LockProxy(_LockBase):
     def _lw_forget_hold(self) -> None:
         # Free again without a release (reinitialised): the held-stack entry goes too, or it
         # would order every later acquisition of its holder.
-        st = self._lw_holder
-        if st is not None:
+        holder = self._lw_holder
+        if holder is not None:
             self._lw_holder = None
-            discard(st.held, self._lw_entry)
+            discard(holder.held, self._lw_entry)
 
     def __repr__(self) -> str:
         return repr(self._lw_lock)
@@ -216,9 +218,9 @@ class LockProxy(_LockBase):
 
     # For Condition: whether the calling thread holds this lock, without a try-acquire.
     def _lw_is_owned(self) -> bool:
-        st = self._lw_holder
-        if st is not None:
-            return st is getattr(_tls, "st", None)
+        holder = self._lw_holder
+        if holder is not None:
+            return holder is getattr(_tls, "st", None)
         if self._lw_lock.acquire(False):
             self._lw_lock.release()
             return False
@@ -234,10 +236,10 @@ class _PyRLockBase(PyLockBase):
 
     def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
         try:
-            st = _tls.st
+            state = _tls.st
         except AttributeError:
-            st = RECORDER.new_thread_state()
-        if self._lw_holder is st:  # re-entry by the owner: immediate
+            state = RECORDER.new_thread_state()
+        if self._lw_holder is state:  # re-entry by the owner: immediate
             ok = self._lw_lock.acquire(blocking, timeout)
             if ok:
                 self._lw_depth += 1
@@ -247,8 +249,8 @@ class _PyRLockBase(PyLockBase):
     __enter__ = acquire
 
     def release(self) -> None:
-        st = self._lw_holder
-        if st is None or st is not getattr(_tls, "st", None):
+        holder = self._lw_holder
+        if holder is None or holder is not getattr(_tls, "st", None):
             self._lw_lock.release()  # not tracked, or not the owner: the lock decides (and raises)
             return
         if self._lw_depth:
@@ -292,9 +294,9 @@ class RLockProxy(_RLockBase, LockProxy):
     __new__ = LockProxy.__new__
 
     @classmethod
-    def watch(cls, lock: Any, lock_cls: LockClass) -> Any:
+    def watch(cls, lock: Any, lock_class: LockClass) -> Any:
         """A proxy of this class around ``lock`` (see :meth:`LockProxy.watch`)."""
-        self = super().watch(lock, lock_cls)
+        self = super().watch(lock, lock_class)
         self._lw_depth = 0
         return self
 
@@ -306,25 +308,26 @@ class RLockProxy(_RLockBase, LockProxy):
 
     def _release_save(self) -> Any:
         # Condition.wait(): release completely; the depth travels in the lock's own state.
-        st = self._lw_holder
+        holder = self._lw_holder
         current: WorkerState | None = getattr(_tls, "st", None)
-        if st is None or st is not current:
+        if holder is None or holder is not current:
             return self._lw_lock._release_save()  # not tracked, or not the owner (it raises)
         # Untracked before the lock is free (another thread may take it at once, and track it).
-        entry, s, t0, ctx = self._lw_entry, self._lw_stats, self._lw_start_ns, self._lw_context
+        entry, stats, start_ns = self._lw_entry, self._lw_stats, self._lw_start_ns
+        context = self._lw_context
         depth = self._lw_depth
         self._lw_holder = None
         self._lw_entry = None
         self._lw_depth = 0
         try:
-            state = self._lw_lock._release_save()
+            saved = self._lw_lock._release_save()
         except BaseException:  # it raised: nothing changed
-            self._lw_holder = st
+            self._lw_holder = holder
             self._lw_entry = entry
             self._lw_depth = depth
             raise
-        untrack(st, entry, s, t0, ctx, None)
-        return state
+        untrack(holder, entry, stats, start_ns, context, None)
+        return saved
 
     def _acquire_restore(self, state: Any) -> None:
         # The owner re-acquires after Condition.wait(): a blocking acquire (waits and order are

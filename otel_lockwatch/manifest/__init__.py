@@ -5,7 +5,7 @@ locks or OpenTelemetry. One module per idea:
 
 - ``_data``: checking a data part and copying it into the form the others work on;
 - ``_evaluate``: the derived fields (verdict, hot locks, starvation, pool and section sizes);
-- ``_pools``: signal waits (a checkout waiting for a connection, a consumer waiting for work):
+- ``_pools``: hand-off waits (a checkout waiting for a connection, a consumer waiting for work):
   their fields, contention or idle, the resource pools and what their capacity supports;
 - ``_distributed``: distributed locks' fields (key templates, leases, release failures) and the
   lease overruns that make the verdict ``LEASE_OVERRUN_DETECTED``;

@@ -303,6 +303,6 @@ def normalize(data: object) -> dict[str, Any]:
         "pool": _pool(data.get("pool", {})),
         "process": _process(data.get("process", {})),
     }
-    with_pool_fields(data, norm)  # signal waits, pools, peak workers: checked last
+    with_pool_fields(data, norm)  # hand-off waits, pools, peak workers: checked last
     with_distributed_fields(data, norm)  # key templates, leases, release failures
     return with_points_fields(data, norm)  # contention points, the timeline

@@ -12,8 +12,8 @@ the data and says what to do about it:
   one idle one is still seen), with a floor under the median and a minimum wait, and that is a
   material share of the worker's observed time (one outlier wait in a long run is bad luck,
   not starvation);
-- **resource pools**: a lock's waits are its mutex waits plus its *contention* signal waits
-  (``_pools``: a checkout that waited for a connection a peer will give back); *idle* signal
+- **resource pools**: a lock's waits are its mutex waits plus its *contention* hand-off waits
+  (``_pools``: a checkout that waited for a connection a peer will give back); *idle* hand-off
   waits (a consumer waiting for work) count nowhere but in ``idle_waits``. A pool is reported
   with what its capacity supports and what the nominal pool size needs;
 - **ordering witnesses**: the cycles of the lock-order graph, deadlocks that have not happened;
@@ -172,7 +172,7 @@ def _starving(
 ) -> list[tuple[int, str, str, int]]:
     """``(wait_ns, worker, lock, median_ns)`` of every starved worker (see the module docstring).
 
-    A worker's wait on a lock is its mutex wait plus its contention signal wait; a worker that
+    A worker's wait on a lock is its mutex wait plus its contention hand-off wait; a worker that
     only ever waited idle on a class takes no part in that class's median.
     """
     floor_ns = STARVATION_MEDIAN_FLOOR_MS * _NS_PER_MS
@@ -245,7 +245,7 @@ def evaluate_normalized(
     locks: dict[str, Any] = norm["locks"]
     workers: dict[str, Any] = norm["workers"]
 
-    # A lock's wait is its mutex wait plus its contention signal wait; so is a worker's.
+    # A lock's wait is its mutex wait plus its contention hand-off wait; so is a worker's.
     splits = split_handoff_waits(locks)
     lock_wait = {name: lock["wait_ns"].sum for name, lock in locks.items()}
     worker_wait = {worker: w["wait_ns"] for worker, w in workers.items()}
@@ -337,7 +337,7 @@ def evaluate_normalized(
         lock["wait"] = _distribution(lock["wait_ns"])
         lock["hold"] = _distribution(lock["hold_ns"])
     for name, split in splits.items():
-        locks[name]["signal_wait_ms"] = {
+        locks[name]["signal_wait_ms"] = {  # (its hand-off waits: a published name)
             "contention": _ms(split.contention_ns),
             "idle": _ms(split.idle_ns),
         }

@@ -54,7 +54,7 @@ from fractions import Fraction
 from itertools import chain
 from typing import Any
 
-from ..record._data import SIGNAL_WORKER_FIELDS
+from ..record._data import HANDOFF_WORKER_FIELDS
 from ..record._histogram import LogHistogram
 
 __all__ = [
@@ -115,7 +115,7 @@ def _checked_waits(v: object, where: str) -> dict[str, Any]:
     return out
 
 
-_GET_WAITER_FIELDS = operator.itemgetter(*SIGNAL_WORKER_FIELDS)
+_GET_WAITER_FIELDS = operator.itemgetter(*HANDOFF_WORKER_FIELDS)
 
 
 def _checked_waiters(per_worker: object, where: str) -> dict[str, dict[str, int]]:
@@ -146,7 +146,7 @@ def _checked_waiters(per_worker: object, where: str) -> dict[str, dict[str, int]
             raise ValueError(f"{where} keys must be worker names, got {worker!r}")
         fields = _mapping(fields, f"{where}[{worker!r}]")
         out[worker] = {
-            k: _count(fields.get(k), f"{where}[{worker!r}].{k}") for k in SIGNAL_WORKER_FIELDS
+            k: _count(fields.get(k), f"{where}[{worker!r}].{k}") for k in HANDOFF_WORKER_FIELDS
         }
     return out
 

@@ -6,13 +6,13 @@ workers that keep the throughput the pool's tightest bottleneck allows. ``docs/s
 states the model with a worked example; in short:
 
 **The pool's workers.** Two threads are linked when they take part in one lock class (acquire
-it, wait on it, signal it). The workers are the largest group of linked threads and every other
+it, wait on it, give to it). The workers are the largest group of linked threads and every other
 group of two or more at least half its size (every thread when none shares anything); a thread
 linked to none, or in a smaller group (a library's maintenance thread, a scheduler), is reported
 apart (``other_threads``) and counts in neither the effective throughput nor the sizing.
 
 **Busy time.** ``T`` is the workers' observed time, ``W`` their contention (mutex waits and
-contention signal waits), ``B = T - W`` the time they worked. With ``n`` workers at once (the
+contention hand-off waits), ``B = T - W`` the time they worked. With ``n`` workers at once (the
 nominal size, or fewer when fewer were seen) the run kept ``n * B / T`` workers busy on average.
 
 **Bottlenecks.** A lock class (a mutex, a pool, a semaphore, a condition, a section array) is a
@@ -98,14 +98,14 @@ def _ms(ns: int | Fraction) -> float:
 
 
 def _class_members(lock: Mapping[str, Any]) -> Iterable[str]:
-    """The workers that took part in a lock class: acquired, waited, held, signalled."""
+    """The workers that took part in a lock class: acquired, waited, held, gave."""
     for worker, row in lock["workers"].rows.items():
         if any(row):
             yield worker
-    signal = lock.get("signal_waits")
-    if signal is not None:
-        for worker, w in signal["workers"].items():
-            if w["waits"] or w["signals"]:
+    handoff_waits = lock.get("signal_waits")
+    if handoff_waits is not None:
+        for worker, waiter in handoff_waits["workers"].items():
+            if waiter["waits"] or waiter["signals"]:  # (``signals``: its gives, published name)
                 yield worker
 
 
@@ -227,7 +227,7 @@ def size_pool(
     Args:
         norm: the normalized data part.
         splits: its hand-off waits split (``_pools.split_handoff_waits``).
-        lock_wait: each class's contention (mutex waits and contention signal waits), ns.
+        lock_wait: each class's contention (mutex waits and contention hand-off waits), ns.
         worker_wait: each worker's contention, ns.
         workers: the pool's workers (:func:`pool_workers`).
         nominal: the nominal pool size.

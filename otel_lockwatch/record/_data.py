@@ -11,7 +11,7 @@ edges: nothing in it grows with the number of acquisitions, and every field merg
 ``locks``                counters add, histograms merge (bucket counts add), per-worker totals
                          add; the kind is the least of the kinds seen (two lock classes may share
                          a name; the least is a choice that does not depend on the order).
-                         Signal waits (``signal_waits``): counts, the histogram and every
+                         Hand-off waits (``signal_waits``): counts, the histogram and every
                          per-worker number add; the pool a class guards (``pool``): ``capacity``
                          and ``in_use_peak`` the largest known, ``checkouts`` add, ``hold_ns``
                          merges; ``role``: the least one given. Each is present in the merge when
@@ -74,7 +74,7 @@ __all__ = [
     "LOCK_COUNTERS",
     "LOCK_WORKER_FIELDS",
     "SECTION_FIELDS",
-    "SIGNAL_WORKER_FIELDS",
+    "HANDOFF_WORKER_FIELDS",
     "WORKER_FIELDS",
     "DataFold",
     "WorkerTotals",
@@ -100,8 +100,9 @@ LOCK_COUNTERS = ("acquisitions", "contentions", "skipped", "timeouts")
 LOCK_WORKER_FIELDS = ("acquisitions", "contentions", "wait_ns", "hold_ns")
 #: A worker's totals over every lock.
 WORKER_FIELDS = ("observed_ns", "wait_ns")
-#: A lock class's signal waits per worker: blocked signal waits, their total, signals given.
-SIGNAL_WORKER_FIELDS = ("waits", "wait_ns", "signals")
+#: A lock class's hand-off waits per worker (``signal_waits.workers``): blocked hand-off waits,
+#: their total, and the gives that end waits (published as ``signals``).
+HANDOFF_WORKER_FIELDS = ("waits", "wait_ns", "signals")
 #: A distributed lock's key templates kept (the least, in code-point order).
 MAX_TEMPLATES = 16
 #: A distributed lock's lease overruns per worker.
@@ -204,22 +205,22 @@ def _larger(a: int | None, b: int | None) -> int | None:
 
 
 def _merge_pool_fields(acc: dict[str, Any], lock: Mapping[str, Any]) -> None:
-    """Add a lock's role, signal waits and pool (those it has) to the accumulator ``acc``."""
+    """Add a lock's role, hand-off waits and pool (those it has) to the accumulator ``acc``."""
     role = lock.get("role")
     if role is not None and (acc.get("role") is None or role < acc["role"]):
         acc["role"] = role
-    signal = lock.get("signal_waits")
-    if signal is not None:
+    handoff_waits = lock.get("signal_waits")
+    if handoff_waits is not None:
         into = acc.setdefault(
             "signal_waits", {"count": 0, "timeouts": 0, "wait_ns": LogHistogram(), "workers": {}}
         )
-        into["count"] += signal["count"]
-        into["timeouts"] += signal["timeouts"]
-        into["wait_ns"].merge(signal["wait_ns"])
-        for worker, w in signal["workers"].items():
-            mine = into["workers"].setdefault(worker, dict.fromkeys(SIGNAL_WORKER_FIELDS, 0))
-            for key in SIGNAL_WORKER_FIELDS:
-                mine[key] += w[key]
+        into["count"] += handoff_waits["count"]
+        into["timeouts"] += handoff_waits["timeouts"]
+        into["wait_ns"].merge(handoff_waits["wait_ns"])
+        for worker, waiter in handoff_waits["workers"].items():
+            mine = into["workers"].setdefault(worker, dict.fromkeys(HANDOFF_WORKER_FIELDS, 0))
+            for key in HANDOFF_WORKER_FIELDS:
+                mine[key] += waiter[key]
     pool = lock.get("pool")
     if pool is not None:
         into = acc.setdefault(

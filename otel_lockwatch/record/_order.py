@@ -86,8 +86,8 @@ or ``None``). It answers "where does my code take B while holding A?", which is 
 Rules the caller applies before calling the graph
 -------------------------------------------------
 The graph knows only edges; the per-worker held-lock stacks (``_recorder.py``, fed by the lock
-wrappers in ``_wrappers.py``) decide which acquisitions make them, as lockdep and ThreadSanitizer
-do:
+paths in ``capture/``: ``_bookkeeping.py`` and the C fast path) decide which acquisitions make
+them, as lockdep and ThreadSanitizer do:
 
 * a blocking acquire of ``B`` adds ``H -> B`` for *each* lock ``H`` held by the worker (not only
   the top of the stack: a lock taken by a try-acquire between them would hide ``H -> B``);

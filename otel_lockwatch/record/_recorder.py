@@ -25,10 +25,10 @@ from typing import Any
 
 from ._data import expand_lock_workers, merge_data
 from ._distributed import DistributedRecord
+from ._handoff_stats import HandoffStats, handoff_parts, merge_handoffs
 from ._live import live_counts
 from ._lock_class import ROLES, LockClass
 from ._peak import PeakWorkers, ThreadEnd
-from ._signals import HandoffStats, handoff_parts, merge_handoffs
 from ._sites import KEEP, SiteTable, merge_tables
 from ._state_parts import state_parts, track_section
 from ._threads import ForeignThread, current_thread_or_none
@@ -127,7 +127,7 @@ WORKER_FIELDS = (
     "stats",  # lock class -> Stats
     "in_lockwatch",  # True while lockwatch itself runs on this worker: nothing is recorded
     "last",  # the worker's last lock event (perf_counter_ns)
-    "signals",  # lock class -> HandoffStats (record._signals)
+    "handoffs",  # lock class -> HandoffStats (record._handoff_stats)
     "first",  # its first
     "worker",  # its name
     "chain",  # the lock-order chain cache: (holding, acquiring) pairs already in the graph
@@ -159,7 +159,7 @@ class WorkerState:
         self.thread: Any = None if thread is None else weakref.ref(thread)
         self.retired = 0
         self.waiting: LockClass | None = None
-        self.signals: dict[LockClass, HandoffStats] = {}
+        self.handoffs: dict[LockClass, HandoffStats] = {}
 
     def alive(self) -> bool:
         """Whether the thread or task this state belongs to can still record."""
@@ -183,8 +183,8 @@ class WorkerState:
         if other.spans:
             for key, n in other.spans.items():
                 self.spans[key] = self.spans.get(key, 0) + n
-        if other.signals:
-            merge_handoffs(self.signals, other.signals)
+        if other.handoffs:
+            merge_handoffs(self.handoffs, other.handoffs)
 
     def retire(self) -> None:
         """Make this ended worker's state its name's retired state, in place: the states of
@@ -199,7 +199,7 @@ class WorkerState:
         self.stats.clear()
         self.chain.clear()
         self.spans.clear()
-        self.signals.clear()
+        self.handoffs.clear()
         self.first = self.last = time.perf_counter_ns()
 
 
@@ -317,7 +317,7 @@ class Recorder:
         try:
             if state.held or self._by_id.get(id(state)) is not state:
                 return  # (or gone already: a reset, a compaction, a fork)
-            if not (state.stats or state.spans or state.signals):
+            if not (state.stats or state.spans or state.handoffs):
                 del self._by_id[id(state)]  # it recorded nothing (lockwatch's own threads)
                 return
             target = self._retired.get(state.worker)

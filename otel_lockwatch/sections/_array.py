@@ -147,7 +147,7 @@ class SectionArray:
         self._mask = count - 1
         self._owners: list[Any] = [None] * count  # the holder: a thread ident, or a task
         self._keys: list[SectionKey | None] = [None] * count  # the holder's key
-        self._lw = None  # the instrumentation's per-array state (see _wrappers.track_of)
+        self._lw = None  # the instrumentation's per-array state (see capture._sections.track_of)
 
     @property
     def name(self) -> str:

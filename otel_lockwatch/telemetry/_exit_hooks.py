@@ -6,7 +6,7 @@ The SIGTERM handler writes the final manifests, then chains to the handler insta
 disk a second SIGINT or SIGTERM ends the process at once (one that lands while the final
 manifest is being written ends it as soon as the file is on disk). A SIGTERM that lands inside
 lockwatch's own exit work on the main thread is handled when that work ends
-(:meth:`_Hooks.signals_deferred`).
+(:meth:`ExitHooks.signals_deferred`).
 """
 
 from __future__ import annotations

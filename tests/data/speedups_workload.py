@@ -1,4 +1,4 @@
-"""Every entry point of the lock path (and of the signal paths: semaphores, queues, a condition's
+"""Every entry point of the lock path (and of the hand-off paths: semaphores, queues, a condition's
 notify), once; prints what the recorder kept, as JSON.
 
 Run by tests/test_speedups.py on the C path and on the pure-Python path
@@ -120,7 +120,7 @@ def main() -> None:
         expect_error(sections.acquire, "k8")  # re-entry
     expect_error(sections.release, "k9")  # not held
 
-    # The signal paths: a semaphore's checkouts and checkins, a queue's, a condition's notify.
+    # The hand-off paths: a semaphore's checkouts and checkins, a queue's, a condition's notify.
     sem = name_lock(threading.BoundedSemaphore(2), "sem")
     for _ in range(20):
         with sem:
@@ -142,18 +142,18 @@ def main() -> None:
         jobs.put(i)
     while not jobs.empty():
         jobs.get()
-    signalled = threading.Condition(name_lock(threading.Lock(), "signalled.lock"))
-    name_lock(signalled, "signalled")
-    expect_error(signalled.notify)  # not held: signalled nothing
-    with signalled:
-        signalled.notify()
-        signalled.notify(2)
-        signalled.notify_all()
-    expect_error(signalled.notify, 1, 2)
-    with signalled:
-        signalled.notify(0)
-        expect_error(signalled.notify, -1)  # an odd n: the C path leaves it to the original
-        expect_error(signalled.notify, "one")
+    notified = threading.Condition(name_lock(threading.Lock(), "notified.lock"))
+    name_lock(notified, "notified")
+    expect_error(notified.notify)  # not held: notified nothing
+    with notified:
+        notified.notify()
+        notified.notify(2)
+        notified.notify_all()
+    expect_error(notified.notify, 1, 2)
+    with notified:
+        notified.notify(0)
+        expect_error(notified.notify, -1)  # an odd n: the C path leaves it to the original
+        expect_error(notified.notify, "one")
 
     class Counting(threading.Condition):
         calls = 0
@@ -187,7 +187,7 @@ def main() -> None:
         }
         for name, lock in sorted(snapshot["locks"].items())
     }
-    signals = {
+    handoffs = {
         name: {
             "signal_waits": {
                 k: v for k, v in lock["signal_waits"].items() if k not in ("wait_ns", "workers")
@@ -208,11 +208,11 @@ def main() -> None:
             {
                 "speedups": _fast_path.SPEEDUPS,
                 "locks": locks,
-                "signals": signals,
-                "signal_paths": [
+                "handoffs": handoffs,
+                "handoff_paths": [
                     type(threading.Semaphore.acquire).__name__,
                     type(threading.BoundedSemaphore.release).__name__,
-                    type(signalled.notify).__name__,
+                    type(notified.notify).__name__,
                 ],
                 "edges": edges,
                 "raised": raised,

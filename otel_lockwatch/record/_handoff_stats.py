@@ -1,13 +1,14 @@
 """Hand-off waits and the pools they guard, per worker: what the condition, queue, semaphore,
-event and future paths leave behind.
+event and future paths leave behind (``WorkerState.handoffs``).
 
 A *hand-off wait* ends only when another worker hands something over: ``Condition.wait`` ends at
 a ``notify``, a ``get`` on an empty queue at a ``put`` (a ``put`` on a full one at a ``get``), a
 semaphore's blocking ``acquire`` at a ``release``, an event's ``wait`` at its ``set``. The mutex
-paths record into the worker's ``Stats``; these paths record into the worker's ``signals``, one
-:class:`HandoffStats` per lock class, kept apart so that a hand-off wait is never a mutex wait
-(the evaluation decides which are contention: ``manifest._pools``). The data parts keep the
-published names: ``signal_waits``, and each worker's ``signals`` (its gives that end waits).
+paths record into the worker's ``Stats``; these paths record into the worker's ``handoffs``,
+one :class:`HandoffStats` per lock class, kept apart so that a hand-off wait is never a mutex
+wait (the evaluation decides which are contention: ``manifest._pools``). The data parts keep the
+published names, which say "signal" for a hand-off for historical reasons: ``signal_waits`` (the
+hand-off waits), and each worker's ``signals`` (its gives that end waits).
 
 Every operation is seen from two sides, a *take* and a *give*:
 
@@ -20,8 +21,8 @@ semaphore       ``acquire``                     ``release``
 ==============  ==============================  ==============================
 
 A worker's ``signals`` in the data part are the gives that end the waits it made, direction by
-direction: a worker that waited to take signals by giving (it puts back the connection it got),
-a worker that waited to give (a producer on a full queue) signals by taking. A worker that waited
+direction: a worker that waited to take hands off by giving (it puts back the connection it got),
+a worker that waited to give (a producer on a full queue) hands off by taking. A worker that waited
 both ways counts both directions when it both took and gave, else the direction it waited longer
 in. A worker that never waited reports its gives.
 
@@ -179,11 +180,11 @@ def handoff_parts(states: Iterable[Any]) -> Iterator[dict[str, Any]]:
     capacity and the fewest left over all its workers.
 
     Args:
-        states: the ``WorkerState`` of every worker (their ``signals`` are read).
+        states: the ``WorkerState`` of every worker (their ``handoffs`` are read).
     """
     extent: dict[Any, list[int]] = {}  # pooled class -> [most, fewest]
     for state in states:
-        for lock_class, stats in list(state.signals.items()):
+        for lock_class, stats in list(state.handoffs.items()):
             pooled = lock_class.kind in POOLED_KINDS
             waits = stats.waits + stats.give_waits
             gives = stats.gives_ending_waits()

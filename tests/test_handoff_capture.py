@@ -1,4 +1,4 @@
-"""The capture side of signal waits: conditions, queues and semaphores record what the
+"""The capture side of hand-off waits: conditions, queues and semaphores record what the
 evaluation reads (``signal_waits``, ``pool``, ``role``, ``peak_workers``), and behave as before."""
 
 from __future__ import annotations
@@ -74,7 +74,7 @@ def test_instrument_uninstrument():
 
 # -- conditions ------------------------------------------------------------------------------
 def test_condition_wait_ends_at_the_wake_up_not_the_reacquire(watched):
-    """The signal wait runs to the notify; the re-acquire behind the notifier's long hold is a
+    """The hand-off wait runs to the notify; the re-acquire behind the notifier's long hold is a
     mutex wait of the same class, counted once."""
     cond = name_lock(threading.Condition(), "cond")
     ready: list[int] = []
@@ -91,11 +91,11 @@ def test_condition_wait_ends_at_the_wake_up_not_the_reacquire(watched):
         time.sleep(0.2)  # hold: the woken waiter re-acquires behind it
     t.join()
     lock = _locks()["cond"]
-    signal = lock["signal_waits"]
-    assert (signal["count"], signal["timeouts"]) == (1, 0)
-    assert signal["workers"]["waiter"]["waits"] == 1
-    assert signal["workers"]["waiter"]["wait_ns"] < 150_000_000
-    assert signal["workers"]["MainThread"] == {"waits": 0, "wait_ns": 0, "signals": 1}
+    waits = lock["signal_waits"]
+    assert (waits["count"], waits["timeouts"]) == (1, 0)
+    assert waits["workers"]["waiter"]["waits"] == 1
+    assert waits["workers"]["waiter"]["wait_ns"] < 150_000_000
+    assert waits["workers"]["MainThread"] == {"waits": 0, "wait_ns": 0, "signals": 1}
     assert lock["workers"]["waiter"]["wait_ns"] >= 150_000_000  # the re-acquire: a mutex wait
     assert "pool" not in lock  # a bare condition knows no capacity
 
@@ -105,11 +105,11 @@ def test_condition_timeouts_and_notify_all_counted(watched):
     with cond:
         assert cond.wait_for(lambda: False, timeout=0.005) is False
         assert cond.wait(0.001) is False
-        cond.notify_all()  # one signal, though notify_all calls notify
+        cond.notify_all()  # one give, though notify_all calls notify
         cond.notify(3)
-    signal = _locks()["cond"]["signal_waits"]
-    assert signal["timeouts"] == signal["count"] >= 2
-    assert signal["workers"]["MainThread"]["signals"] == 2
+    waits = _locks()["cond"]["signal_waits"]
+    assert waits["timeouts"] == waits["count"] >= 2
+    assert waits["workers"]["MainThread"]["signals"] == 2
 
 
 def test_condition_wait_unheld_raises_and_records_nothing(watched):
@@ -120,7 +120,7 @@ def test_condition_wait_unheld_raises_and_records_nothing(watched):
 
 
 def test_condition_over_a_given_lock_is_a_class_of_its_own(watched):
-    """``Condition(lock)``: the condition's signal waits are its class's, the lock's mutex
+    """``Condition(lock)``: the condition's hand-off waits are its class's, the lock's mutex
     waits the lock's; naming the condition renames it (and not the lock)."""
     lock = name_lock(threading.Lock(), "mutex")
     cond = name_lock(threading.Condition(lock), "not_empty")
@@ -196,7 +196,7 @@ def test_a_queue_is_one_class_named_where_it_was_created(watched):
     assert q.get() == 1
     assert type(q.mutex) is not type(threading.Lock())  # its mutex: not watched
     locks = _locks()
-    name = f"test_signal_capture:test_a_queue_is_one_class_named_where_it_was_created:{line}"
+    name = f"test_handoff_capture:test_a_queue_is_one_class_named_where_it_was_created:{line}"
     assert set(locks) == {name}
     assert locks[name]["kind"] == "queue.LifoQueue"
     assert locks[name].get("role") is None  # built by the test itself
@@ -212,9 +212,9 @@ def test_two_queues_at_two_sites_are_two_classes(watched):
     assert kinds == ["queue.PriorityQueue", "queue.Queue"]
 
 
-def test_get_waits_are_idle_for_a_consumer_and_put_is_the_signal(watched):
-    """A consumer that waits on an empty queue and never puts: its waits are signal waits with
-    no signals (idle); the producer's puts are signals."""
+def test_get_waits_are_idle_for_a_consumer_and_put_is_the_give(watched):
+    """A consumer that waits on an empty queue and never puts: its waits are hand-off waits with
+    no gives (idle); the producer's puts are its gives."""
     jobs: queue.Queue[int] = name_lock(queue.Queue(), "jobs")
     got: list[int] = []
     consumer = _thread(lambda: got.append(jobs.get()), "consumer")
@@ -222,17 +222,17 @@ def test_get_waits_are_idle_for_a_consumer_and_put_is_the_signal(watched):
     jobs.put(7)
     consumer.join()
     lock = _locks()["jobs"]
-    signal = lock["signal_waits"]
-    assert got == [7] and signal["count"] == 1
-    assert signal["workers"]["consumer"]["waits"] == 1
-    assert signal["workers"]["consumer"]["signals"] == 0
-    assert signal["workers"]["MainThread"] == {"waits": 0, "wait_ns": 0, "signals": 1}
+    waits = lock["signal_waits"]
+    assert got == [7] and waits["count"] == 1
+    assert waits["workers"]["consumer"]["waits"] == 1
+    assert waits["workers"]["consumer"]["signals"] == 0
+    assert waits["workers"]["MainThread"] == {"waits": 0, "wait_ns": 0, "signals": 1}
     assert lock["pool"]["checkouts"] == 1
 
 
-def test_a_put_wait_on_a_full_queue_is_signalled_by_gets(watched):
+def test_a_put_wait_on_a_full_queue_is_ended_by_gets(watched):
     """A producer blocked by a bounded queue and never taking from it waits idle; a worker
-    that waited to put and also gets signals by its gets."""
+    that waited to put and also gets gives by its gets."""
     q: queue.Queue[int] = name_lock(queue.Queue(maxsize=1), "bounded")
     q.put(0)
     producer = _thread(lambda: q.put(1), "producer")
@@ -251,8 +251,8 @@ def test_queue_timeouts_counted(watched):
     q.put(1)
     with pytest.raises(queue.Full):
         q.put(2, timeout=0.001)
-    signal = _locks()["q"]["signal_waits"]
-    assert (signal["count"], signal["timeouts"]) == (2, 2)
+    waits = _locks()["q"]["signal_waits"]
+    assert (waits["count"], waits["timeouts"]) == (2, 2)
 
 
 def test_queue_pool_fields(watched):
@@ -307,7 +307,7 @@ def test_a_queue_subclass_overriding_get(watched):
 
 
 # -- semaphores ------------------------------------------------------------------------------
-def test_a_semaphore_wait_is_a_signal_wait_and_its_permits_a_pool(watched):
+def test_a_semaphore_wait_is_a_handoff_wait_and_its_permits_a_pool(watched):
     sem = name_lock(threading.BoundedSemaphore(1), "slots")
     sem.acquire()
     t = _thread(lambda: (sem.acquire(), sem.release()), "second")
@@ -319,8 +319,8 @@ def test_a_semaphore_wait_is_a_signal_wait_and_its_permits_a_pool(watched):
         sem.release()
     lock = _locks()["slots"]
     assert (lock["acquisitions"], lock["contentions"], lock["wait_ns"].sum) == (2, 0, 0)
-    signal = lock["signal_waits"]
-    assert signal["count"] == 1 and signal["workers"]["second"]["signals"] == 1
+    waits = lock["signal_waits"]
+    assert waits["count"] == 1 and waits["workers"]["second"]["signals"] == 1
     pool = lock["pool"]
     assert (pool["capacity"], pool["in_use_peak"], pool["checkouts"]) == (1, 1, 2)
     assert pool["hold_ns"].count == 2
@@ -396,7 +396,7 @@ def _locks_kind(kind: str) -> str:
 
 
 # -- spans -----------------------------------------------------------------------------------
-def test_a_long_signal_wait_is_a_lock_wait_span_under_the_task(watched):
+def test_a_long_handoff_wait_is_a_lock_wait_span_under_the_task(watched):
     tracer = watched.tracer_provider.get_tracer("t")
     q: queue.Queue[int] = name_lock(queue.Queue(), "jobs")
 
@@ -421,7 +421,7 @@ def test_a_lock_the_stdlib_makes_is_named_by_the_user_frame_with_its_role(watche
     jar = http.cookiejar.CookieJar()  # its __init__ creates the lock
     line = sys._getframe().f_lineno - 1
     jar.clear_expired_cookies()
-    name = f"test_signal_capture:test_a_lock_the_stdlib_makes_is_named_by_the_user_frame_with_its_role:{line}"  # noqa: E501
+    name = f"test_handoff_capture:test_a_lock_the_stdlib_makes_is_named_by_the_user_frame_with_its_role:{line}"  # noqa: E501
     lock = _locks()[name]
     # Before 3.11 a code object has no qualified name: the role is module.function.
     qualified = sys.version_info >= (3, 11)
@@ -438,7 +438,7 @@ def test_two_locks_on_one_line_are_two_classes(watched):
     for lock in (a, b, c, d):
         with lock:
             pass
-    site = "test_signal_capture:test_two_locks_on_one_line_are_two_classes"
+    site = "test_handoff_capture:test_two_locks_on_one_line_are_two_classes"
     names = sorted(_locks())
     column = names[1].rsplit(":col", 1)[1]
     assert names == [
@@ -453,7 +453,7 @@ def test_two_locks_on_one_line_are_two_classes(watched):
 # -- workers ---------------------------------------------------------------------------------
 def test_peak_workers_counts_tasks_alive_at_once(watched):
     """Five tasks alive together, then three one after the other: the peak is six (the five
-    and the main task, a worker from the moment it signals the events they wait on)."""
+    and the main task, a worker from the moment it sets the events they wait on)."""
 
     async def main():
         lock = asyncio.Lock()
@@ -500,7 +500,7 @@ def test_peak_workers_counts_threads_alive_at_once(watched):
     assert RECORDER.snapshot()["pool"]["peak_workers"] == 3
 
 
-def test_reset_forgets_signal_waits(watched):
+def test_reset_forgets_handoff_waits(watched):
     q: queue.Queue[int] = queue.Queue()
     q.put(1)
     q.get()
