@@ -176,7 +176,7 @@ expand_legs() {
 # Run the legs (LOCKWATCH_LEGS, the README's by default) with pytest's arguments "$@"; returns 1
 # when any leg failed or, under CI, a Python could not be had.
 run_legs() {
-    local main leg name tests version base python prefix dir host_dir start status=0 result
+    local main leg name tests version base python prefix dir host_dir start status=0 result twin
     local summary=() args legs
     main="$(python3 -c 'import sys; print("%d.%d" % sys.version_info[:2])')"
     mapfile -t legs < <(expand_legs "$main")
@@ -225,6 +225,16 @@ run_legs() {
             summary+=("$name: FAILED (install)")
             status=1
             continue
+        fi
+        # A C leg whose pure twin runs later in this run: tests/test_speedups.py's rerun of the
+        # lock path's suites on the pure path leaves out the ones the twin runs anyway.
+        unset LOCKWATCH_PURE_LEG_TESTS
+        if [[ $name != *-pure ]]; then
+            twin="$(printf '%s\n' "${legs[@]}" | grep -m1 "^$name-pure:" || true)"
+            case ${twin#*:} in
+            core) export LOCKWATCH_PURE_LEG_TESTS="${CORE_TESTS[*]}" ;;
+            all) export LOCKWATCH_PURE_LEG_TESTS=all ;;
+            esac
         fi
         if run_leg "$name" "$prefix" "$python" "${args[@]}"; then
             result=passed
