@@ -473,3 +473,30 @@ def test_a_subinterpreter_runs_the_c_path_on_its_own_state():
     lock = _threading.LockProxy.watch(_thread.allocate_lock(), cls)
     with lock:
         assert [e.lock for e in RECORDER.thread_state().held][-1:] == [lock]
+
+
+@needs_c
+def test_a_new_threads_first_acquisition_stays_on_the_c_path(watched):
+    """A thread's first acquisition makes its state from C (``RECORDER.new_thread_state``) and
+    goes on in C, where it used to hand the whole acquisition to the Python path: the cost a
+    thread per request pays (docs/performance.md, thread churn)."""
+    called: list[str] = []
+    lock = threading.Lock()
+
+    def profile(frame: Any, event: str, arg: Any) -> None:
+        if event == "call":
+            called.append(frame.f_code.co_qualname)
+
+    def work() -> None:
+        sys.setprofile(profile)
+        try:
+            with lock:
+                pass
+        finally:
+            sys.setprofile(None)
+
+    worker = threading.Thread(target=work)
+    worker.start()
+    worker.join()
+    assert "Recorder.new_thread_state" in called
+    assert not [name for name in called if name.endswith(("acquire", "acquire_tracked"))], called

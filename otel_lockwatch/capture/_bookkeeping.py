@@ -423,6 +423,8 @@ if speedups is not None:
         stats=(Stats, STATS_FIELDS),
         hold=(Hold, HOLD_FIELDS),
         outbox=OUTBOX,
+        new_state=RECORDER.new_thread_state,
+        new_stats=new_stats,
     )
 
     def _fast_path_floor(thresholds: Thresholds) -> None:

@@ -235,6 +235,8 @@ typedef struct ModuleState {
     PyObject *lock_wait;    /* lock_wait(Acquisition) -> bool; the lock proxies' own
                              * (on_acquisition(window_wait)) once setup_locks() ran */
     PyObject *record_hold;  /* record_hold(Release) */
+    PyObject *new_state;    /* RECORDER.new_thread_state(): a thread's first state */
+    PyObject *new_stats;    /* _fast_path.new_stats(): a worker's first Stats of a class */
     PyObject *outbox;       /* OUTBOX: a hold's record, queued here (hold_queued) */
     long long outbox_size;  /* Outbox.QUEUE_SIZE */
     long long hold_span_ns; /* a hold at least this long is a span: the Python path's */
@@ -265,6 +267,7 @@ typedef struct ModuleState {
     PyObject *one, *minus_one;
     /* interned attribute names */
     PyObject *str_accepting, *str_started, *str_queue, *str_lock_hold; /* the outbox's */
+    PyObject *str_dunder_dict;
     PyObject *str_dunder_name, *str_st, *str_acquire, *str_release, *str_append, *str_pop,
         *str_lockwatch_class, *str_value, *str_lw_capacity, *str_waiters, *str_is_owned;
     /* the collector held off (collection_defer) */
@@ -971,7 +974,12 @@ refresh_state(ModuleState *S, PyThreadState *ts)
             return NULL;
         }
     }
-    PyObject *st = S->tls != NULL ? PyObject_GetAttr(S->tls, S->str_st) : NULL;
+    /* tls.st, read in the thread's dict of the local: a thread with none yet raises nothing
+     * (an AttributeError made and dropped per new thread: its message formatted). */
+    PyObject *d = S->tls != NULL ? PyObject_GetAttr(S->tls, S->str_dunder_dict) : NULL, *st = NULL;
+    if (d != NULL && PyDict_Check(d))
+        (void)dict_get_ref(d, S->str_st, &st);
+    Py_XDECREF(d);
     if (st == NULL) {
         PyErr_Clear();
         return NULL;
@@ -999,13 +1007,30 @@ thread_state(ModuleState *S)
     return refresh_state(S, ts);
 }
 
-/* The calling thread's WorkerState, or NULL (no error set) when it does not exist yet or
- * lockwatch itself is running on this thread: the Python path handles both. */
+/* A thread's first WorkerState, made by RECORDER.new_thread_state() (as the Python path makes
+ * it): the thread's first acquisition stays on this path. Borrowed as thread_state's; NULL (no
+ * error set) when it could not be made: the Python path tries again, and reports. */
+static __attribute__((noinline)) PyObject *
+first_state(ModuleState *S)
+{
+    if (S->new_state == NULL)
+        return NULL;
+    PyObject *made = PyObject_CallNoArgs(S->new_state);
+    if (made == NULL) {
+        PyErr_Clear();
+        return NULL;
+    }
+    Py_DECREF(made); /* the thread's local keeps it */
+    return refresh_state(S, PyThreadState_Get());
+}
+
+/* The calling thread's WorkerState, made on its first use, or NULL (no error set) when it could
+ * not be made or lockwatch itself is running on this thread: the Python path handles both. */
 static PyObject *
 usable_state(ModuleState *S)
 {
     PyObject *st = thread_state(S);
-    if (st == NULL)
+    if (st == NULL && (st = first_state(S)) == NULL)
         return NULL;
     Py_INCREF(st);
     PyObject *in_lockwatch = slot_get(&S->worker[WORKER_IN_LOCKWATCH], st);
@@ -1024,7 +1049,8 @@ usable_state(ModuleState *S)
     return st;
 }
 
-/* st.stats.get(cls) (new reference), or NULL with no error when absent. */
+/* The worker's Stats for cls (new reference), made on its first use of the class as the Python
+ * path makes it (_bookkeeping.stats_of: new_stats()), or NULL with no error: the Python path's. */
 static PyObject *
 stats_of(ModuleState *S, PyObject *st, PyObject *cls)
 {
@@ -1034,8 +1060,12 @@ stats_of(ModuleState *S, PyObject *st, PyObject *cls)
         return NULL;
     }
     PyObject *s = NULL;
-    if (PyDict_Check(stats))
-        (void)dict_get_ref(stats, cls, &s);
+    if (PyDict_Check(stats) && dict_get_ref(stats, cls, &s) == 0 && S->new_stats != NULL) {
+        /* (only the worker's own thread adds to its stats) */
+        s = PyObject_CallNoArgs(S->new_stats);
+        if (s != NULL && PyDict_SetItem(stats, cls, s) < 0)
+            Py_CLEAR(s);
+    }
     Py_DECREF(stats);
     if (s == NULL)
         PyErr_Clear();
@@ -3055,12 +3085,13 @@ speedups_setup(PyObject *module, PyObject *args, PyObject *kwds)
 {
     ModuleState *S = module_state(module);
     static char *kwlist[] = {"tls", "context", "failed", "check_order", "lock_wait",
-                             "record_hold", "worker_state", "stats", "hold", "outbox", NULL};
+                             "record_hold", "worker_state", "stats", "hold", "outbox",
+                             "new_state", "new_stats", NULL};
     PyObject *tls, *context, *failed, *check_order, *lock_wait, *record_hold, *ws, *stats, *hold,
-        *outbox;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "$OOOOOOOOOO", kwlist, &tls, &context, &failed,
-                                     &check_order, &lock_wait, &record_hold, &ws, &stats, &hold,
-                                     &outbox))
+        *outbox, *new_state, *new_stats;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "$OOOOOOOOOOOO", kwlist, &tls, &context,
+                                     &failed, &check_order, &lock_wait, &record_hold, &ws, &stats,
+                                     &hold, &outbox, &new_state, &new_stats))
         return NULL;
     PyObject *size = PyObject_GetAttrString(outbox, "QUEUE_SIZE");
     long long outbox_size = size == NULL ? -1 : PyLong_AsLongLong(size);
@@ -3088,6 +3119,10 @@ speedups_setup(PyObject *module, PyObject *args, PyObject *kwds)
     if (state_set(S, &S->record_hold, record_hold) < 0)
         return NULL;
     if (state_set(S, &S->outbox, outbox) < 0)
+        return NULL;
+    if (state_set(S, &S->new_state, new_state) < 0)
+        return NULL;
+    if (state_set(S, &S->new_stats, new_stats) < 0)
         return NULL;
     FT_STORE(S->outbox_size, outbox_size);
     FT_STORE(S->ready, 1);
@@ -3318,7 +3353,8 @@ static PyMethodDef speedups_methods[] = {
     X(section_acquire_type) X(section_release_type) X(semaphore_acquire_type)                  \
     X(semaphore_release_type) X(condition_notify_type) X(creation_gate_type)                   \
     X(creation_call_type)                                                                      \
-    X(outbox) X(str_accepting) X(str_started) X(str_queue) X(str_lock_hold)
+    X(outbox) X(str_accepting) X(str_started) X(str_queue) X(str_lock_hold) X(new_state)       \
+    X(str_dunder_dict) X(new_stats)
 
 static int
 speedups_traverse(PyObject *module, visitproc visit, void *arg)
@@ -3425,6 +3461,7 @@ speedups_exec(PyObject *m)
     INTERN(str_started, "started");
     INTERN(str_queue, "queue");
     INTERN(str_lock_hold, "lock.hold");
+    INTERN(str_dunder_dict, "__dict__");
     if (pthread_key_create(&S->cache_key, cache_thread_ended) != 0) {
         PyErr_SetString(PyExc_RuntimeError, "otel_lockwatch: no thread-local key");
         return -1;

@@ -48,6 +48,8 @@ def setup(
     stats: tuple[type, tuple[str, ...]],
     hold: tuple[type, tuple[str, ...]],
     outbox: Any,
+    new_state: Callable[[], Any],
+    new_stats: Callable[[], Any],
 ) -> None: ...
 def setup_locks(
     *,
