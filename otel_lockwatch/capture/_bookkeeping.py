@@ -428,8 +428,7 @@ if speedups is not None:
     )
 
     def _fast_path_floor(thresholds: Thresholds) -> None:
-        speedups.set_hold_metric_ns(thresholds.hold_metric_ns)
-        speedups.set_hold_span_ns(thresholds.hold_span_ns)
+        speedups.set_hold_thresholds(thresholds.hold_metric_ns, thresholds.hold_span_ns)
 
     # The C path keeps its copies of the hold metric floor and span threshold: the session's, at
     # every begin().

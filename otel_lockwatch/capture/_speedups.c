@@ -239,7 +239,7 @@ typedef struct ModuleState {
     PyObject *new_stats;    /* _fast_path.new_stats(): a worker's first Stats of a class */
     PyObject *outbox;       /* OUTBOX: a hold's record, queued here (hold_queued) */
     long long outbox_size;  /* Outbox.QUEUE_SIZE */
-    long long hold_span_ns; /* a hold at least this long is a span: the Python path's */
+    long long hold_span_ns; /* set_hold_thresholds(): THRESHOLDS.hold_span_ns */
     int ready;
     /* setup_locks(), from _threading.py */
     PyObject *python_acquire;       /* the Python LockProxy.acquire */
@@ -252,7 +252,7 @@ typedef struct ModuleState {
     /* setup_handoffs(), from _handoffs.py */
     PyObject *handoff_stats; /* handoff_stats(st, cls): the HandoffStats, made on first use */
     PyObject *deque_type, *deque_append, *deque_pop; /* collections.deque's */
-    /* set_hold_metric_ns(), from _bookkeeping: the session's THRESHOLDS.hold_metric_ns */
+    /* set_hold_thresholds(), from _bookkeeping: the session's THRESHOLDS.hold_metric_ns */
     long long hold_metric_ns;
     /* the raw locks' types and methods */
     PyObject *lock_type, *lock_acquire, *lock_release;    /* _thread.LockType's */
@@ -3203,24 +3203,18 @@ speedups_direct_slots(PyObject *module, PyObject *Py_UNUSED(ignored))
 }
 
 static PyObject *
-speedups_set_hold_metric_ns(PyObject *module, PyObject *arg)
+speedups_set_hold_thresholds(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
     ModuleState *S = module_state(module);
-    long long v = PyLong_AsLongLong(arg);
-    if (v == -1 && PyErr_Occurred())
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "set_hold_thresholds(metric_ns, span_ns)");
         return NULL;
-    FT_STORE(S->hold_metric_ns, v);
-    Py_RETURN_NONE;
-}
-
-static PyObject *
-speedups_set_hold_span_ns(PyObject *module, PyObject *arg)
-{
-    ModuleState *S = module_state(module);
-    long long v = PyLong_AsLongLong(arg);
-    if (v == -1 && PyErr_Occurred())
+    }
+    long long metric = PyLong_AsLongLong(args[0]), span = PyLong_AsLongLong(args[1]);
+    if ((metric == -1 || span == -1) && PyErr_Occurred())
         return NULL;
-    FT_STORE(S->hold_span_ns, v);
+    FT_STORE(S->hold_metric_ns, metric);
+    FT_STORE(S->hold_span_ns, span);
     Py_RETURN_NONE;
 }
 
@@ -3317,10 +3311,10 @@ static PyMethodDef speedups_methods[] = {
      "took(st, cls, left, capacity): a take (_handoffs.took)."},
     {"gave", (PyCFunction)(void (*)(void))speedups_gave, METH_FASTCALL,
      "gave(st, cls, held): a give (_handoffs.gave)."},
-    {"set_hold_metric_ns", speedups_set_hold_metric_ns, METH_O,
-     "The hold (ns) from which a release takes the slow path (the session's THRESHOLDS.hold_metric_ns, from _bookkeeping)."},
-    {"set_hold_span_ns", speedups_set_hold_span_ns, METH_O,
-     "The hold (ns) from which a hold is a span (THRESHOLDS.hold_span_ns): the slow path's."},
+    {"set_hold_thresholds", (PyCFunction)(void (*)(void))speedups_set_hold_thresholds,
+     METH_FASTCALL,
+     "set_hold_thresholds(metric_ns, span_ns): the hold from which a release takes the slow path, "
+     "and from which a hold is a span (the session's THRESHOLDS, from _bookkeeping)."},
     {"direct_slots", speedups_direct_slots, METH_NOARGS,
      "Which attributes the C path reads at their slot's offset: {'Class.attr': bool}."},
     {"raw_lock_layout", speedups_raw_lock_layout, METH_NOARGS,
