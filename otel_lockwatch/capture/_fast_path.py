@@ -25,7 +25,11 @@ The contract:
   lock-order check on a chain-cache miss and a wait get an ``Acquisition``
   (:data:`ACQUISITION_FIELDS`; a field a path has no use for is None), a hold at or above the
   metric floor a ``Release`` (:data:`RELEASE_FIELDS`); ``_bookkeeping``'s and ``_sections``'
-  ``*_event`` functions receive them and call the Python path's routines. Besides: a worker's
+  ``*_event`` functions receive them and call the Python path's routines. A release whose hold
+  is below the span threshold (not a section's, once the process's outbox has started) does not
+  call back: the C path queues its record itself, the tuple of ``_outbox.RECORD_FIELDS`` that
+  ``Outbox.put`` makes. A thread's first acquisition calls ``RECORDER.new_thread_state()`` and a
+  worker's first of a lock class :func:`new_stats`, then goes on in C. Besides: a worker's
   first ``HandoffStats`` of a class (``handoff_stats(st, cls)``), the current OpenTelemetry
   context when it is not the SDK's ``ContextVar``, and the one error path (``OUTBOX.failed``:
   an error in its bookkeeping after the lock changed hands goes there, never to the host; the
