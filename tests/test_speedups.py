@@ -500,3 +500,32 @@ def test_a_new_threads_first_acquisition_stays_on_the_c_path(watched):
     worker.join()
     assert "Recorder.new_thread_state" in called
     assert not [name for name in called if name.endswith(("acquire", "acquire_tracked"))], called
+
+
+@needs_c
+def test_c_stats_merge_adds_the_hold_histograms_as_their_dicts_add(watched):
+    """An ended thread's ``Stats`` is folded into its name's retired one: on the C path the hold
+    histograms add bucket by bucket in C (``add_holds``), to what adding their dicts gives,
+    the buckets its counters keep and those beyond them alike."""
+    lock = threading.Lock()
+    made: list[Any] = []
+
+    def work(holds: int) -> None:
+        for _ in range(holds):
+            with lock:
+                pass
+        made.append(RECORDER.thread_state().stats[lock._lockwatch_class])
+
+    for holds in (5, 3):
+        worker = threading.Thread(target=work, args=(holds,))
+        worker.start()
+        worker.join()
+    mine, theirs = made
+    theirs.hold_histogram = {**theirs.hold_histogram, 700: 4}  # past the C counters' buckets
+    expected = dict(mine.hold_histogram)
+    for bucket, count in theirs.hold_histogram.items():
+        expected[bucket] = expected.get(bucket, 0) + count
+    assert mine.add_holds(mine) is False  # not with itself
+    mine.merge(theirs)
+    assert mine.hold_histogram == expected
+    assert sum(expected.values()) == 12

@@ -100,7 +100,7 @@ except ImportError:  # another interpreter: a property over an itemgetter (~60 %
 
 from .._session import at_fork
 from .._settings import extensions_disabled
-from ..record._recorder import STATS_FIELDS, Stats
+from ..record._recorder import STATS_FIELDS, STATS_TABLE, Stats
 
 __all__ = [
     "ACQUISITION_FIELDS",
@@ -191,11 +191,15 @@ def _stats_class() -> Callable[[], Stats]:
         return Stats
 
     base: Any = speedups.StatsBase
+    but_holds = tuple((name, how) for name, how in STATS_TABLE if name != "hold_histogram")
 
     class CStats(base):
         __slots__ = tuple(name for name in STATS_FIELDS if name not in speedups.STATS_OWNED)
         __init__ = Stats.__init__
-        merge = Stats.merge
+
+        def merge(self, other: Stats) -> None:
+            # The hold histograms bucket by bucket in C, where both are; else as dicts.
+            Stats.merge(self, other, but_holds if self.add_holds(other) else STATS_TABLE)
 
     return CStats
 

@@ -75,6 +75,10 @@
 #define Py_BEGIN_CRITICAL_SECTION(op) {
 #define Py_END_CRITICAL_SECTION() }
 #endif
+#ifndef Py_BEGIN_CRITICAL_SECTION2
+#define Py_BEGIN_CRITICAL_SECTION2(a, b) {
+#define Py_END_CRITICAL_SECTION2() }
+#endif
 
 /* seq[i] (new reference) of a list, i in range when read: another thread may shrink the list
  * meanwhile on the free-threaded build (then NULL with an IndexError). */
@@ -865,6 +869,51 @@ static PyMemberDef StatsBase_members[] = {
     STATS_COUNTER(STATS_HOLD_MIN),     STATS_COUNTER(STATS_HOLD_MAX),
     {NULL, 0, 0, 0, NULL},
 };
+/* self.add_holds(other): other's hold histogram added to self's, bucket by bucket, where both
+ * are StatsBase with their histograms as dicts (True); else nothing is done (False) and the
+ * caller adds them as dicts. Stats.merge's for the C path's Stats: an ended thread's holds are
+ * added without building a dict of 512 buckets for each side and zeroing one. */
+static PyObject *
+StatsBase_add_holds(StatsBase *self, PyObject *arg)
+{
+    if (Py_TYPE(arg)->tp_dealloc != Py_TYPE(self)->tp_dealloc || arg == (PyObject *)self)
+        Py_RETURN_FALSE;
+    StatsBase *other = (StatsBase *)arg;
+    int added = 0, failed = 0;
+    Py_BEGIN_CRITICAL_SECTION2(self, other);
+    PyObject *mine = self->hold_histogram, *theirs = other->hold_histogram;
+    if (mine != NULL && theirs != NULL && PyDict_Check(mine) && PyDict_Check(theirs)) {
+        added = 1;
+        for (int b = 0; !failed && b < DENSE; b++) {
+            unsigned long long sum = (unsigned long long)self->dense[b] + other->dense[b];
+            if (sum <= UINT32_MAX)
+                self->dense[b] = (uint32_t)sum;
+            else if (bucket_add(mine, b, (long long)sum) < 0) /* it would wrap: to the dict */
+                failed = 1;
+            else
+                self->dense[b] = 0;
+        }
+        Py_ssize_t pos = 0;
+        PyObject *key, *count;
+        while (!failed && PyDict_Next(theirs, &pos, &key, &count)) {
+            long long b = PyLong_AsLongLong(key), n = PyLong_AsLongLong(count);
+            if (((b == -1 || n == -1) && PyErr_Occurred()) || bucket_add(mine, b, n) < 0)
+                failed = 1;
+        }
+    }
+    Py_END_CRITICAL_SECTION2();
+    if (failed)
+        return NULL;
+    return Py_NewRef(added ? Py_True : Py_False);
+}
+
+static PyMethodDef StatsBase_methods[] = {
+    {"add_holds", (PyCFunction)StatsBase_add_holds, METH_O,
+     "add_holds(other): other's hold histogram added to this one's (True), or nothing done "
+     "(False: not two C Stats with dict histograms)."},
+    {NULL, NULL, 0, NULL},
+};
+
 static PyGetSetDef StatsBase_getset[] = {
     {"hold_histogram", (getter)StatsBase_get_histogram, (setter)StatsBase_set_histogram,
      "Holds: bucket_of(ns) -> count (a new dict; assigning replaces the whole).", NULL},
@@ -878,6 +927,7 @@ static PyType_Slot StatsBase_slots[] = {
     {Py_tp_new, StatsBase_new},
     {Py_tp_members, StatsBase_members},
     {Py_tp_getset, StatsBase_getset},
+    {Py_tp_methods, StatsBase_methods},
     {0, NULL},
 };
 static PyType_Spec StatsBase_spec = {

@@ -96,11 +96,12 @@ class Stats:
         self.collisions = 0
         self.sites: SiteTable | None = None
 
-    def merge(self, other: Stats) -> None:
-        """Add another worker's statistics of the same lock class to these. A field ``other``
-        never wrote (zero, empty, no sample) is left alone: an ended thread that took one lock
-        once is folded at the cost of the few it wrote (the recorder folds one per thread)."""
-        for name, how in STATS_TABLE:
+    def merge(self, other: Stats, table: tuple[tuple[str, str], ...] = STATS_TABLE) -> None:
+        """Add another worker's statistics of the same lock class to these (the fields of
+        ``table``: the C path's Stats adds its hold histogram itself). A field ``other`` never
+        wrote (zero, empty, no sample) is left alone: an ended thread that took one lock once is
+        folded at the cost of the few it wrote (the recorder folds one per thread)."""
+        for name, how in table:
             theirs = getattr(other, name)
             if theirs == NO_SAMPLE if how == "min" else not theirs:
                 continue
