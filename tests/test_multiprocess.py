@@ -35,11 +35,13 @@ METHODS = [
     m for m in ("fork", "spawn", "forkserver") if m in multiprocessing.get_all_start_methods()
 ]
 # A hold long enough that the waits it causes (a hold or more per round, per worker) stay a
-# material share of a child's observed time, which also holds its start and its exit: a child
-# forked from a large process (the whole suite's) took ~300 ms to start and end, against
-# ~20 ms of waiting with 2 ms holds.
-HOLD_S = 0.01
-ITERATIONS = 8
+# material share (the 10 % of _sizing.SIZING_MIN_COST_PCT) of a child's observed time, which
+# also holds its start and its exit: a child forked from a large process (the whole suite's)
+# took ~300 ms to start and end, against ~20 ms of waiting with 2 ms holds; with 8 rounds of
+# 10 ms, 42 ms of waiting in 443 ms observed (9.5 %: 3.15's whole suite beside another suite).
+# 12 rounds of 20 ms: about 120 ms of waiting in 800.
+HOLD_S = 0.02
+ITERATIONS = 12
 
 ORIGINAL_SEMLOCK = {
     name: vars(multiprocessing.synchronize.SemLock)[name]
