@@ -260,7 +260,9 @@ class Recorder:
         """
         from ._order import LockOrderGraph
 
-        with self._lock:
+        # The timeline too: a sample of states read before the reset would count the workers it
+        # forgets into the fresh timeline, past the next snapshot's totals (its data refused).
+        with self.timeline.exclusive(), self._lock:
             keep = []
             for state in self._states:
                 if state.thread is not None and state.alive():
@@ -447,8 +449,10 @@ class Recorder:
         return out
 
     def sample_timeline(self, periodic: bool = False) -> dict[str, Any]:
-        """Sample every worker's totals into the timeline (the emitter's tick, each snapshot)."""
-        return self.timeline.sample_states(self._states, periodic)
+        """Sample every worker's totals into the timeline (the emitter's tick, each snapshot),
+        the states read under its lock: a reset (which holds it) is wholly before or after."""
+        with self.timeline.exclusive():
+            return self.timeline.sample_states(self._states, periodic)
 
     def live(self) -> dict[tuple[str, str], tuple[int, int]]:
         """Workers waiting on and holding each lock class right now (see ``_live``)."""
