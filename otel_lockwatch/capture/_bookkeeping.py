@@ -332,9 +332,15 @@ def untrack(st: WorkerState, entry: Any, s: Stats, t0: int, ctx: Any, index: int
     t1 = _pc()
     h = t1 - t0
     held = st.held
-    if held and held[-1] is entry:
-        held.pop()
-    else:
+    try:
+        # The holder's own release, in order: its entry is on top, where no other thread
+        # pushes or pops. Another thread's release of the holder's Lock (or out of order) goes
+        # to discard(), which the holder's own pushes and pops meanwhile do not confuse.
+        if held[-1] is entry and _tls.st is st:
+            held.pop()
+        else:
+            discard(held, entry)
+    except (IndexError, AttributeError):  # an empty stack; a thread lockwatch has not seen
         discard(held, entry)
     s.hold_total_ns += h
     # bucket_of(h), inlined: the one copy on the hot path (a call would cost every release).
