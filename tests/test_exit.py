@@ -124,7 +124,12 @@ def test_sigterm_chains_the_handler_installed_before(tmp_path):
         "    sys.exit(7)\nsignal.signal(signal.SIGTERM, mine)\nprovider = TracerProvider()",
     )
     script = tmp_path / "app.py"
-    script.write_text(script_prelude + "print('ready', flush=True)\nthreading.Event().wait(60)\n")
+    # In 50 ms sleeps, as test_sigint's app: a SIGTERM landing just before one long wait begins
+    # is handled only when it returns (CPython's race; without lockwatch, 3.13t's plain
+    # ``threading.Event().wait(60)`` missed the SIGTERM sent as it printed 'ready' 1 run in 2).
+    script.write_text(
+        script_prelude + "print('ready', flush=True)\nfor _ in range(1200):\n    time.sleep(0.05)\n"
+    )
     manifest = tmp_path / "m.json"
     env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
     proc = subprocess.Popen(

@@ -771,6 +771,50 @@ def test_foreign_threads_are_not_registered_with_threading(watched):
     assert not state.alive()
 
 
+def test_a_snapshot_while_an_ended_worker_is_folded_counts_it_once(watched):
+    """A thread of a name that an ended thread had is folded, at its end, into that name's
+    retired state. Regression: the recorder took the ended thread's state out, then folded it
+    in, so a snapshot between the two counted its acquisitions nowhere (one after the fold that
+    still held the state, twice; the timeline sampled from such totals passed them). The fold
+    here stops while it reads the ended thread's statistics: a snapshot then counts each of the
+    two threads' acquisitions once."""
+    lock = name_lock(threading.Lock(), "folded")
+    reading, go = threading.Event(), threading.Event()
+    folding: list[int] = []  # the thread whose fold stops
+
+    class StopsTheFold(dict):  # its statistics, read by its own thread at its end: the fold
+        def items(self):  # type: ignore[override]
+            if _thread.get_ident() in folding:
+                reading.set()
+                go.wait(10)
+            return super().items()
+
+    def take() -> None:
+        with lock:
+            pass
+
+    def take_then_stop_the_fold() -> None:
+        take()
+        state = RECORDER.thread_state()
+        state.stats = StopsTheFold(state.stats)
+        folding.append(_thread.get_ident())
+
+    first = threading.Thread(target=take, name="same")
+    first.start()
+    first.join()  # its state is the name's retired state now
+    second = threading.Thread(target=take_then_stop_the_fold, name="same")
+    second.start()
+    try:
+        assert reading.wait(10)
+        during = locks_of(RECORDER.snapshot())["folded"]["acquisitions"]
+    finally:
+        go.set()
+        second.join()
+    assert during == 2
+    assert locks_of(RECORDER.snapshot())["folded"]["acquisitions"] == 2
+    assert len([s for s in RECORDER.states if s.worker == "same"]) == 1  # folded all the same
+
+
 @pytest.mark.parametrize("factory", ["Lock", "RLock"])
 def test_proxies_have_the_names_of_the_lock_they_wrap(watched, factory):
     """``hasattr`` answers for a watched lock as for a plain one: an RLock proxy has no

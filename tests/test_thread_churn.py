@@ -44,13 +44,17 @@ def test_an_ended_threads_state_is_folded_at_its_end(watched):
     observed = retired.last - retired.first
     assert observed > 0 and retired.retired == 0
     _run(work, "request")
-    assert _states_named("request") == [retired]
-    assert all(state is not seen[1] for state in RECORDER.states)  # the second is folded
-    assert retired.retired == seen[1].last - seen[1].first > 0
-    (stats,) = retired.stats.values()
+    # The second is folded: into a new retired state, in place of both (neither is changed, so
+    # that a reader holding them counts each once: record/_retired.py).
+    (merged,) = _states_named("request")
+    assert all(state is not seen[1] for state in RECORDER.states)
+    assert merged.last - merged.first == observed and not merged.alive()
+    assert merged.retired == seen[1].last - seen[1].first > 0
+    (stats,) = merged.stats.values()
     assert stats.acquisitions == 2
+    assert [s.acquisitions for s in retired.stats.values()] == [1]  # the old one, unchanged
     data = RECORDER.snapshot()
-    assert data["workers"]["request"]["observed_ns"] == observed + retired.retired
+    assert data["workers"]["request"]["observed_ns"] == observed + merged.retired
 
 
 def test_a_thread_per_request_keeps_one_state_per_name(watched):
@@ -98,9 +102,12 @@ def test_threads_alive_together_are_counted_once_each(watched):
         t.start()
     for t in threads:
         t.join()
-    (state,) = _states_named("pooled")
-    (stats,) = state.stats.values()
-    assert stats.acquisitions == 4
+    # One state for the name, or more: a thread that ends while another has the recorder (its
+    # fold, without the GIL at the same moment) leaves its state to the next compaction.
+    states = _states_named("pooled")
+    assert 1 <= len(states) <= 4
+    assert sum(s.acquisitions for state in states for s in state.stats.values()) == 4
+    assert RECORDER.snapshot()["locks"][lock._lockwatch_class.name]["acquisitions"] == 4
     assert RECORDER.snapshot()["pool"]["peak_workers"] == 4
 
 

@@ -334,9 +334,15 @@ def untrack(
     end_ns = _pc()
     held_ns = end_ns - start_ns
     held = holder.held
-    if held and held[-1] is entry:
-        held.pop()
-    else:
+    try:
+        # The holder's own release, in order: its entry is on top, where no other thread
+        # pushes or pops. Another thread's release of the holder's Lock (or out of order) goes
+        # to discard(), which the holder's own pushes and pops meanwhile do not confuse.
+        if held[-1] is entry and _tls.st is holder:
+            held.pop()
+        else:
+            discard(held, entry)
+    except (IndexError, AttributeError):  # an empty stack; a thread lockwatch has not seen
         discard(held, entry)
     stats.hold_total_ns += held_ns
     # bucket_of(held_ns), inlined: the one copy on the hot path (a call would cost every release).

@@ -22,6 +22,14 @@ or suspended (a generator, a coroutine), more than a bounded number of objects t
 is not gone. CPython lists a frame's locals among its referents only once it has returned (from
 3.11 on); a frame on the calling thread's stack is running on every version.
 
+The free-threaded build (no GIL) counts the same: a reference count there is split between the
+owning thread's share and the others', and ``sys.getrefcount`` adds the two. What it counts
+differently, it overcounts: an object with a deferred count (a module-level function, code, a
+module, a class) carries one reference that nothing refers to, and is made immortal once a
+second thread starts, so it always looks referred to from outside, and what it leads to is not
+gone; those are never the way to a dropped lock (code, modules and classes are shared, a
+module-level function has no closure).
+
 A lock that a reference cycle keeps alive (a frame held by an exception's traceback) is not
 gone by that count. Before an edge that would close a cycle is reported, the question is asked
 again of every object that leads to the lock (:func:`collected_gone`): the collector's reasoning,
@@ -35,7 +43,6 @@ from __future__ import annotations
 import gc
 import inspect
 import sys
-import sysconfig
 import types
 from sys import getrefcount
 from typing import Any
@@ -69,9 +76,6 @@ _ONLY_IN_CONTAINER = _count((object(),), 0)
 _ONLY_IN_ENTRY = _lock_count(HeldEntry((None, None, 0, object(), False)))
 _SUSPENDABLE = inspect.CO_GENERATOR | inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR
 _SHARED = (type, types.ModuleType, types.CodeType, types.FrameType)
-# A free-threaded build defers the reference counts of functions and others: they undercount,
-# so only the plain case (the entry alone refers to the lock) is decided there.
-_DEFERRED_COUNTS = bool(sysconfig.get_config_var("Py_GIL_DISABLED"))
 _MAX_MEMBERS = 128
 #: Whether :func:`_kept_by_garbage` decides alone (a lock it does not find gone is not): on
 #: CPython 3.11 and 3.12, where it finds a lock kept only by a reference cycle gone.
@@ -95,11 +99,7 @@ def dropped(entry: Any, held: list) -> bool:
     if extra <= 0:
         return True
     frame = entry.frame
-    if (
-        _DEFERRED_COUNTS
-        or frame.f_code.co_flags & _SUSPENDABLE
-        or not _reached_only_from(frame, obj, extra)
-    ):
+    if frame.f_code.co_flags & _SUSPENDABLE or not _reached_only_from(frame, obj, extra):
         return False
     return not _running(frame)  # a running frame's locals can still release it
 
@@ -139,7 +139,7 @@ def _kept_by_garbage(entry: Any, held: list) -> bool:
     outside refers to it, and through it to the lock: not gone. So is a lock reached from a
     class, a module, code, a weak reference, a running frame's local (a running frame lists no
     referents), or a set too large to walk."""
-    if _DEFERRED_COUNTS or getweakrefcount(entry.lock):
+    if getweakrefcount(entry.lock):
         return False
     entries = {id(other) for other in held}
     members = [entry.lock]

@@ -14,6 +14,7 @@ instruction offset only here, when an edge needs it.
 
 from __future__ import annotations
 
+import _thread
 import logging
 from typing import Any
 
@@ -155,9 +156,28 @@ def _new_edge(
     return True
 
 
+#: What every removal from a held stack but its holder's pop of its own top entry holds (an
+#: out-of-order release, a release by another thread, a lock gone while held), one per stack's
+#: stripe: a removal finds its entry's index, then deletes there, and two at once on one stack
+#: would shift each other's index (without the GIL they run at once). The holder's own pushes
+#: and pops take none: they change the stack above every other entry, moving no index found
+#: here. Re-entrant: a signal handler or a finalizer may release a lock on a thread inside one.
+_REMOVALS = tuple(_thread.RLock() for _ in range(16))
+
+
 def discard(held: list, entry: Any) -> None:
-    """Remove ``entry`` from a held stack where it is not on top (an out-of-order release)."""
-    for i in range(len(held) - 1, -1, -1):
-        if held[i] is entry:
-            del held[i]
-            return
+    """Remove ``entry`` from a held stack where it is not on top (an out-of-order release), or
+    from another thread's (a ``Lock`` released by another thread than its holder, who may push
+    and pop meanwhile); found by identity. Not there (gone already): nothing."""
+    with _REMOVALS[(id(held) >> 4) % len(_REMOVALS)]:
+        i = len(held) - 1
+        while i >= 0:
+            try:
+                found = held[i]
+            except IndexError:  # the holder popped its own entries above meanwhile
+                i = len(held) - 1
+                continue
+            if found is entry:
+                del held[i]
+                return
+            i -= 1

@@ -25,10 +25,11 @@ from typing import Any
 
 from ._data import expand_lock_workers, merge_data
 from ._distributed import DistributedRecord
-from ._handoff_stats import HandoffStats, handoff_parts, merge_handoffs
+from ._handoff_stats import HandoffStats, handoff_parts
 from ._live import live_counts
 from ._lock_class import ROLES, LockClass
 from ._peak import PeakWorkers, ThreadEnd
+from ._retired import fold, folded, replaced
 from ._sites import KEEP, SiteTable, merge_tables
 from ._state_parts import state_parts, track_section
 from ._threads import ForeignThread, current_thread_or_none
@@ -170,27 +171,10 @@ class WorkerState:
         done = getattr(owner, "done", None)
         return not done() if done is not None else owner.is_alive()
 
-    def fold(self, other: WorkerState) -> None:
-        """Add an ended worker's statistics to this (retired) state: at the cost of what the
-        ended worker wrote (a thread that took one lock once: one ``Stats``)."""
-        self.retired += max(0, other.last - other.first) + other.retired
-        stats = self.stats
-        for cls, s in other.stats.items():
-            mine = stats.get(cls)
-            if mine is None:
-                stats[cls] = s
-            else:
-                mine.merge(s)
-        if other.spans:
-            for key, n in other.spans.items():
-                self.spans[key] = self.spans.get(key, 0) + n
-        if other.handoffs:
-            merge_handoffs(self.handoffs, other.handoffs)
-
     def retire(self) -> None:
         """Make this ended worker's state its name's retired state, in place: the states of
-        its name's later ended workers are folded into it (its own observed time stays
-        ``last - first``; theirs adds to ``retired``)."""
+        its name's later ended workers are folded into a copy of it (``_retired``: its own
+        observed time stays ``last - first``; theirs adds to ``retired``)."""
         self.thread = _ended
 
     def clear(self) -> None:
@@ -261,7 +245,9 @@ class Recorder:
         """
         from ._order import LockOrderGraph
 
-        with self._lock:
+        # The timeline too: a sample of states read before the reset would count the workers it
+        # forgets into the fresh timeline, past the next snapshot's totals (its data refused).
+        with self.timeline.exclusive(), self._lock:
             keep = []
             for state in self._states:
                 if state.thread is not None and state.alive():
@@ -325,9 +311,10 @@ class Recorder:
             if target is None:
                 state.retire()
                 self._retired[state.worker] = state
-            else:
-                del self._by_id[id(state)]
-                target.fold(state)
+            else:  # a new retired state in place of both, in one step (see _retired)
+                merged = folded(target, state)
+                self._by_id = replaced(self._by_id, target, merged, state)
+                self._retired[state.worker] = merged
         finally:
             self._lock.release()
 
@@ -338,6 +325,8 @@ class Recorder:
         keep: list[WorkerState] = []
         retired = dict(self._retired)
         kept = {id(state) for state in retired.values()}  # (not `in values()`: one compare each)
+        copies: dict[int, WorkerState] = {}  # a retired state's id -> its copy, folded into
+        made: set[int] = set()  # the copies' ids: nobody reads them yet
         for state in self._states:
             if id(state) in kept or state.alive() or state.held:
                 keep.append(state)
@@ -347,9 +336,12 @@ class Recorder:
                 state.retire()
                 retired[state.worker] = state
                 keep.append(state)
+            elif id(target) in made:
+                fold(target, state)
             else:
-                target.fold(state)
-        self._keep(keep, retired)
+                copies[id(target)] = retired[state.worker] = folded(target, state)
+                made.add(id(copies[id(target)]))
+        self._keep([copies.get(id(state), state) for state in keep], retired)
         self._compact_at = max(256, 2 * len(keep))
 
     def thread_state(self) -> WorkerState:
@@ -448,8 +440,10 @@ class Recorder:
         return out
 
     def sample_timeline(self, periodic: bool = False) -> dict[str, Any]:
-        """Sample every worker's totals into the timeline (the emitter's tick, each snapshot)."""
-        return self.timeline.sample_states(self._states, periodic)
+        """Sample every worker's totals into the timeline (the emitter's tick, each snapshot),
+        the states read under its lock: a reset (which holds it) is wholly before or after."""
+        with self.timeline.exclusive():
+            return self.timeline.sample_states(self._states, periodic)
 
     def live(self) -> dict[tuple[str, str], tuple[int, int]]:
         """Workers waiting on and holding each lock class right now (see ``_live``)."""

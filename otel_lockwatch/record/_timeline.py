@@ -112,6 +112,12 @@ class Timeline:
             self._next = 0.0  # when a periodic sample is due (perf_counter)
             self._busy = False  # a sample is under way (on the thread holding the lock)
 
+    def exclusive(self) -> Any:
+        """The timeline, held for a ``with`` block (re-entrant): no sample runs meanwhile. The
+        recorder holds it across a reset, so that a sample is wholly before the reset (and
+        forgotten by it) or wholly after (reading the states the reset left)."""
+        return self._lock
+
     def after_fork(self) -> None:
         """In a child: a fresh timeline (the child's totals start again from its own work)."""
         self._lock = _thread.RLock()

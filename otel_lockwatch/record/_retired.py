@@ -1,0 +1,70 @@
+"""Ended workers' states, folded into one retired state per worker name and published in one step.
+
+A process that starts a thread per request would keep a state per ended thread; the recorder
+folds an ended worker's statistics into its name's retired state instead. Readers (a snapshot,
+the emitter's totals and timeline samples) take no lock: they read the recorder's states in one
+step, then each state's statistics. So a fold never changes a state a reader may hold: it makes
+a new retired state (:func:`folded`: the old retired state's statistics and the ended worker's,
+the objects neither changes shared, the ones both have merged into copies), and the recorder
+puts it in the place of both at once (:func:`replaced`). A reader that took the states before
+counts the two old ones, one that took them after counts the new one: each statistic once.
+Folding in place, a reader between the ended worker's removal and the fold counted it nowhere,
+and one after the fold that still held it counted it twice; the timeline, sampled from such
+totals, then passed the lock's totals, and an evaluation refused the data.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ._handoff_stats import merge_handoffs
+
+__all__ = ["fold", "folded", "replaced"]
+
+
+def fold(into: Any, other: Any) -> None:
+    """Add an ended worker's statistics to a retired state that no reader has yet (a copy):
+    at the cost of what the ended worker wrote (a thread that took one lock once: one
+    ``Stats``)."""
+    into.retired += max(0, other.last - other.first) + other.retired
+    stats = into.stats
+    for cls, s in other.stats.items():
+        mine = stats.get(cls)
+        if mine is None:
+            stats[cls] = s  # the ended worker's own: nobody writes it any more
+        else:
+            mine.merge(s)
+    if other.spans:
+        for key, n in other.spans.items():
+            into.spans[key] = into.spans.get(key, 0) + n
+    if other.handoffs:
+        merge_handoffs(into.handoffs, other.handoffs)
+
+
+def folded(target: Any, other: Any) -> Any:
+    """A new retired state: ``target``'s (a retired state) statistics and the ended worker
+    ``other``'s; neither is changed. What only one of them has is shared (nobody writes an ended
+    worker's statistics); what both have is merged into a copy."""
+    new = type(target)(target.worker, dict(target.stats))
+    new.thread = target.thread  # the retired states' owner: a worker that has ended
+    new.first, new.last, new.retired = target.first, target.last, target.retired
+    new.spans = dict(target.spans)
+    for cls in other.stats.keys() & new.stats.keys():
+        copy = type(new.stats[cls])()
+        copy.merge(new.stats[cls])
+        new.stats[cls] = copy
+    merge_handoffs(new.handoffs, target.handoffs)  # copies, merged into below
+    fold(new, other)
+    return new
+
+
+def replaced(by_id: dict[int, Any], target: Any, new: Any, gone: Any) -> dict[int, Any]:
+    """A copy of the recorder's states (id -> state, in registration order) with ``new`` in
+    ``target``'s place and ``gone`` left out: assigned in one step."""
+    out: dict[int, Any] = {}
+    for key, state in by_id.items():
+        if state is target:
+            out[id(new)] = new
+        elif state is not gone:
+            out[key] = state
+    return out
