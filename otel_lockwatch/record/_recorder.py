@@ -206,6 +206,10 @@ class Recorder:
         self._lock = _thread.RLock()
         self._by_id: dict[int, WorkerState] = {}  # every state, in registration order
         self._retired: dict[str, WorkerState] = {}  # worker name -> its retired state
+        # worker name -> the key of its retired state's place in _by_id, and the state that had
+        # it first (kept: its id stays taken, so no new state is registered at that key)
+        self._retired_keys: dict[str, tuple[int, WorkerState]] = {}
+        self._nothing = WorkerState("(folded)")  # a place being dropped: counts nothing
         self._names: set[str] = set()  # names given out: MAX_WORKERS at most, then "(other)"
         self._compact_at = 256  # fold ended workers away when this many states exist
         # tasks of a type without a __dict__ (a custom task factory's): their states, weakly
@@ -236,6 +240,7 @@ class Recorder:
     def _keep(self, states: list[WorkerState], retired: dict[str, WorkerState]) -> None:
         self._by_id = {id(state): state for state in states}
         self._retired = retired
+        self._retired_keys = {name: (id(state), state) for name, state in retired.items()}
 
     def reset(self) -> None:
         """Forget everything recorded (tests; a fresh start).
@@ -311,9 +316,11 @@ class Recorder:
             if target is None:
                 state.retire()
                 self._retired[state.worker] = state
+                self._retired_keys[state.worker] = (id(state), state)
             else:  # a new retired state in place of both, in one step (see _retired)
                 merged = folded(target, state)
-                self._by_id = replaced(self._by_id, target, merged, state)
+                key = self._retired_keys[state.worker][0]
+                replaced(self._by_id, key, merged, state, self._nothing)
                 self._retired[state.worker] = merged
         finally:
             self._lock.release()

@@ -6,8 +6,10 @@ the emitter's totals and timeline samples) take no lock: they read the recorder'
 step, then each state's statistics. So a fold never changes a state a reader may hold: it makes
 a new retired state (:func:`folded`: the old retired state's statistics and the ended worker's,
 the objects neither changes shared, the ones both have merged into copies), and the recorder
-puts it in the place of both at once (:func:`replaced`). A reader that took the states before
-counts the two old ones, one that took them after counts the new one: each statistic once.
+puts it in the place of both at once (:func:`replaced`: in the retired state's place, whose
+key the recorder keeps with the object that had it, so that no new state gets that key). A
+reader that took the states before counts the two old ones, one that took them after counts the
+new one: each statistic once.
 Folding in place, a reader between the ended worker's removal and the fold counted it nowhere,
 and one after the fold that still held it counted it twice; the timeline, sampled from such
 totals, then passed the lock's totals, and an evaluation refused the data.
@@ -58,13 +60,14 @@ def folded(target: Any, other: Any) -> Any:
     return new
 
 
-def replaced(by_id: dict[int, Any], target: Any, new: Any, gone: Any) -> dict[int, Any]:
-    """A copy of the recorder's states (id -> state, in registration order) with ``new`` in
-    ``target``'s place and ``gone`` left out: assigned in one step."""
-    out: dict[int, Any] = {}
-    for key, state in by_id.items():
-        if state is target:
-            out[id(new)] = new
-        elif state is not gone:
-            out[key] = state
-    return out
+def replaced(by_id: dict[Any, Any], key: Any, new: Any, gone: Any, nothing: Any) -> None:
+    """Put ``new`` in ``by_id`` (the recorder's states) at ``key`` (its name's retired state's
+    place) and take ``gone`` out, in one step for a reader: one ``dict.update`` (a C call: under
+    the interpreter lock no reader's copy of the values comes between its two stores, and on the
+    free-threaded build it holds the dict's lock) sets both places, ``gone``'s to ``nothing`` (a
+    state with no statistics: it counts nothing), whose place is then dropped. A copy of the
+    dict in place of both (one assignment) costs a walk of every state per ended thread:
+    with 1,024 worker names, 60-70 us of a thread per request's life.
+    """
+    by_id.update({key: new, id(gone): nothing})
+    del by_id[id(gone)]
