@@ -3160,20 +3160,17 @@ speedups_setup(PyObject *module, PyObject *args, PyObject *kwds)
     PyObject *var = PyCFunction_Check(context) ? PyCFunction_GET_SELF(context) : NULL;
     if (state_set(S, &S->context_var, var != NULL && PyContextVar_CheckExact(var) ? var : NULL) < 0)
         return NULL;
-    if (state_set(S, &S->failed, failed) < 0)
-        return NULL;
-    if (state_set(S, &S->check_order, check_order) < 0)
-        return NULL;
-    if (state_set(S, &S->lock_wait, lock_wait) < 0)
-        return NULL;
-    if (state_set(S, &S->record_hold, record_hold) < 0)
-        return NULL;
-    if (state_set(S, &S->outbox, outbox) < 0)
-        return NULL;
-    if (state_set(S, &S->new_state, new_state) < 0)
-        return NULL;
-    if (state_set(S, &S->new_stats, new_stats) < 0)
-        return NULL;
+    struct {
+        PyObject **field, *value;
+    } given[] = {
+        {&S->failed, failed},         {&S->check_order, check_order}, {&S->lock_wait, lock_wait},
+        {&S->record_hold, record_hold}, {&S->outbox, outbox},         {&S->new_state, new_state},
+        {&S->new_stats, new_stats},
+    };
+    for (size_t i = 0; i < sizeof(given) / sizeof(given[0]); i++) {
+        if (state_set(S, given[i].field, given[i].value) < 0)
+            return NULL;
+    }
     FT_STORE(S->outbox_size, outbox_size);
     FT_STORE(S->ready, 1);
     FT_ADD(S->generation, 1); /* another tls: read it anew */
