@@ -196,7 +196,10 @@ def test_demo_reports_its_connection_pool(demo_run):
     doc = load_manifest(path).to_dict()
     (pool,) = doc["resource_pools"]
     assert (pool["name"], pool["kind"], pool["capacity"]) == ("connections", "queue.LifoQueue", 2)
-    assert pool["waits"]["count"] == 0 and not pool["hot"] and doc["idle_waits"] == []
+    assert pool["waits"]["count"] == 0 and not pool["hot"]
+    # (An idle wait may be listed: publisher-03 waits for the compactor's first reconcile on an
+    # Event, which blocks when it gets there first, as under load; never one of the pool's.)
+    assert [w for w in doc["idle_waits"] if w["name"] == "connections"] == []
     assert pool["checkouts"] > 0 and pool["hold"]["count"] > 0
     assert pool["workers_supported"] >= 2
     assert re.search(r"^resource pools\n  pool +kind", out, re.M)
