@@ -64,37 +64,38 @@ def _caller(skip_globals: dict) -> Any:
     """The acquisition site: the first frame above the instrumented method outside
     ``skip_globals`` (the primitive's own module)."""
     try:
-        f: Any = _getframe(2)
+        frame: Any = _getframe(2)
     except ValueError:  # called straight from C: no Python caller
         return _getframe(1)
-    while f is not None and f.f_globals is skip_globals:
-        f = f.f_back
-    return f if f is not None else _getframe(1)
+    while frame is not None and frame.f_globals is skip_globals:
+        frame = frame.f_back
+    return frame if frame is not None else _getframe(1)
 
 
 async def _timed_wait(
     acquiring: Awaitable[Any],
-    st: Any,
-    s: Stats,
-    cls: LockClass,
-    f: Any,
+    state: Any,
+    stats: Stats,
+    lock_class: LockClass,
+    frame: Any,
     extra: dict[str, Any] | None = None,
     hold: Any = None,
 ) -> Any:
     """``_bookkeeping.timed_wait`` for an awaitable: a cancelled wait is recorded as one that
     did not get the lock."""
-    ctx = current_context()
+    context = current_context()
     held_by = None if hold is None else holder_entry(hold)
-    before, st.waiting = st.waiting, cls  # for the live gauges, as _bookkeeping.timed_wait
+    # For the live gauges, as _bookkeeping.timed_wait.
+    before, state.waiting = state.waiting, lock_class
     t0 = _pc()
     try:
         ok = await acquiring
     except BaseException:
-        record_wait(st, s, cls, t0, _pc(), False, ctx, f, extra, held_by)
+        record_wait(state, stats, lock_class, t0, _pc(), False, context, frame, extra, held_by)
         raise
     finally:
-        st.waiting = before
-    record_wait(st, s, cls, t0, _pc(), ok, ctx, f, extra, held_by)
+        state.waiting = before
+    record_wait(state, stats, lock_class, t0, _pc(), ok, context, frame, extra, held_by)
     return ok
 
 
@@ -102,23 +103,23 @@ def lock_acquire_factory(original: Any) -> Any:
     """The patched ``asyncio.Lock.acquire``."""
 
     async def acquire(self: Any) -> bool:
-        cls = self.__dict__.get("_lockwatch_class")
-        if cls is None:
+        lock_class = self.__dict__.get("_lockwatch_class")
+        if lock_class is None:
             return await original(self)
-        st = _state()
-        if st.in_lockwatch:
+        state = _state()
+        if state.in_lockwatch:
             return await original(self)
-        s = stats_of(st, cls)
-        f = _caller(_LOCKS_GLOBALS)
-        if st.held:
-            check_order(st, cls, f, self, False)
+        stats = stats_of(state, lock_class)
+        frame = _caller(_LOCKS_GLOBALS)
+        if state.held:
+            check_order(state, lock_class, frame, self, False)
         waiters = self._waiters
-        if not self._locked and not (waiters and any(not w.cancelled() for w in waiters)):
+        if not self._locked and not (waiters and any(not waiter.cancelled() for waiter in waiters)):
             await original(self)
-            s.acquisitions += 1
+            stats.acquisitions += 1
         else:
-            await _timed_wait(original(self), st, s, cls, f, None, self)
-        track_hold(self, st, s, HeldEntry((cls, f, f.f_lasti, self, False)))
+            await _timed_wait(original(self), state, stats, lock_class, frame, None, self)
+        track_hold(self, state, stats, HeldEntry((lock_class, frame, frame.f_lasti, self, False)))
         return True
 
     return acquire
@@ -130,12 +131,19 @@ def lock_release_factory(original: Any) -> Any:
     def release(self: Any) -> None:
         original(self)  # raises RuntimeError when not locked: then nothing changed
         # No other task runs before this one awaits: the hold is still this release's.
-        d = self.__dict__
-        st = d.get("_lw_holder")
-        if st is not None:
-            entry = d["_lw_entry"]
+        attributes = self.__dict__
+        holder = attributes.get("_lw_holder")
+        if holder is not None:
+            entry = attributes["_lw_entry"]
             self._lw_holder = self._lw_entry = None  # nothing of the holder outlives the hold
-            untrack(st, entry, d["_lw_stats"], d["_lw_start_ns"], d["_lw_context"], None)
+            untrack(
+                holder,
+                entry,
+                attributes["_lw_stats"],
+                attributes["_lw_start_ns"],
+                attributes["_lw_context"],
+                None,
+            )
 
     return release
 
@@ -151,18 +159,18 @@ def async_section_acquire_factory(original: Any) -> Any:
         timeout: float | None = None,
         canonical: bool = False,
     ) -> bool:
-        st = _state()
-        if st.in_lockwatch:
+        state = _state()
+        if state.in_lockwatch:
             return await original(self, index, key, blocking, timeout, canonical)
         track = track_of(self)
-        cls = track.lock_class
-        s = stats_of(st, cls)
-        f = _caller(_ARRAY_GLOBALS)
+        lock_class = track.lock_class
+        stats = stats_of(state, lock_class)
+        frame = _caller(_ARRAY_GLOBALS)
         if blocking:
-            if st.held:
-                check_order(st, cls, f, self, canonical)
+            if state.held:
+                check_order(state, lock_class, frame, self, canonical)
             if await original(self, index, key, False, None, canonical):
-                s.acquisitions += 1
+                stats.acquisitions += 1
             else:
                 owner = self._owners[index]
                 if owner is not None and owner is _current_task():
@@ -171,14 +179,22 @@ def async_section_acquire_factory(original: Any) -> Any:
                 holder_key = self._keys[index]
                 collision = holder_key is not None and holder_key != key
                 if collision:
-                    s.collisions += 1
+                    stats.collisions += 1
                 extra = {"lockwatch.section.index": index, "lockwatch.section.collision": collision}
                 acquiring = original(self, index, key, True, timeout, canonical)
-                if not await _timed_wait(acquiring, st, s, cls, f, extra, track.slots[index]):
+                if not await _timed_wait(
+                    acquiring, state, stats, lock_class, frame, extra, track.slots[index]
+                ):
                     return False
-        elif not record_try(s, await original(self, index, key, False, None, canonical)):
+        elif not record_try(stats, await original(self, index, key, False, None, canonical)):
             return False
-        hold_section(track, index, st, s, HeldEntry((cls, f, f.f_lasti, self, canonical)))
+        hold_section(
+            track,
+            index,
+            state,
+            stats,
+            HeldEntry((lock_class, frame, frame.f_lasti, self, canonical)),
+        )
         return True
 
     return _acquire

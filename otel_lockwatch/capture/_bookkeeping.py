@@ -127,71 +127,71 @@ def record_try(stats: Stats, ok: bool) -> bool:
 
 
 def record_wait(
-    st: WorkerState,
-    s: Stats,
-    cls: LockClass,
+    state: WorkerState,
+    stats: Stats,
+    lock_class: LockClass,
     t0: int,
     t1: int,
     ok: bool,
-    ctx: Any,
-    f: Any,
+    context: Any,
+    frame: Any,
     extra: dict[str, Any] | None,
     held_by: Any = None,
 ) -> None:
     """Count a blocking attempt that had to wait from ``t0`` to ``t1`` (``ok``: it got the lock)
-    at its site (the frame ``f``) while the held-stack entry ``held_by`` held the lock (None:
+    at its site (``frame``) while the held-stack entry ``held_by`` held the lock (None:
     unknown), and queue it for OpenTelemetry (``extra``: more span attributes)."""
-    w = t1 - t0
-    s.contentions += 1
-    s.wait_total_ns += w
-    hist = s.wait_histogram
-    b = bucket_of(w)
-    hist[b] = hist.get(b, 0) + 1
-    if w > s.wait_max_ns:
-        s.wait_max_ns = w
-    if w < s.wait_min_ns:
-        s.wait_min_ns = w
+    waited_ns = t1 - t0
+    stats.contentions += 1
+    stats.wait_total_ns += waited_ns
+    histogram = stats.wait_histogram
+    bucket = bucket_of(waited_ns)
+    histogram[bucket] = histogram.get(bucket, 0) + 1
+    if waited_ns > stats.wait_max_ns:
+        stats.wait_max_ns = waited_ns
+    if waited_ns < stats.wait_min_ns:
+        stats.wait_min_ns = waited_ns
     if ok:
-        s.acquisitions += 1
+        stats.acquisitions += 1
     else:
-        s.timeouts += 1
-    st.in_lockwatch = True
+        stats.timeouts += 1
+    state.in_lockwatch = True
     defer_collection()  # it allocates under the lock it took (or others held): _collection
     try:
-        sites = s.sites
+        sites = stats.sites
         if sites is None:
-            sites = s.sites = SiteTable(THRESHOLDS.sites_kept)
+            sites = stats.sites = SiteTable(THRESHOLDS.sites_kept)
         holder_frame = None if held_by is None else held_by.frame  # None: released before
         holder = None if holder_frame is None else (holder_frame.f_code, held_by.lasti)
-        waiter = UNKNOWN if f is None else (f.f_code, f.f_lasti)
-        sites.add(waiter, UNKNOWN if holder is None else holder, w)
+        waiter = UNKNOWN if frame is None else (frame.f_code, frame.f_lasti)
+        sites.add(waiter, UNKNOWN if holder is None else holder, waited_ns)
         span_ns = THRESHOLDS.wait_span_ns
-        span = w >= span_ns  # its span names both sites: as code, made text by the emitter
+        span = waited_ns >= span_ns  # its span names both sites: as code, made text by the emitter
         OUTBOX.wait(
-            cls,
+            lock_class,
             t0,
             t1,
-            ctx,
+            context,
             "acquired" if ok else "timed_out",
             span_ns,
             extra,
-            (f.f_globals.get("__name__", "?"), *waiter) if span and f is not None else None,
+            (frame.f_globals.get("__name__", "?"), *waiter) if span and frame is not None else None,
             holder if span else None,
         )
     except Exception as exc:
         OUTBOX.failed(exc)
     finally:
         resume_collection()
-        st.in_lockwatch = False
+        state.in_lockwatch = False
 
 
 def timed_wait(
     acquire: Callable[..., Any],
     args: tuple,
-    st: WorkerState,
-    s: Stats,
-    cls: LockClass,
-    f: Any,
+    state: WorkerState,
+    stats: Stats,
+    lock_class: LockClass,
+    frame: Any,
     extra: dict[str, Any] | None = None,
     hold: Any = None,
     started: int | None = None,
@@ -199,32 +199,34 @@ def timed_wait(
     """The slow path of a blocking acquire whose try failed: ``acquire(*args)``, timed (from
     ``started``, if given), and the wait recorded, charged to the holder ``hold`` (the object
     that keeps the lock's hold) keeps at the arrival. Returns what ``acquire`` returned."""
-    ctx = current_context()
+    context = current_context()
     held_by = None if hold is None else holder_entry(hold)
     # Noted for the live gauges while the worker is blocked (restored: a wait may nest one).
-    before, st.waiting = st.waiting, cls
+    before, state.waiting = state.waiting, lock_class
     t0 = _pc() if started is None else started
     try:
         ok = acquire(*args)
     finally:
-        st.waiting = before
-    record_wait(st, s, cls, t0, _pc(), ok, ctx, f, extra, held_by)
+        state.waiting = before
+    record_wait(state, stats, lock_class, t0, _pc(), ok, context, frame, extra, held_by)
     return ok
 
 
 def lock_wait(
     lock: Any,
-    st: WorkerState,
-    s: Stats,
-    cls: LockClass,
-    f: Any,
+    state: WorkerState,
+    stats: Stats,
+    lock_class: LockClass,
+    frame: Any,
     timeout: float = -1,
     hold: Any = None,
     started: int | None = None,
 ) -> bool:
     """:func:`timed_wait` in ``lock.acquire(True, timeout)`` (``hold``: the object that keeps
     the lock's hold, whose holder the wait is charged to)."""
-    return timed_wait(lock.acquire, (True, timeout), st, s, cls, f, None, hold, started)
+    return timed_wait(
+        lock.acquire, (True, timeout), state, stats, lock_class, frame, None, hold, started
+    )
 
 
 #: What an object that keeps a hold notes at the acquisition, for the release. The C fast path

@@ -136,27 +136,27 @@ def _outside(depth: int) -> Any:
     """The first frame, from ``depth`` up, outside the lock's library, the standard library and
     lockwatch (the outermost frame when every frame is inside)."""
     try:
-        f: Any = _getframe(depth + 1)
+        frame: Any = _getframe(depth + 1)
     except ValueError:
-        f = _getframe(1)
-    last = f
+        frame = _getframe(1)
+    last = frame
     known = _skipped_files
-    while f is not None:
-        skipped = known.get(f.f_code.co_filename)
+    while frame is not None:
+        skipped = known.get(frame.f_code.co_filename)
         if skipped is None:
-            skipped = _skipped(f)
+            skipped = _skipped(frame)
         if not skipped:
-            return f
-        last = f
-        f = f.f_back
+            return frame
+        last = frame
+        frame = frame.f_back
     return last
 
 
 def creation_site(depth: int = 1) -> str:
     """``module:function:line`` of the code creating a lock (``depth``: 1 from the patched
     ``__init__``)."""
-    f = _outside(depth + 1)
-    return f"{f.f_globals.get('__name__', '?')}:{f.f_code.co_name}:{f.f_lineno}"
+    frame = _outside(depth + 1)
+    return f"{frame.f_globals.get('__name__', '?')}:{frame.f_code.co_name}:{frame.f_lineno}"
 
 
 TEMPLATES: dict[str, set[str]] = {}  # kind -> the templates that name a class
@@ -171,18 +171,18 @@ def classify(lock: Any, kind: str, key: Any, site: str) -> None:
         if len(seen) >= MAX_TEMPLATES_PER_KIND:
             template = OVERFLOW  # many unrelated locks: no node of the lock-order graph
         seen.add(template)
-    cls = lock_class(template, kind, site)
-    d = lock.__dict__
-    d["_lockwatch_class"] = cls
-    d["_lw_template"] = template
+    template_class = lock_class(template, kind, site)
+    attributes = lock.__dict__
+    attributes["_lockwatch_class"] = template_class
+    attributes["_lw_template"] = template
 
 
-def _template_of(lock: Any, cls: LockClass) -> None:
+def _template_of(lock: Any, lock_class: LockClass) -> None:
     """A class's first acquisition: its key template becomes a metric attribute, and is noted
     for the manifest."""
     template = lock.__dict__.get("_lw_template", "")
-    cls.attrs["lockwatch.lock.key_template"] = template
-    DISTRIBUTED.template(cls, template)
+    lock_class.attrs["lockwatch.lock.key_template"] = template
+    DISTRIBUTED.template(lock_class, template)
 
 
 # -- the acquire and the hold -----------------------------------------------------------------
@@ -194,9 +194,9 @@ class DistHold:
         *HOLD_FIELDS,
         # the acquisition
         "lock",  # the lock being acquired (None once held: no cycle through the lock's holds)
-        "cls",
-        "st",  # the worker acquiring it (``_lw_holder`` once it holds it)
-        "f",  # the acquisition's frame (its site)
+        "lock_class",
+        "state",  # the worker acquiring it (``_lw_holder`` once it holds it)
+        "frame",  # the acquisition's frame (its site)
         "t0",  # when the acquire began
         "failed",  # an attempt failed: the acquisition is contended
         "before",  # the worker's waiting class before this one's (set when an attempt failed)
@@ -216,9 +216,9 @@ class DistHold:
     _lw_start_ns: int
     _lw_context: Any
     lock: Any
-    cls: LockClass
-    st: WorkerState
-    f: Any
+    lock_class: LockClass
+    state: WorkerState
+    frame: Any
     t0: int
     failed: bool
     before: LockClass | None
@@ -239,17 +239,17 @@ _CURRENT: contextvars.ContextVar[DistHold | None] = contextvars.ContextVar(
 )
 
 
-def contended(acq: DistHold) -> None:
-    """An attempt of ``acq`` failed: it is contended, and its worker is noted as waiting on its
-    class until it ends (the live gauges read it), as the local slow path does."""
-    if not acq.failed:
-        acq.failed = True
-        st = acq.st
-        acq.before, st.waiting = st.waiting, acq.cls
+def contended(acquisition: DistHold) -> None:
+    """An attempt of ``acquisition`` failed: it is contended, and its worker is noted as waiting
+    on its class until it ends (the live gauges read it), as the local slow path does."""
+    if not acquisition.failed:
+        acquisition.failed = True
+        state = acquisition.state
+        acquisition.before, state.waiting = state.waiting, acquisition.lock_class
 
 
-def begin(lock: Any, cls: LockClass, blocking: Any, key: Any = None) -> DistHold | None:
-    """Start recording an acquire of ``lock``, of the class ``cls`` (None: lockwatch itself
+def begin(lock: Any, lock_class: LockClass, blocking: Any, key: Any = None) -> DistHold | None:
+    """Start recording an acquire of ``lock``, of the class ``lock_class`` (None: lockwatch itself
     runs); ``key``: the hold's key in the lock's holds (None: the worker). Called by the
     wrapper of ``acquire``, whose caller is the acquisition site.
 
@@ -257,24 +257,24 @@ def begin(lock: Any, cls: LockClass, blocking: Any, key: Any = None) -> DistHold
         PotentialDeadlockError: under the ``raise`` policy, the acquire would close a cycle.
     """
     try:
-        st = _state()
-        if st.in_lockwatch:
+        state = _state()
+        if state.in_lockwatch:
             return None
-        f = _outside(2)
-        if blocking and st.held:
-            check_order(st, cls, f, lock, False)
-        acq = _new_hold(DistHold)
-        acq.lock = lock
-        acq.cls = cls
-        acq.st = st
-        acq.f = f
-        acq.key = st if key is None else key
-        acq.failed = False
-        acq.sent_ns = 0
-        acq._lw_context = current_context()
-        acq.token = _CURRENT.set(acq)
-        acq.t0 = _pc()
-        return acq
+        frame = _outside(2)
+        if blocking and state.held:
+            check_order(state, lock_class, frame, lock, False)
+        acquisition = _new_hold(DistHold)
+        acquisition.lock = lock
+        acquisition.lock_class = lock_class
+        acquisition.state = state
+        acquisition.frame = frame
+        acquisition.key = state if key is None else key
+        acquisition.failed = False
+        acquisition.sent_ns = 0
+        acquisition._lw_context = current_context()
+        acquisition.token = _CURRENT.set(acquisition)
+        acquisition.t0 = _pc()
+        return acquisition
     except PotentialDeadlockError:  # the raise policy: refused on purpose
         raise
     except Exception as exc:  # never into the host: the lock is taken unrecorded
@@ -288,76 +288,88 @@ def begin(lock: Any, cls: LockClass, blocking: Any, key: Any = None) -> DistHold
 current_acquisition = _CURRENT.get
 
 
-def finish(acq: DistHold, ok: bool, blocking: Any, lease_s: Any = None) -> None:
+def finish(acquisition: DistHold, ok: bool, blocking: Any, lease_s: Any = None) -> None:
     """End an acquire: ``ok``, it got the lock (False: refused, or timed out); ``lease_s``,
-    the lease it was taken with (seconds; None or 0 for none). Held, ``acq`` is the hold."""
-    _CURRENT.reset(acq.token)
-    st, cls = acq.st, acq.cls
-    if acq.failed:
-        st.waiting = acq.before
+    the lease it was taken with (seconds; None or 0 for none). Held, ``acquisition`` is the hold."""
+    _CURRENT.reset(acquisition.token)
+    state, lock_class = acquisition.state, acquisition.lock_class
+    if acquisition.failed:
+        state.waiting = acquisition.before
     try:
-        s = st.stats.get(cls)
-        if s is None:
-            s = stats_of(st, cls)
-        lock = acq.lock
-        if "lockwatch.lock.key_template" not in cls.attrs:  # a new class: once
-            _template_of(lock, cls)
-        if ok and blocking and not acq.failed:  # the common case: uncontended
-            s.acquisitions += 1
+        stats = state.stats.get(lock_class)
+        if stats is None:
+            stats = stats_of(state, lock_class)
+        lock = acquisition.lock
+        if "lockwatch.lock.key_template" not in lock_class.attrs:  # a new class: once
+            _template_of(lock, lock_class)
+        if ok and blocking and not acquisition.failed:  # the common case: uncontended
+            stats.acquisitions += 1
         elif not blocking:
-            record_try(s, ok)
+            record_try(stats, ok)
             if not ok:
                 return
         else:  # a blocking acquire that failed an attempt waited (and may have timed out)
-            extra = {"lockwatch.lock.key_template": cls.attrs["lockwatch.lock.key_template"]}
-            record_wait(st, s, cls, acq.t0, _pc(), ok, acq._lw_context, acq.f, extra)
+            extra = {"lockwatch.lock.key_template": lock_class.attrs["lockwatch.lock.key_template"]}
+            record_wait(
+                state,
+                stats,
+                lock_class,
+                acquisition.t0,
+                _pc(),
+                ok,
+                acquisition._lw_context,
+                acquisition.frame,
+                extra,
+            )
             if not ok:
                 return
         if lease_s:
-            acq.lease_ns = lease_ns = int(lease_s * 1_000_000_000)
-            acq.deadline_ns = (acq.sent_ns or acq.t0) + lease_ns
-            acq.overran = False
-            if cls not in leased_classes:
-                DISTRIBUTED.leased(cls)
+            acquisition.lease_ns = lease_ns = int(lease_s * 1_000_000_000)
+            acquisition.deadline_ns = (acquisition.sent_ns or acquisition.t0) + lease_ns
+            acquisition.overran = False
+            if lock_class not in leased_classes:
+                DISTRIBUTED.leased(lock_class)
         else:
-            acq.deadline_ns = None
-        acq.lock = None
-        acq.depth = 1
-        d = lock.__dict__
-        holds = d.get("_lw_holds")
+            acquisition.deadline_ns = None
+        acquisition.lock = None
+        acquisition.depth = 1
+        attributes = lock.__dict__
+        holds = attributes.get("_lw_holds")
         if holds is None:
-            holds = d["_lw_holds"] = {}
-        holds[acq.key] = acq
+            holds = attributes["_lw_holds"] = {}
+        holds[acquisition.key] = acquisition
         # track_hold's steps, the context already read: the entry on the held stack, the fields
         # the release reads; the clock last.
-        f = acq.f
-        entry = HeldEntry((cls, f, f.f_lasti, acq, False))
-        st.held.append(entry)
-        acq._lw_entry = entry
-        acq._lw_stats = s
-        acq._lw_holder = st
-        acq._lw_start_ns = _pc()
+        frame = acquisition.frame
+        entry = HeldEntry((lock_class, frame, frame.f_lasti, acquisition, False))
+        state.held.append(entry)
+        acquisition._lw_entry = entry
+        acquisition._lw_stats = stats
+        acquisition._lw_holder = state
+        acquisition._lw_start_ns = _pc()
     except Exception as exc:  # never into the host: the lock is held all the same
         OUTBOX.failed(exc)
 
 
-def abandon(acq: DistHold) -> None:
+def abandon(acquisition: DistHold) -> None:
     """An acquire that raised (cancelled, a connection error): nothing is recorded."""
-    _CURRENT.reset(acq.token)
-    if acq.failed:
-        acq.st.waiting = acq.before
+    _CURRENT.reset(acquisition.token)
+    if acquisition.failed:
+        acquisition.state.waiting = acquisition.before
 
 
 # -- the hold and the release ----------------------------------------------------------------
-def _event(name: str, cls: LockClass, attrs: dict[str, Any]) -> None:
+def _event(name: str, lock_class: LockClass, attrs: dict[str, Any]) -> None:
     span = trace.get_current_span()
     if span.is_recording():
         span.add_event(
             name,
             {
-                "lockwatch.lock.name": cls.name,
-                "lockwatch.lock.kind": cls.kind,
-                "lockwatch.lock.key_template": cls.attrs.get("lockwatch.lock.key_template", ""),
+                "lockwatch.lock.name": lock_class.name,
+                "lockwatch.lock.kind": lock_class.kind,
+                "lockwatch.lock.key_template": lock_class.attrs.get(
+                    "lockwatch.lock.key_template", ""
+                ),
                 **attrs,
             },
         )
@@ -369,13 +381,13 @@ def _overrun(hold: DistHold, now: int, late: str) -> None:
     if hold.overran or deadline is None or now <= deadline:
         return
     hold.overran = True
-    st = hold._lw_holder
-    cls = hold._lw_entry.lock_class
-    worker = st.worker if st is not None else "?"
-    DISTRIBUTED.overrun(cls, worker, now - deadline)
+    holder = hold._lw_holder
+    lock_class = hold._lw_entry.lock_class
+    worker = holder.worker if holder is not None else "?"
+    DISTRIBUTED.overrun(lock_class, worker, now - deadline)
     _event(
         "lockwatch.lease_overrun",
-        cls,
+        lock_class,
         {
             "lockwatch.worker": worker,
             "lockwatch.lease_ms": hold.lease_ns / 1e6,
@@ -424,8 +436,8 @@ def released(lock: Any, hold: DistHold, record: bool = True, own: bool = True) -
     calling thread, whose held stack loses the entry now; another thread's entry is found gone
     by its next order check (nothing refers to the hold any more: ``_dropped``)."""
     try:
-        st = hold._lw_holder
-        if st is None:
+        holder = hold._lw_holder
+        if holder is None:
             return
         hold._lw_holder = None
         holds = lock.__dict__["_lw_holds"]
@@ -434,10 +446,10 @@ def released(lock: Any, hold: DistHold, record: bool = True, own: bool = True) -
         entry = hold._lw_entry
         if record:
             hold._lw_entry = ()  # the entry holds the hold: no cycle left for the collector
-            untrack(st, entry, hold._lw_stats, hold._lw_start_ns, hold._lw_context, None)
+            untrack(holder, entry, hold._lw_stats, hold._lw_start_ns, hold._lw_context, None)
         elif own:
             hold._lw_entry = ()
-            discard(st.held, entry)
+            discard(holder.held, entry)
     except Exception as exc:
         OUTBOX.failed(exc)
 
@@ -451,10 +463,10 @@ def release_failed(lock: Any, hold: DistHold | None, failure: str) -> None:
     next lock of its class "recursive locking". A retried release finds no hold, and records
     nothing."""
     try:
-        cls = lock.__dict__.get("_lockwatch_class")
-        if cls is not None:
-            DISTRIBUTED.release_failed(cls, failure)
-            _event("lockwatch.release_failed", cls, {"lockwatch.failure": failure})
+        lock_class = lock.__dict__.get("_lockwatch_class")
+        if lock_class is not None:
+            DISTRIBUTED.release_failed(lock_class, failure)
+            _event("lockwatch.release_failed", lock_class, {"lockwatch.failure": failure})
     except Exception as exc:
         OUTBOX.failed(exc)
     if hold is not None:

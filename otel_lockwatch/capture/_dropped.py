@@ -178,11 +178,11 @@ def _kept_by_garbage(entry: Any, held: list) -> bool:
 
 def _running(frame: Any) -> bool:
     """Whether ``frame`` is on the calling thread's stack."""
-    f: Any = _getframe(1)
-    while f is not None:
-        if f is frame:
+    current: Any = _getframe(1)
+    while current is not None:
+        if current is frame:
             return True
-        f = f.f_back
+        current = current.f_back
     return False
 
 

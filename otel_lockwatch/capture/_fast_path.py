@@ -30,12 +30,12 @@ The contract:
   call back: the C path queues its record itself, the tuple of ``_outbox.RECORD_FIELDS`` that
   ``Outbox.put`` makes. A thread's first acquisition calls ``RECORDER.new_thread_state()`` and a
   worker's first of a lock class :func:`new_stats`, then goes on in C. Besides: a worker's
-  first ``HandoffStats`` of a class (``handoff_stats(st, cls)``), the current OpenTelemetry
-  context when it is not the SDK's ``ContextVar``, and the one error path (``OUTBOX.failed``:
-  an error in its bookkeeping after the lock changed hands goes there, never to the host; the
-  lock's own results and exceptions pass through unchanged). Each module passes its own:
-  ``_bookkeeping`` to ``setup()``, ``_threading`` to ``setup_locks()``, ``_sections`` to
-  ``setup_sections()``, ``_handoffs`` to ``setup_handoffs()``; each call runs when its module
+  first ``HandoffStats`` of a class (``handoff_stats(state, lock_class)``), the current
+  OpenTelemetry context when it is not the SDK's ``ContextVar``, and the one error path
+  (``OUTBOX.failed``: an error in its bookkeeping after the lock changed hands goes there, never
+  to the host; the lock's own results and exceptions pass through unchanged). Each module passes
+  its own: ``_bookkeeping`` to ``setup()``, ``_threading`` to ``setup_locks()``, ``_sections``
+  to ``setup_sections()``, ``_handoffs`` to ``setup_handoffs()``; each call runs when its module
   is imported, before anything of that module can be used.
 - The held stack (``WorkerState.held``): one :data:`HeldEntry` per hold, in acquisition order,
   read by field name (:data:`HELD_ENTRY_FIELDS`; the C path's is a struct sequence, the Python

@@ -63,12 +63,12 @@ def init_factory(original: Any, soft: type) -> Any:
     def __init__(wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> None:
         wrapped(*args, **kwargs)
         try:
-            d = instance.__dict__
-            if "_lockwatch_class" not in d:  # a singleton made again keeps its class
+            attributes = instance.__dict__
+            if "_lockwatch_class" not in attributes:  # a singleton made again keeps its class
                 kind = SOFT_KIND if isinstance(instance, soft) else KIND
                 name = os.path.basename(os.fspath(instance.lock_file))
                 classify(instance, kind, name, creation_site(1))
-                d["_lw_blocking"] = _blocking(instance, None, None)
+                attributes["_lw_blocking"] = _blocking(instance, None, None)
         except Exception as exc:  # never into the host: the plain lock still works
             OUTBOX.failed(exc)
 
@@ -107,12 +107,12 @@ def attempt_factory(original: Any) -> Any:
     def _acquire(self: Any) -> None:
         # An attempt after the first means the first failed (so does a wait that timed out:
         # see _distributed.finish); asking the lock whether it is held costs more than this.
-        acq = current_acquisition()
-        if acq is not None and acq.lock is self:
-            if acq.sent_ns:
-                contended(acq)
+        acquisition = current_acquisition()
+        if acquisition is not None and acquisition.lock is self:
+            if acquisition.sent_ns:
+                contended(acquisition)
             else:
-                acq.sent_ns = 1
+                acquisition.sent_ns = 1
         original(self)
 
     return _acquire
@@ -132,12 +132,12 @@ def _shared_hold(lock: Any, holds: dict) -> Any:
 
 def acquire_factory(original: Any, timeout_error: type[BaseException]) -> Any:
     def acquire(self: Any, *args: Any, **kwargs: Any) -> Any:
-        d = self.__dict__
-        cls = d.get("_lockwatch_class")
-        if cls is None:
+        attributes = self.__dict__
+        lock_class = attributes.get("_lockwatch_class")
+        if lock_class is None:
             return original(self, *args, **kwargs)
         key = _ident()
-        holds = d.get("_lw_holds")
+        holds = attributes.get("_lw_holds")
         if holds:  # held through this object: a re-entry when held in this thread's context
             hold = holds.get(key) or _shared_hold(self, holds)
             if hold is not None:
@@ -151,21 +151,21 @@ def acquire_factory(original: Any, timeout_error: type[BaseException]) -> Any:
                 self, args[0] if args else kwargs.get("timeout"), kwargs.get("blocking")
             )
         else:  # ``with lock:``: the defaults (see default_setter_factory)
-            blocking = d.get("_lw_blocking")
+            blocking = attributes.get("_lw_blocking")
             if blocking is None:
                 blocking = _blocking(self, None, None)
-        acq = begin(self, cls, blocking, key)
-        if acq is None:
+        acquisition = begin(self, lock_class, blocking, key)
+        if acquisition is None:
             return original(self, *args, **kwargs)
         try:
             proxy = original(self, *args, **kwargs)
         except timeout_error:
-            finish(acq, False, blocking)
+            finish(acquisition, False, blocking)
             raise
         except BaseException:
-            abandon(acq)
+            abandon(acquisition)
             raise
-        finish(acq, True, blocking)
+        finish(acquisition, True, blocking)
         return proxy
 
     return acquire

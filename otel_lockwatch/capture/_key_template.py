@@ -113,7 +113,7 @@ def _reading(word: str) -> int:
         return _HEX
     humps = _HUMP.findall(letters)
     if len(humps) > 1 and (
-        len(letters) < 3 * len(humps) or not all(_READABLE_HUMP.fullmatch(h) for h in humps)
+        len(letters) < 3 * len(humps) or not all(_READABLE_HUMP.fullmatch(hump) for hump in humps)
     ):
         return _RANDOM
     for hump in humps:

@@ -77,10 +77,10 @@ RECEIVED: dict[str, tuple[str, str]] = {}
 def _recording_state(timeout: Any) -> Any:
     """The calling thread's state, or None when this call is not recorded (lockwatch itself is
     running, or a timeout the tracked path cannot reproduce)."""
-    st = RECORDER.thread_state()
-    if st.in_lockwatch or (timeout is not None and type(timeout) not in _NO_TIMEOUT_TYPES):
+    state = RECORDER.thread_state()
+    if state.in_lockwatch or (timeout is not None and type(timeout) not in _NO_TIMEOUT_TYPES):
         return None
-    return st
+    return state
 
 
 # -- trackers: the instance methods of a watched SemLock ------------------------------------------
@@ -98,35 +98,36 @@ class _LockTrack:
     _lw_start_ns: int
     _lw_context: Any
 
-    def __init__(self, semlock: Any, cls: LockClass) -> None:
+    def __init__(self, semlock: Any, lock_class: LockClass) -> None:
         self.semlock = semlock
-        self.lock_class = cls
+        self.lock_class = lock_class
         self._lw_holder = None
         self.depth = 0
 
     def acquire(self, block: bool = True, timeout: float | None = None) -> bool:
         return self._acquire(block, timeout, caller_frame())
 
-    def _acquire(self, block: Any, timeout: Any, f: Any) -> bool:
-        st = _recording_state(timeout)
-        if st is None:
+    def _acquire(self, block: Any, timeout: Any, frame: Any) -> bool:
+        state = _recording_state(timeout)
+        if state is None:
             return self.semlock.acquire(block, timeout)
-        return acquire_tracked(self.semlock, self, st, self.lock_class, f, block, timeout)
+        return acquire_tracked(self.semlock, self, state, self.lock_class, frame, block, timeout)
 
     def release(self) -> None:
-        st = self._lw_holder
-        if st is None:
+        holder = self._lw_holder
+        if holder is None:
             self.semlock.release()
             return
         self._lw_holder = None
-        entry, s, t0, ctx = self._lw_entry, self._lw_stats, self._lw_start_ns, self._lw_context
+        entry, stats = self._lw_entry, self._lw_stats
+        t0, context = self._lw_start_ns, self._lw_context
         self._lw_entry = None  # nothing of the holder (its frame) outlives the hold
         try:
             self.semlock.release()
         except BaseException:  # released too many times: nothing changed
-            self._lw_holder, self._lw_entry = st, entry
+            self._lw_holder, self._lw_entry = holder, entry
             raise
-        untrack(st, entry, s, t0, ctx, None)
+        untrack(holder, entry, stats, t0, context, None)
 
 
 class _RLockTrack(_LockTrack):
@@ -137,18 +138,18 @@ class _RLockTrack(_LockTrack):
     def acquire(self, block: bool = True, timeout: float | None = None) -> bool:
         return self._acquire(block, timeout, caller_frame())
 
-    def _acquire(self, block: Any, timeout: Any, f: Any) -> bool:
-        st = self._lw_holder
-        if st is not None and st is getattr(_tls, "st", None):
+    def _acquire(self, block: Any, timeout: Any, frame: Any) -> bool:
+        holder = self._lw_holder
+        if holder is not None and holder is getattr(_tls, "st", None):
             ok = self.semlock.acquire(block, timeout)
             if ok:
                 self.depth += 1
             return ok
-        return _LockTrack._acquire(self, block, timeout, f)
+        return _LockTrack._acquire(self, block, timeout, frame)
 
     def release(self) -> None:
-        st = self._lw_holder
-        if st is None or st is not getattr(_tls, "st", None):
+        holder = self._lw_holder
+        if holder is None or holder is not getattr(_tls, "st", None):
             self.semlock.release()  # not tracked, or not the owner: the lock decides (and raises)
             return
         if self.depth:
@@ -167,24 +168,24 @@ class _SemaphoreTrack(_LockTrack):
     def acquire(self, block: bool = True, timeout: float | None = None) -> bool:
         return self._acquire(block, timeout, caller_frame())
 
-    def _acquire(self, block: Any, timeout: Any, f: Any) -> bool:
-        sl = self.semlock
-        st = _recording_state(timeout)
-        if st is None:
-            return sl.acquire(block, timeout)
-        s = stats_of(st, self.lock_class)
+    def _acquire(self, block: Any, timeout: Any, frame: Any) -> bool:
+        semlock = self.semlock
+        state = _recording_state(timeout)
+        if state is None:
+            return semlock.acquire(block, timeout)
+        stats = stats_of(state, self.lock_class)
         if not block:
-            return record_try(s, sl.acquire(False))
-        if sl.acquire(False):
-            s.acquisitions += 1
+            return record_try(stats, semlock.acquire(False))
+        if semlock.acquire(False):
+            stats.acquisitions += 1
             return True
-        return lock_wait(sl, st, s, self.lock_class, f, timeout)
+        return lock_wait(semlock, state, stats, self.lock_class, frame, timeout)
 
     def release(self) -> None:
         self.semlock.release()
-        st = getattr(_tls, "st", None)
-        if st is not None:
-            st.last = _pc()
+        state = getattr(_tls, "st", None)
+        if state is not None:
+            state.last = _pc()
 
 
 _TRACKS = {
@@ -195,20 +196,20 @@ _TRACKS = {
 }
 
 
-def _tag(lock: Any, cls: LockClass) -> None:
-    track = _TRACKS[type(lock)](lock._semlock, cls)
-    d = lock.__dict__
-    d["_lw_track"] = track
-    d["_lockwatch_class"] = cls
-    d["acquire"] = track.acquire
-    d["release"] = track.release
+def _tag(lock: Any, lock_class: LockClass) -> None:
+    track = _TRACKS[type(lock)](lock._semlock, lock_class)
+    attributes = lock.__dict__
+    attributes["_lw_track"] = track
+    attributes["_lockwatch_class"] = lock_class
+    attributes["acquire"] = track.acquire
+    attributes["release"] = track.release
     _TAGGED.add(lock)
 
 
 def _untag(lock: Any) -> None:
-    d = lock.__dict__
-    d.pop("_lw_track", None)
-    d.pop("_lockwatch_class", None)
+    attributes = lock.__dict__
+    attributes.pop("_lw_track", None)
+    attributes.pop("_lockwatch_class", None)
     lock._make_methods()
 
 
@@ -227,17 +228,17 @@ def creation_site(instance: Any) -> str | None:
     ``multiprocessing.context`` factory are skipped; a lock created inside multiprocessing itself
     (a ``Condition``'s, a queue's) is not watched."""
     depth = 2
-    f: Any = _getframe(depth)
-    while f is not None and (
-        f.f_globals.get("__name__", "").startswith(_WRAPT)  # wrapt without its C extension
-        or (f.f_code.co_name == "__init__" and f.f_locals.get("self") is instance)
+    frame: Any = _getframe(depth)
+    while frame is not None and (
+        frame.f_globals.get("__name__", "").startswith(_WRAPT)  # wrapt without its C extension
+        or (frame.f_code.co_name == "__init__" and frame.f_locals.get("self") is instance)
     ):
         depth += 1
-        f = f.f_back
+        frame = frame.f_back
     if (
-        f is not None
-        and f.f_globals.get("__name__") == "multiprocessing.context"
-        and f.f_code.co_name in _CONTEXT_FACTORIES
+        frame is not None
+        and frame.f_globals.get("__name__") == "multiprocessing.context"
+        and frame.f_code.co_name in _CONTEXT_FACTORIES
     ):
         depth += 1
     return watched_site(depth)
@@ -347,9 +348,9 @@ def _rename(lock: Any, name: str) -> None:
     track = lock.__dict__.get("_lw_track")
     if track is None:
         return
-    cls = lock_class(name, track.lock_class.kind, track.lock_class.site)
-    track.lock_class = cls
-    lock.__dict__["_lockwatch_class"] = cls
+    named = lock_class(name, track.lock_class.kind, track.lock_class.site)
+    track.lock_class = named
+    lock.__dict__["_lockwatch_class"] = named
 
 
 def rename_factory(original: Any) -> Any:

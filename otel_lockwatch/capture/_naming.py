@@ -328,13 +328,13 @@ def name_lock(lock: T, name: str) -> T:
     if namer is not None:
         namer(lock, name)
         return lock
-    cls = getattr(lock, "_lockwatch_class", None)
-    if isinstance(cls, LockClass):
-        named = lock_class(name, cls.kind, cls.site)
+    previous = getattr(lock, "_lockwatch_class", None)
+    if isinstance(previous, LockClass):
+        named = lock_class(name, previous.kind, previous.site)
         with contextlib.suppress(AttributeError):  # a type without room for it: nothing to name
             lock._lockwatch_class = named  # type: ignore[attr-defined]
         inner = getattr(lock, "_lock", None)  # a Condition's own lock, of the Condition's class
-        if inner is not None and getattr(inner, "_lockwatch_class", None) is cls:
+        if inner is not None and getattr(inner, "_lockwatch_class", None) is previous:
             inner._lockwatch_class = named
         return lock
     sections_name = getattr(lock, "_name", None)

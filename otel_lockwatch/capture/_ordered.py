@@ -68,20 +68,20 @@ class ordered:  # lower case: used as a function, as contextlib's context manage
     def __enter__(self) -> tuple[Any, ...]:
         if self._taken:
             raise RuntimeError("this ordered() already holds its locks")
-        st: Any = getattr(_tls, "st", None)
-        start = 0 if st is None else len(st.held)  # where this call's entries begin
+        state: Any = getattr(_tls, "st", None)
+        start = 0 if state is None else len(state.held)  # where this call's entries begin
         try:
             for lock in self._locks:
-                if st is None:
-                    st = getattr(_tls, "st", None)  # made by the first watched acquisition
-                mine = None if st is None else st.held[start:]
+                if state is None:
+                    state = getattr(_tls, "st", None)  # made by the first watched acquisition
+                mine = None if state is None else state.held[start:]
                 if mine:
-                    del st.held[start:]  # out of the order check's sight while it takes this one
+                    del state.held[start:]  # out of the order check's sight while it takes this one
                 try:
                     lock.acquire()
                 finally:
                     if mine:
-                        st.held[start:start] = mine  # back, under the new entry
+                        state.held[start:start] = mine  # back, under the new entry
                 self._taken += 1
         except BaseException:
             self._release()

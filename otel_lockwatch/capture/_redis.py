@@ -85,13 +85,13 @@ def init_factory(original: Any, kind: str) -> Any:
 # -- redis.lock.Lock -------------------------------------------------------------------------
 def do_acquire_factory(original: Any) -> Any:
     def do_acquire(self: Any, token: Any) -> bool:
-        acq = current_acquisition()
-        if acq is None or acq.lock is not self:
+        acquisition = current_acquisition()
+        if acquisition is None or acquisition.lock is not self:
             return original(self, token)
-        acq.sent_ns = _pc()
+        acquisition.sent_ns = _pc()
         ok = original(self, token)
         if not ok:
-            contended(acq)
+            contended(acquisition)
         return ok
 
     return do_acquire
@@ -101,21 +101,21 @@ def acquire_factory(original: Any) -> Any:
     index = _blocking_index(original)
 
     def acquire(self: Any, *args: Any, **kwargs: Any) -> bool:
-        cls = self.__dict__.get("_lockwatch_class")
-        if cls is None:
+        lock_class = self.__dict__.get("_lockwatch_class")
+        if lock_class is None:
             return original(self, *args, **kwargs)
         blocking = args[index] if len(args) > index else kwargs.get("blocking")
         if blocking is None:
             blocking = self.blocking
-        acq = begin(self, cls, blocking)
-        if acq is None:
+        acquisition = begin(self, lock_class, blocking)
+        if acquisition is None:
             return original(self, *args, **kwargs)
         try:
             ok = original(self, *args, **kwargs)
         except BaseException:
-            abandon(acq)
+            abandon(acquisition)
             raise
-        finish(acq, bool(ok), blocking, self.timeout)
+        finish(acquisition, bool(ok), blocking, self.timeout)
         return ok
 
     return acquire
@@ -181,13 +181,13 @@ def reacquire_factory(original: Any, not_owned: type[BaseException]) -> Any:
 # -- redis.asyncio.lock.Lock -----------------------------------------------------------------
 def async_do_acquire_factory(original: Any) -> Any:
     async def do_acquire(self: Any, token: Any) -> bool:
-        acq = current_acquisition()
-        if acq is None or acq.lock is not self:
+        acquisition = current_acquisition()
+        if acquisition is None or acquisition.lock is not self:
             return await original(self, token)
-        acq.sent_ns = _pc()
+        acquisition.sent_ns = _pc()
         ok = await original(self, token)
         if not ok:
-            contended(acq)
+            contended(acquisition)
         return ok
 
     return do_acquire
@@ -197,21 +197,21 @@ def async_acquire_factory(original: Any) -> Any:
     index = _blocking_index(original)
 
     async def acquire(self: Any, *args: Any, **kwargs: Any) -> bool:
-        cls = self.__dict__.get("_lockwatch_class")
-        if cls is None:
+        lock_class = self.__dict__.get("_lockwatch_class")
+        if lock_class is None:
             return await original(self, *args, **kwargs)
         blocking = args[index] if len(args) > index else kwargs.get("blocking")
         if blocking is None:
             blocking = self.blocking
-        acq = begin(self, cls, blocking)
-        if acq is None:
+        acquisition = begin(self, lock_class, blocking)
+        if acquisition is None:
             return await original(self, *args, **kwargs)
         try:
             ok = await original(self, *args, **kwargs)
         except BaseException:
-            abandon(acq)
+            abandon(acquisition)
             raise
-        finish(acq, bool(ok), blocking, self.timeout)
+        finish(acquisition, bool(ok), blocking, self.timeout)
         return ok
 
     return acquire

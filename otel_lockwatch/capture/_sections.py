@@ -102,7 +102,7 @@ def track_of(array: Any) -> ArrayTrack:
     return track
 
 
-def hold_section(track: ArrayTrack, index: int, st: Any, s: Stats, entry: tuple) -> None:
+def hold_section(track: ArrayTrack, index: int, state: Any, stats: Stats, entry: tuple) -> None:
     """Section ``index`` is held: count it among the array's held sections and track its hold."""
     slot = track.slots[index]
     if slot is None:
@@ -111,7 +111,7 @@ def hold_section(track: ArrayTrack, index: int, st: Any, s: Stats, entry: tuple)
     held.append(1)
     if len(held) > track.max_held:
         track.max_held = len(held)
-    track_hold(slot, st, s, entry)
+    track_hold(slot, state, stats, entry)
 
 
 def section_wait(
@@ -121,10 +121,10 @@ def section_wait(
     key: Any,
     timeout: float,
     canonical: bool,
-    st: Any,
-    s: Stats,
-    cls: LockClass,
-    f: Any,
+    state: Any,
+    stats: Stats,
+    lock_class: LockClass,
+    frame: Any,
 ) -> bool:
     """The slow path of a blocking section acquire whose try failed: wait through the array's
     own ``_acquire``, timed, and record the wait (and whether it was a key collision)."""
@@ -134,10 +134,10 @@ def section_wait(
     holder_key = self._keys[index]
     collision = holder_key is not None and holder_key != key
     if collision:
-        s.collisions += 1
+        stats.collisions += 1
     extra = {"lockwatch.section.index": index, "lockwatch.section.collision": collision}
     args = (self, index, key, True, timeout, canonical)
-    return timed_wait(original, args, st, s, cls, f, extra, self._lw.slots[index])
+    return timed_wait(original, args, state, stats, lock_class, frame, extra, self._lw.slots[index])
 
 
 def section_acquire_factory(original: Any) -> Any:
@@ -152,34 +152,34 @@ def section_acquire_factory(original: Any) -> Any:
         canonical: bool = False,
     ) -> bool:
         try:
-            st = _tls.st
+            state = _tls.st
         except AttributeError:
-            st = RECORDER.thread_state()
-        if st.in_lockwatch:
+            state = RECORDER.thread_state()
+        if state.in_lockwatch:
             return original(self, index, key, blocking, timeout, canonical)
         track = self._lw
         if track is None or track.name != self._name:
             track = track_of(self)
-        cls = track.lock_class
-        s = st.stats.get(cls)
-        if s is None:
-            s = st.stats[cls] = new_stats()
+        lock_class = track.lock_class
+        stats = state.stats.get(lock_class)
+        if stats is None:
+            stats = state.stats[lock_class] = new_stats()
         try:
-            f: Any = _getframe(1)
+            frame: Any = _getframe(1)
         except ValueError:  # called straight from C: no Python caller
-            f = _getframe(0)
-        while f.f_globals is _ARRAY_GLOBALS and f.f_back is not None:
-            f = f.f_back
+            frame = _getframe(0)
+        while frame.f_globals is _ARRAY_GLOBALS and frame.f_back is not None:
+            frame = frame.f_back
         # As acquire_tracked: what does not need the section held is done before the acquire
         # (the stack entry made, the context, the order check, the holder's ident), and between
         # the raw acquire and the return there is the entry's push, one clock read and no call
         # that would let the interpreter switch threads but the held-sections count.
-        entry = HeldEntry((cls, f, f.f_lasti, self, canonical))
-        ctx = current_context()
-        held = st.held
+        entry = HeldEntry((lock_class, frame, frame.f_lasti, self, canonical))
+        context = current_context()
+        held = state.held
         if blocking:
             if held:
-                check_order(st, cls, f, self, canonical)
+                check_order(state, lock_class, frame, self, canonical)
             ident = _get_ident()
             # The array's own uncontended path, mirrored (StripedSections._acquire's first lines):
             # one Python call less on every acquisition. Everything else goes through `original`.
@@ -189,14 +189,16 @@ def section_acquire_factory(original: Any) -> Any:
                 t0 = _pc()
                 self._owners[index] = ident
                 self._keys[index] = key
-                s.acquisitions += 1
+                stats.acquisitions += 1
             else:
-                if not section_wait(original, self, index, key, timeout, canonical, st, s, cls, f):
+                if not section_wait(
+                    original, self, index, key, timeout, canonical, state, stats, lock_class, frame
+                ):
                     return False
                 held.append(entry)
                 t0 = _pc()
         else:
-            if not record_try(s, original(self, index, key, False, -1, canonical)):
+            if not record_try(stats, original(self, index, key, False, -1, canonical)):
                 return False
             held.append(entry)
             t0 = _pc()
@@ -210,10 +212,10 @@ def section_acquire_factory(original: Any) -> Any:
         if slot is None:
             slot = track.slots[index] = Hold()
         slot._lw_entry = entry
-        slot._lw_stats = s
-        slot._lw_context = ctx
+        slot._lw_stats = stats
+        slot._lw_context = context
         slot._lw_start_ns = t0
-        slot._lw_holder = st
+        slot._lw_holder = state
         return True
 
     if speedups is not None:  # the same steps in C; unusual calls come back to _acquire
@@ -232,11 +234,11 @@ def section_release_factory(original: Any, mirror: bool = True) -> Any:
             original(self, index)
             return
         # What untrack() needs is read before the section is free.
-        st = slot._lw_holder
+        holder = slot._lw_holder
         entry = slot._lw_entry
-        s = slot._lw_stats
+        stats = slot._lw_stats
         t0 = slot._lw_start_ns
-        ctx = slot._lw_context
+        context = slot._lw_context
         if mirror:
             # Tracked, so held: the array's release, mirrored (StripedSections._release).
             slot._lw_holder = None
@@ -250,7 +252,7 @@ def section_release_factory(original: Any, mirror: bool = True) -> Any:
         held = track.held_sections
         if held:
             held.pop()
-        untrack(st, entry, s, t0, ctx, index)
+        untrack(holder, entry, stats, t0, context, index)
 
     if speedups is not None:  # the same steps in C; unusual calls come back to _release
         return speedups.SectionRelease(original, _release, None, mirror)

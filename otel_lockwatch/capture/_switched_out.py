@@ -87,7 +87,7 @@ def window_code(*functions: Any) -> None:
     """Note functions that acquire or release the lock their ``self`` (or ``hold``) keeps: a
     place where the interpreter switched threads inside one of them, while that lock is held, is
     lockwatch's, not the program's."""
-    _WINDOW_CODES.update(f.__code__ for f in functions)
+    _WINDOW_CODES.update(function.__code__ for function in functions)
 
 
 def in_window(hold: Any) -> bool:
@@ -120,17 +120,17 @@ def wrapping(frame: Any, hold: Any) -> bool:
 
 def window_wait(
     lock: Any,
-    st: WorkerState,
-    s: Stats,
-    cls: LockClass,
-    f: Any,
+    state: WorkerState,
+    stats: Stats,
+    lock_class: LockClass,
+    frame: Any,
     timeout: float = -1,
     hold: Any = None,
 ) -> bool:
     """:func:`~._bookkeeping.lock_wait` for the pure-Python lock wrappers: first yield to a
     holder inside the window, then wait (and record the wait) as usual."""
     if timeout == 0 or hold is None:
-        return lock_wait(lock, st, s, cls, f, timeout, hold)
+        return lock_wait(lock, state, stats, lock_class, frame, timeout, hold)
     t0 = _pc()
     deadline = None if timeout < 0 else t0 + timeout * 1e9
     polls = 0
@@ -144,11 +144,11 @@ def window_wait(
         _sleep(min(_YIELD_S * (1 << polls), _YIELD_MAX_S))
         polls += 1
         if lock.acquire(False):
-            s.acquisitions += 1
+            stats.acquisitions += 1
             RECORDER.window_yields += 1
             return True
         if deadline is not None and _pc() >= deadline:
             break
     if deadline is not None:
         timeout = max(0.0, (deadline - _pc()) / 1e9)
-    return lock_wait(lock, st, s, cls, f, timeout, hold, t0)
+    return lock_wait(lock, state, stats, lock_class, frame, timeout, hold, t0)
