@@ -2162,52 +2162,62 @@ static PyType_Spec RLockBase_spec = {
 };
 
 /* ==========================================================================================
- * SectionAcquire / SectionRelease: the instrumented StripedSections._acquire / _release
+ * ForwardingCall: a C callable installed in place of an original method or factory. It runs the
+ * common case itself and forwards every other call, arguments unchanged, to the Python wrapper
+ * (`python`, the pure path's implementation) or, when there is nothing to record, to the
+ * original (`original`, its __wrapped__). Every such type shares this layout and its slots
+ * (FORWARDING_CALL_TYPE): SectionAcquire / SectionRelease, SemaphoreAcquire / SemaphoreRelease,
+ * ConditionNotify, CreationGate / CreationCall. To Python it looks like the function it replaces
+ * (its attributes, __doc__ and pickling are the original's or the installed name's).
  * ========================================================================================== */
 typedef struct {
     PyObject_HEAD
-    vectorcallfunc vectorcall;
+    vectorcallfunc vectorcall; /* what the type's calls run (FORWARDING_CALL_TYPE's CALL) */
     ModuleState *state; /* its module's (the type keeps the module alive) */
-    PyObject *original; /* the array's own method: __wrapped__ */
-    PyObject *python;   /* the Python implementation, for every call not handled here */
-    PyObject *globals;  /* vars(sections._array): frames to skip to find the acquisition site */
-    int mirror;         /* release: do the array's release inline */
+    PyObject *original; /* the replaced method or factory: __wrapped__ */
+    PyObject *python;   /* the Python wrapper, for every call not handled here */
+    PyObject *extra;    /* what the calls read besides, by type: vars(sections._array), the
+                         * frames to skip to find a section's acquisition site (SectionAcquire);
+                         * the condition (ConditionNotify); _naming's answers so far
+                         * (CreationGate / CreationCall); None (the others) */
+    int mirror;         /* SectionRelease: do the array's release inline; ConditionNotify: the
+                         * instance's notify is threading.Condition's own */
     PyObject *dict;     /* __module__ / __qualname__ as installed (_patches), for pickle */
-} SectionFn;
+} ForwardingCall;
 
 static int
-SectionFn_traverse(SectionFn *self, visitproc visit, void *arg)
+ForwardingCall_traverse(ForwardingCall *self, visitproc visit, void *arg)
 {
     Py_VISIT(Py_TYPE(self));
     Py_VISIT(self->original);
     Py_VISIT(self->python);
-    Py_VISIT(self->globals);
+    Py_VISIT(self->extra);
     Py_VISIT(self->dict);
     return 0;
 }
 
 static int
-SectionFn_clear(SectionFn *self)
+ForwardingCall_clear(ForwardingCall *self)
 {
     Py_CLEAR(self->original);
     Py_CLEAR(self->python);
-    Py_CLEAR(self->globals);
+    Py_CLEAR(self->extra);
     Py_CLEAR(self->dict);
     return 0;
 }
 
 static void
-SectionFn_dealloc(SectionFn *self)
+ForwardingCall_dealloc(ForwardingCall *self)
 {
     PyTypeObject *type = Py_TYPE(self);
     PyObject_GC_UnTrack(self);
-    SectionFn_clear(self);
+    ForwardingCall_clear(self);
     type->tp_free((PyObject *)self);
     Py_DECREF(type);
 }
 
 static PyObject *
-SectionFn_get(PyObject *self, PyObject *obj, PyObject *type)
+ForwardingCall_get(PyObject *self, PyObject *obj, PyObject *type)
 {
     if (obj == NULL || obj == Py_None)
         return Py_NewRef(self);
@@ -2216,7 +2226,7 @@ SectionFn_get(PyObject *self, PyObject *obj, PyObject *type)
 
 /* Attributes a function has (__name__, __doc__, __qualname__, ...): the original's. */
 static PyObject *
-SectionFn_getattro(SectionFn *self, PyObject *name)
+ForwardingCall_getattro(ForwardingCall *self, PyObject *name)
 {
     PyObject *r = PyObject_GenericGetAttr((PyObject *)self, name);
     if (r != NULL || !PyErr_ExceptionMatches(PyExc_AttributeError) || self->original == NULL)
@@ -2226,35 +2236,95 @@ SectionFn_getattro(SectionFn *self, PyObject *name)
 }
 
 static PyObject *
-SectionFn_doc(SectionFn *self, void *Py_UNUSED(closure))
+ForwardingCall_doc(ForwardingCall *self, void *Py_UNUSED(closure))
 {
     return PyObject_GetAttrString(self->original, "__doc__");
 }
 
-static PyGetSetDef SectionFn_getset[] = {
-    {"__doc__", (getter)SectionFn_doc, NULL, NULL, NULL},
+static PyGetSetDef ForwardingCall_getset[] = {
+    {"__doc__", (getter)ForwardingCall_doc, NULL, NULL, NULL},
     {NULL, NULL, NULL, NULL, NULL},
 };
 
 /* pickle saves it as a reference to where it is installed (the name _patches gave it), as it
  * saves the function or builtin it replaced; unpickling looks the name up again. */
 static PyObject *
-SectionFn_reduce(PyObject *self, PyObject *Py_UNUSED(ignored))
+ForwardingCall_reduce(PyObject *self, PyObject *Py_UNUSED(ignored))
 {
     return PyObject_GetAttrString(self, "__qualname__");
 }
 
-static PyMethodDef SectionFn_methods[] = {
-    {"__reduce__", SectionFn_reduce, METH_NOARGS, NULL},
+static PyMethodDef ForwardingCall_methods[] = {
+    {"__reduce__", ForwardingCall_reduce, METH_NOARGS, NULL},
     {NULL, NULL, 0, NULL},
 };
 
-static PyMemberDef SectionFn_members[] = {
-    {"__wrapped__", T_OBJECT, offsetof(SectionFn, original), READONLY, NULL},
-    {"__vectorcalloffset__", T_PYSSIZET, offsetof(SectionFn, vectorcall), READONLY, NULL},
-    {"__dictoffset__", T_PYSSIZET, offsetof(SectionFn, dict), READONLY, NULL},
+static PyMemberDef ForwardingCall_members[] = {
+    {"__wrapped__", T_OBJECT, offsetof(ForwardingCall, original), READONLY, NULL},
+    {"__vectorcalloffset__", T_PYSSIZET, offsetof(ForwardingCall, vectorcall), READONLY, NULL},
+    {"__dictoffset__", T_PYSSIZET, offsetof(ForwardingCall, dict), READONLY, NULL},
     {NULL, 0, 0, 0, NULL},
 };
+
+static PyObject *
+ForwardingCall_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
+{
+    /* (the third argument's keyword is SectionAcquire's name for it, kept as it was) */
+    static char *kwlist[] = {"original", "python", "globals", "mirror", NULL};
+    PyObject *original, *python, *extra = Py_None;
+    int mirror = 1;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OO|Op", kwlist, &original, &python, &extra,
+                                     &mirror))
+        return NULL;
+    ModuleState *S = state_of_type(type);
+    if (S == NULL)
+        return NULL;
+    ForwardingCall *self = (ForwardingCall *)type->tp_alloc(type, 0);
+    if (self == NULL)
+        return NULL;
+    self->state = S;
+    self->original = Py_NewRef(original);
+    self->python = Py_NewRef(python);
+    self->extra = Py_NewRef(extra);
+    self->mirror = mirror;
+    return (PyObject *)self;
+}
+
+/* A ForwardingCall type NAME (its spec NAME##_spec) whose calls run CALL (a vectorcallfunc taking
+ * the ForwardingCall); DESCR: Py_tp_descr_get, to bind like a method, or 0, to be no descriptor. */
+#define FORWARDING_CALL_TYPE(NAME, DOC, CALL, DESCR)                                           \
+    static PyObject *NAME##_new(PyTypeObject *type, PyObject *args, PyObject *kwds)            \
+    {                                                                                          \
+        ForwardingCall *self = (ForwardingCall *)ForwardingCall_new(type, args, kwds);         \
+        if (self != NULL)                                                                      \
+            self->vectorcall = (vectorcallfunc)CALL;                                           \
+        return (PyObject *)self;                                                               \
+    }                                                                                          \
+    static PyType_Slot NAME##_slots[] = {                                                      \
+        /* no Py_tp_doc: an instance's __doc__ is the original's (ForwardingCall_getset) */    \
+        {Py_tp_traverse, ForwardingCall_traverse},                                             \
+        {Py_tp_clear, ForwardingCall_clear},                                                   \
+        {Py_tp_dealloc, ForwardingCall_dealloc},                                               \
+        {Py_tp_call, PyVectorcall_Call},                                                       \
+        {Py_tp_getattro, ForwardingCall_getattro},                                             \
+        {Py_tp_methods, ForwardingCall_methods},                                               \
+        {Py_tp_members, ForwardingCall_members},                                               \
+        {Py_tp_getset, ForwardingCall_getset},                                                 \
+        {Py_tp_new, NAME##_new},                                                               \
+        {DESCR, DESCR ? (void *)ForwardingCall_get : NULL}, /* last: 0 ends the table */       \
+        {0, NULL},                                                                             \
+    };                                                                                         \
+    static PyType_Spec NAME##_spec = {                                                         \
+        .name = "otel_lockwatch.capture._speedups." #NAME,                                     \
+        .basicsize = sizeof(ForwardingCall),                                                   \
+        .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL |        \
+                 (DESCR ? Py_TPFLAGS_METHOD_DESCRIPTOR : 0),                                   \
+        .slots = NAME##_slots,                                                                 \
+    }
+
+/* ==========================================================================================
+ * SectionAcquire / SectionRelease: the instrumented StripedSections._acquire / _release
+ * ========================================================================================== */
 
 /* seq[index] for a list and an in-range int index: the position, else -1 (no error set; the
  * caller then takes the generic path, which raises what the array would raise). */
@@ -2342,7 +2412,7 @@ ready_track(ModuleState *S, PyObject *arr)
 }
 
 static PyObject *
-section_acquire(SectionFn *fn, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+section_acquire(ForwardingCall *fn, PyObject *const *args, size_t nargsf, PyObject *kwnames)
 {
     ModuleState *S = fn->state;
     Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
@@ -2386,7 +2456,7 @@ section_acquire(SectionFn *fn, PyObject *const *args, size_t nargsf, PyObject *k
             goto not_here;
         for (;;) {
             PyObject *g = PyFrame_GetGlobals(cur);
-            int inside = g == fn->globals;
+            int inside = g == fn->extra;
             Py_XDECREF(g);
             if (!inside)
                 break;
@@ -2551,7 +2621,7 @@ done:
 }
 
 static PyObject *
-section_release(SectionFn *fn, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+section_release(ForwardingCall *fn, PyObject *const *args, size_t nargsf, PyObject *kwnames)
 {
     ModuleState *S = fn->state;
     Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
@@ -2651,69 +2721,14 @@ done:
     return PyObject_Vectorcall(fn->original, call, 2, NULL);
 }
 
-static PyObject *
-SectionFn_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
-{
-    static char *kwlist[] = {"original", "python", "globals", "mirror", NULL};
-    PyObject *original, *python, *globals = Py_None;
-    int mirror = 1;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OO|Op", kwlist, &original, &python, &globals,
-                                     &mirror))
-        return NULL;
-    ModuleState *S = state_of_type(type);
-    if (S == NULL)
-        return NULL;
-    SectionFn *self = (SectionFn *)type->tp_alloc(type, 0);
-    if (self == NULL)
-        return NULL;
-    self->state = S;
-    self->original = Py_NewRef(original);
-    self->python = Py_NewRef(python);
-    self->globals = Py_NewRef(globals);
-    self->mirror = mirror;
-    return (PyObject *)self;
-}
-
-/* A SectionFn type NAME (its spec NAME##_spec) whose calls run CALL (a vectorcallfunc taking the
- * SectionFn); DESCR: Py_tp_descr_get, to bind like a method, or 0, to be no descriptor. */
-#define SECTION_FN_TYPE(NAME, DOC, CALL, DESCR)                                                \
-    static PyObject *NAME##_new(PyTypeObject *type, PyObject *args, PyObject *kwds)            \
-    {                                                                                          \
-        SectionFn *self = (SectionFn *)SectionFn_new(type, args, kwds);                        \
-        if (self != NULL)                                                                      \
-            self->vectorcall = (vectorcallfunc)CALL;                                           \
-        return (PyObject *)self;                                                               \
-    }                                                                                          \
-    static PyType_Slot NAME##_slots[] = {                                                      \
-        /* no Py_tp_doc: an instance's __doc__ is the original's (SectionFn_getset) */       \
-        {Py_tp_traverse, SectionFn_traverse},                                                  \
-        {Py_tp_clear, SectionFn_clear},                                                        \
-        {Py_tp_dealloc, SectionFn_dealloc},                                                    \
-        {Py_tp_call, PyVectorcall_Call},                                                       \
-        {Py_tp_getattro, SectionFn_getattro},                                                  \
-        {Py_tp_methods, SectionFn_methods},                                                    \
-        {Py_tp_members, SectionFn_members},                                                    \
-        {Py_tp_getset, SectionFn_getset},                                                      \
-        {Py_tp_new, NAME##_new},                                                               \
-        {DESCR, DESCR ? (void *)SectionFn_get : NULL}, /* last: 0 ends the table */                   \
-        {0, NULL},                                                                             \
-    };                                                                                         \
-    static PyType_Spec NAME##_spec = {                                                         \
-        .name = "otel_lockwatch.capture._speedups." #NAME,                                     \
-        .basicsize = sizeof(SectionFn),                                                        \
-        .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL |        \
-                 (DESCR ? Py_TPFLAGS_METHOD_DESCRIPTOR : 0),                                   \
-        .slots = NAME##_slots,                                                                 \
-    }
-
-SECTION_FN_TYPE(SectionAcquire,
-                "SectionAcquire(original, python, globals): the instrumented "
-                "StripedSections._acquire.",
-                section_acquire, Py_tp_descr_get);
-SECTION_FN_TYPE(SectionRelease,
-                "SectionRelease(original, python, globals, mirror=True): the instrumented "
-                "StripedSections._release.",
-                section_release, Py_tp_descr_get);
+FORWARDING_CALL_TYPE(SectionAcquire,
+                     "SectionAcquire(original, python, globals): the instrumented "
+                     "StripedSections._acquire.",
+                     section_acquire, Py_tp_descr_get);
+FORWARDING_CALL_TYPE(SectionRelease,
+                     "SectionRelease(original, python, globals, mirror=True): the "
+                     "instrumented StripedSections._release.",
+                     section_release, Py_tp_descr_get);
 
 /* ==========================================================================================
  * The hand-off paths: a take and a give (_handoffs.took / gave), a semaphore's acquire and
@@ -2883,7 +2898,7 @@ speedups_gave(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
  * call, and one whose permit is not free (it will wait), goes to the Python wrapper unchanged;
  * a semaphore nobody watches (a pool executor's own) goes straight to the original, with any
  * arguments, as the Python wrapper would send it.
- * They share SectionFn's layout: the original method and the Python wrapper.
+ * Both are ForwardingCalls: the original method and the Python wrapper.
  * ========================================================================================== */
 
 /* An int attribute as a long long, else `fallback` (no error). */
@@ -2901,7 +2916,7 @@ attr_ll(PyObject *obj, PyObject *name, long long fallback)
 }
 
 static PyObject *
-sem_acquire(SectionFn *fn, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+sem_acquire(ForwardingCall *fn, PyObject *const *args, size_t nargsf, PyObject *kwnames)
 {
     ModuleState *S = fn->state;
     Py_ssize_t n = PyVectorcall_NARGS(nargsf);
@@ -2940,7 +2955,7 @@ sem_acquire(SectionFn *fn, PyObject *const *args, size_t nargsf, PyObject *kwnam
 }
 
 static PyObject *
-sem_release(SectionFn *fn, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+sem_release(ForwardingCall *fn, PyObject *const *args, size_t nargsf, PyObject *kwnames)
 {
     ModuleState *S = fn->state;
     Py_ssize_t n = PyVectorcall_NARGS(nargsf);
@@ -2963,15 +2978,15 @@ sem_release(SectionFn *fn, PyObject *const *args, size_t nargsf, PyObject *kwnam
     return r;
 }
 
-SECTION_FN_TYPE(SemaphoreAcquire,
-                "SemaphoreAcquire(original, python): a watched threading.Semaphore's acquire.",
-                sem_acquire, Py_tp_descr_get);
-SECTION_FN_TYPE(SemaphoreRelease,
-                "SemaphoreRelease(original, python): a watched threading.Semaphore's release.",
-                sem_release, Py_tp_descr_get);
+FORWARDING_CALL_TYPE(SemaphoreAcquire,
+                     "SemaphoreAcquire(original, python): a watched threading.Semaphore's acquire.",
+                     sem_acquire, Py_tp_descr_get);
+FORWARDING_CALL_TYPE(SemaphoreRelease,
+                     "SemaphoreRelease(original, python): a watched threading.Semaphore's release.",
+                     sem_release, Py_tp_descr_get);
 
-/* A watched threading.Condition's own notify (_conditions._notify_hooks): SectionFn's layout,
- * with `globals` the condition (its class is read on every call, as in Python) and `mirror` set
+/* A watched threading.Condition's own notify (_conditions._notify_hooks): a ForwardingCall,
+ * with `extra` the condition (its class is read on every call, as in Python) and `mirror` set
  * when the instance's notify is threading.Condition's own. The bound original's result and
  * errors pass through; a notify that raised handed nothing over.
  *
@@ -2980,16 +2995,17 @@ SECTION_FN_TYPE(SemaphoreRelease,
  * `mirror`, the default n (or an int >= 0) and an empty waiters deque, it runs here, asking the
  * condition's own _is_owned(); every other call runs the original. */
 static int
-notify_nobody(ModuleState *S, SectionFn *fn, PyObject *const *args, Py_ssize_t n, PyObject *kwnames)
+notify_nobody(ModuleState *S, ForwardingCall *fn, PyObject *const *args, Py_ssize_t n,
+              PyObject *kwnames)
 {
     if (!fn->mirror || kwnames != NULL || n > 1 ||
         (n == 1 && (!PyLong_CheckExact(args[0]) || _PyLong_Sign(args[0]) < 0)))
         return 0;
-    PyObject *waiters = optional_attr(fn->globals, S->str_waiters);
+    PyObject *waiters = optional_attr(fn->extra, S->str_waiters);
     int empty = waiters != NULL && Py_TYPE(waiters) == (PyTypeObject *)S->deque_type &&
                 PyObject_Length(waiters) == 0;
     Py_XDECREF(waiters);
-    PyObject *is_owned = empty ? optional_attr(fn->globals, S->str_is_owned) : NULL;
+    PyObject *is_owned = empty ? optional_attr(fn->extra, S->str_is_owned) : NULL;
     if (is_owned == NULL) {
         PyErr_Clear();
         return 0;
@@ -3004,12 +3020,12 @@ notify_nobody(ModuleState *S, SectionFn *fn, PyObject *const *args, Py_ssize_t n
 }
 
 static PyObject *
-cond_notify(SectionFn *fn, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+cond_notify(ForwardingCall *fn, PyObject *const *args, size_t nargsf, PyObject *kwnames)
 {
     ModuleState *S = fn->state;
     PyObject *cls = NULL, *st = NULL;
     if (S->ready && S->handoff_stats != NULL &&
-        (cls = optional_attr(fn->globals, S->str_lockwatch_class)) != NULL)
+        (cls = optional_attr(fn->extra, S->str_lockwatch_class)) != NULL)
         st = usable_state(S);
     PyErr_Clear();
     if (st == NULL) {
@@ -3030,30 +3046,30 @@ cond_notify(SectionFn *fn, PyObject *const *args, size_t nargsf, PyObject *kwnam
     return r;
 }
 
-SECTION_FN_TYPE(ConditionNotify,
-                "ConditionNotify(original, python, condition, mirror): a watched threading.Condition's "
-                "notify.",
-                cond_notify, Py_tp_descr_get);
+FORWARDING_CALL_TYPE(ConditionNotify,
+                     "ConditionNotify(original, python, condition, mirror): a watched "
+                     "threading.Condition's notify.",
+                     cond_notify, Py_tp_descr_get);
 
 /* ==========================================================================================
  * CreationGate: a patched lock factory or __init__ (_threading.proxy_factory's, the patched
  * threading.Condition.__init__) for a creator that is the standard library's own concurrency
  * machinery (_naming.made_by_machinery: a pool's Future makes a Condition, which makes an RLock,
- * for every task). SectionFn's layout, with `globals` _naming's answers so far (module name ->
+ * for every task). A ForwardingCall, with `extra` _naming's answers so far (module name ->
  * whether it is machinery): when the calling Python frame's module is answered True, the call
  * goes straight to the original, arguments unchanged, as the Python wrapper would send it, with
  * no Python frame made; every other call (a module not answered yet, no Python caller) goes to
  * the Python wrapper, which answers (and notes the answer).
  * ========================================================================================== */
 static PyObject *
-creation_gate(SectionFn *fn, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+creation_gate(ForwardingCall *fn, PyObject *const *args, size_t nargsf, PyObject *kwnames)
 {
     ModuleState *S = fn->state;
     PyObject *g = PyEval_GetGlobals(); /* borrowed: the caller's, without making its frame */
-    if (g != NULL && PyDict_Check(g) && PyDict_Check(fn->globals)) {
+    if (g != NULL && PyDict_Check(g) && PyDict_Check(fn->extra)) {
         PyObject *name = NULL, *machinery = NULL;
         if (dict_get_ref(g, S->str_dunder_name, &name) > 0)
-            (void)dict_get_ref(fn->globals, name, &machinery);
+            (void)dict_get_ref(fn->extra, name, &machinery);
         Py_XDECREF(name);
         Py_XDECREF(machinery); /* (compared, not read: True is immortal) */
         if (machinery == Py_True)
@@ -3064,16 +3080,16 @@ creation_gate(SectionFn *fn, PyObject *const *args, size_t nargsf, PyObject *kwn
     return PyObject_Vectorcall(fn->python, args, nargsf, kwnames);
 }
 
-SECTION_FN_TYPE(CreationGate,
-                "CreationGate(original, python, answers): a patched __init__ that sends the "
-                "standard library machinery's calls straight to the original.",
-                creation_gate, Py_tp_descr_get);
+FORWARDING_CALL_TYPE(CreationGate,
+                     "CreationGate(original, python, answers): a patched __init__ that sends the "
+                     "standard library machinery's calls straight to the original.",
+                     creation_gate, Py_tp_descr_get);
 /* The same for a factory (threading.Lock is a builtin, which a class attribute does not bind:
  * neither may its replacement, so this one is no descriptor; set up at the module's init). */
-SECTION_FN_TYPE(CreationCall,
-                "CreationCall(original, python, answers): a patched lock factory that sends the "
-                "standard library machinery's calls straight to the original.",
-                creation_gate, 0);
+FORWARDING_CALL_TYPE(CreationCall,
+                     "CreationCall(original, python, answers): a patched lock factory that sends "
+                     "the standard library machinery's calls straight to the original.",
+                     creation_gate, 0);
 
 /* ==========================================================================================
  * Module

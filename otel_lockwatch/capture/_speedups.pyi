@@ -17,6 +17,10 @@ class LockBase:
 class RLockBase(LockBase):
     _lw_depth: int
 
+# SectionAcquire, SectionRelease, SemaphoreAcquire, SemaphoreRelease, ConditionNotify,
+# CreationGate and CreationCall share one C layout (``ForwardingCall``): the original they
+# replace (``__wrapped__``) and the Python wrapper every call they do not handle goes to.
+
 class SectionAcquire:
     __wrapped__: Callable[..., bool]
     def __init__(
@@ -75,8 +79,8 @@ def setup_handoffs(
     handoff_stats: Callable[..., Any],
     fields: tuple[type, tuple[str, ...]],
 ) -> None: ...
-def took(st: Any, cls: Any, left: int, capacity: int, /) -> None: ...
-def gave(st: Any, cls: Any, held: int, /) -> None: ...
+def took(state: Any, lock_class: Any, left: int, capacity: int, /) -> None: ...
+def gave(state: Any, lock_class: Any, held: int, /) -> None: ...
 
 class SemaphoreAcquire:
     def __init__(self, original: Callable[..., bool], python: Callable[..., bool]) -> None: ...
