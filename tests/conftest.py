@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 from dataclasses import dataclass
 from typing import Any
 
@@ -14,6 +15,13 @@ from otel_lockwatch import LockwatchInstrumentor, _session
 # Machines here are shared and noisy: a property is judged on its examples, not on their speed.
 settings.register_profile("lockwatch", deadline=None, suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile("lockwatch")
+
+# A suite started in the background by a non-interactive shell (`cmd &`) inherits SIGINT ignored,
+# and so would every program it starts: the exit tests' Ctrl-C would reach none of them (they
+# time out). Python's own handler here is reset to the default in a child at exec, as a
+# terminal's suite has it.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @dataclass

@@ -20,6 +20,7 @@ from otel_lockwatch import LockwatchInstrumentor, _session, name_lock
 from otel_lockwatch._session import OUTBOX, RECORDER
 from otel_lockwatch.capture import _patches
 from otel_lockwatch.capture._threading import LockProxy, RLockProxy
+from otel_lockwatch.record import _recorder
 
 ORIGINAL_LOCK = threading.Lock
 ORIGINAL_RLOCK = threading.RLock
@@ -771,13 +772,14 @@ def test_foreign_threads_are_not_registered_with_threading(watched):
     assert not state.alive()
 
 
-def test_a_snapshot_while_an_ended_worker_is_folded_counts_it_once(watched):
-    """A thread of a name that an ended thread had is folded, at its end, into that name's
-    retired state. Regression: the recorder took the ended thread's state out, then folded it
-    in, so a snapshot between the two counted its acquisitions nowhere (one after the fold that
-    still held the state, twice; the timeline sampled from such totals passed them). The fold
-    here stops while it reads the ended thread's statistics: a snapshot then counts each of the
-    two threads' acquisitions once."""
+def test_a_snapshot_while_an_ended_worker_is_folded_counts_it_once(watched, monkeypatch):
+    """A thread of a name that an ended thread had is folded into that name's retired state (a
+    batch of one here: at its end). Regression: the recorder took the ended thread's state out,
+    then folded it in, so a snapshot between the two counted its acquisitions nowhere (one after
+    the fold that still held the state, twice; the timeline sampled from such totals passed
+    them). The fold here stops while it reads the ended thread's statistics: a snapshot then
+    counts each of the two threads' acquisitions once."""
+    monkeypatch.setattr(_recorder, "FOLD_BATCH", 1)
     lock = name_lock(threading.Lock(), "folded")
     reading, go = threading.Event(), threading.Event()
     folding: list[int] = []  # the thread whose fold stops

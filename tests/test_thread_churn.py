@@ -1,8 +1,10 @@
 """A thread per request: what a short-lived thread leaves behind once it has ended.
 
-A thread's state is folded into its name's retired state when the thread ends (its locals are
-cleared, before ``join()`` returns), not at a later compaction: the recorder keeps one state per
-worker name, whatever the number of threads that ran, and counts each of their acquisitions.
+A thread's state leaves the recorder's table when the thread ends (its locals are cleared, before
+``join()`` returns): the first of a name becomes the name's retired state, later ones are folded
+into it a batch at a time (``FOLD_BATCH``), not at a later compaction. The recorder keeps one
+state per worker name and at most a batch of ended ones, whatever the number of threads that
+ran, and counts each of their acquisitions.
 Functional checks only: the cost is measured by benchmarks/bench_locks.py (its thread-churn row).
 """
 
@@ -17,6 +19,7 @@ import threading
 import pytest
 
 from otel_lockwatch._session import RECORDER
+from otel_lockwatch.record._recorder import FOLD_BATCH
 
 
 def _run(target, name: str) -> None:
@@ -29,7 +32,7 @@ def _states_named(name: str) -> list:
     return [state for state in RECORDER.states if state.worker == name]
 
 
-def test_an_ended_threads_state_is_folded_at_its_end(watched):
+def test_ended_threads_states_are_folded_a_batch_at_a_time(watched):
     lock = threading.Lock()
     seen = []
 
@@ -41,17 +44,22 @@ def test_an_ended_threads_state_is_folded_at_its_end(watched):
     _run(work, "request")
     (retired,) = _states_named("request")
     assert retired is seen[0] and not retired.alive()  # the name's first: retired in place
+    assert not retired.held and not retired.chain  # what only a live worker uses is gone
     observed = retired.last - retired.first
     assert observed > 0 and retired.retired == 0
+    for _ in range(FOLD_BATCH - 1):
+        _run(work, "request")
+    assert _states_named("request") == seen  # the ended ones wait for a batch
+    assert RECORDER.snapshot()["locks"][lock._lockwatch_class.name]["acquisitions"] == FOLD_BATCH
     _run(work, "request")
-    # The second is folded: into a new retired state, in place of both (neither is changed, so
-    # that a reader holding them counts each once: record/_retired.py).
+    # The batch is folded: into a new retired state, in place of all (none of them is changed,
+    # so that a reader holding them counts each once: record/_retired.py).
     (merged,) = _states_named("request")
-    assert all(state is not seen[1] for state in RECORDER.states)
+    assert all(state not in seen for state in RECORDER.states)
     assert merged.last - merged.first == observed and not merged.alive()
-    assert merged.retired == seen[1].last - seen[1].first > 0
+    assert merged.retired == sum(state.last - state.first for state in seen[1:]) > 0
     (stats,) = merged.stats.values()
-    assert stats.acquisitions == 2
+    assert stats.acquisitions == FOLD_BATCH + 1
     assert [s.acquisitions for s in retired.stats.values()] == [1]  # the old one, unchanged
     data = RECORDER.snapshot()
     assert data["workers"]["request"]["observed_ns"] == observed + merged.retired
@@ -66,7 +74,8 @@ def test_a_thread_per_request_keeps_one_state_per_name(watched):
 
     for _ in range(300):  # more than a compaction's threshold (256 states)
         _run(work, "request")
-    assert len(_states_named("request")) == 1
+    # its retired state, and the ended ones since the last batch
+    assert len(_states_named("request")) == 1 + (300 - 1) % FOLD_BATCH
     data = RECORDER.snapshot()
     name = lock._lockwatch_class.name
     assert data["locks"][name]["acquisitions"] == 300

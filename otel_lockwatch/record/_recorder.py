@@ -21,6 +21,7 @@ import time
 import weakref
 from itertools import chain
 from time import perf_counter_ns
+from types import MappingProxyType
 from typing import Any
 
 from ._data import expand_lock_workers, merge_data
@@ -50,6 +51,9 @@ logger = logging.getLogger("otel_lockwatch")
 
 #: Distinct workers kept by name; later ones share one "(other)" entry (bounded cardinality).
 MAX_WORKERS = 1024
+#: Ended workers whose names have a retired state, folded into it together (one copy of the
+#: retired state a batch): the most ended states the recorder keeps besides the retired ones.
+FOLD_BATCH = 64
 
 
 #: The fields of :class:`Stats`, each with how two workers' values merge. The C fast path is given
@@ -174,8 +178,18 @@ class WorkerState:
     def retire(self) -> None:
         """Make this ended worker's state its name's retired state, in place: the states of
         its name's later ended workers are folded into a copy of it (``_retired``: its own
-        observed time stays ``last - first``; theirs adds to ``retired``)."""
+        observed time stays ``last - first``; theirs adds to ``retired``). What only a live
+        worker uses goes (its held stack, empty, and its order chain cache), and so do the
+        containers it never wrote: a retired state outlives its thread, and each object it keeps
+        is one more for the cyclic collector to count and walk (a thread per request with a new
+        name each retires a state per thread)."""
         self.thread = _ended
+        self.held = _NOTHING_HELD
+        self.chain = _NO_CHAIN
+        if not self.spans:
+            self.spans = _NO_SPANS
+        if not self.handoffs:
+            self.handoffs = _NO_HANDOFFS
 
     def clear(self) -> None:
         """Forget what was recorded, the held stack included (a release of a lock held across
@@ -193,6 +207,14 @@ def _ended() -> None:
     return None
 
 
+# What a retired state has in place of the containers only a live worker writes (shared: nobody
+# writes a retired state; a fold writes the copy it makes, whose containers are its own).
+_NOTHING_HELD: Any = ()
+_NO_CHAIN: Any = frozenset()
+_NO_SPANS: Any = MappingProxyType({})
+_NO_HANDOFFS: Any = MappingProxyType({})
+
+
 class Recorder:
     """The process's recorder (``_session.RECORDER``): worker states, section arrays, pool size, the
     order graph and the distributed record. ``thresholds`` (the session's ``THRESHOLDS``, handed
@@ -206,9 +228,11 @@ class Recorder:
         self._lock = _thread.RLock()
         self._by_id: dict[int, WorkerState] = {}  # every state, in registration order
         self._retired: dict[str, WorkerState] = {}  # worker name -> its retired state
-        # worker name -> the key of its retired state's place in _by_id, and the state that had
-        # it first (kept: its id stays taken, so no new state is registered at that key)
-        self._retired_keys: dict[str, tuple[int, WorkerState]] = {}
+        # worker name -> the state that had its retired state's place in _by_id first: the
+        # place's key is its id (kept: the id stays taken, so no new state gets that key)
+        self._retired_keys: dict[str, WorkerState] = {}
+        # ended workers whose names have a retired state, still in _by_id: folded in batches
+        self._ended: list[WorkerState] = []
         self._nothing = WorkerState("(folded)")  # a place being dropped: counts nothing
         self._names: set[str] = set()  # names given out: MAX_WORKERS at most, then "(other)"
         self._compact_at = 256  # fold ended workers away when this many states exist
@@ -240,7 +264,8 @@ class Recorder:
     def _keep(self, states: list[WorkerState], retired: dict[str, WorkerState]) -> None:
         self._by_id = {id(state): state for state in states}
         self._retired = retired
-        self._retired_keys = {name: (id(state), state) for name, state in retired.items()}
+        self._retired_keys = dict(retired)
+        self._ended = []
 
     def reset(self) -> None:
         """Forget everything recorded (tests; a fresh start).
@@ -295,14 +320,15 @@ class Recorder:
 
     def _thread_ended(self, state: WorkerState, generation: int) -> None:
         """A thread ended (its locals were cleared, before a ``join()`` returns: its
-        :class:`ThreadEnd` calls this). The peak counts it down, and its state leaves at once,
-        so that a process that starts a thread per request keeps no state per ended thread for
-        the collector to walk and a compaction to fold: the first ended state of a name becomes
-        the name's retired state, in place; a later one is folded into it, at the cost of what
-        it wrote. One that ended holding a lock stays until a compaction, and so does one that
-        ends while another thread has the recorder (never waited for: in a forked child, the
-        interpreter clears the other threads' locals before the fork handlers run, and the lock
-        may be held by a thread that is gone)."""
+        :class:`ThreadEnd` calls this). The peak counts it down, and its state leaves, so that a
+        process that starts a thread per request keeps no state per ended thread: the first
+        ended state of a name becomes the name's retired state, in place; later ones wait in
+        ``_ended`` and are folded into it :data:`FOLD_BATCH` at a time (one copy of the retired
+        state a batch, not one a thread: see :func:`_retired.folded`). One that ended holding a
+        lock stays until a compaction, and so does one that ends while another thread has the
+        recorder (never waited for: in a forked child, the interpreter clears the other threads'
+        locals before the fork handlers run, and the lock may be held by a thread that is
+        gone)."""
         self.peak.ended(state, generation)
         if not self._lock.acquire(False):
             return
@@ -312,18 +338,39 @@ class Recorder:
             if not (state.stats or state.spans or state.handoffs):
                 del self._by_id[id(state)]  # it recorded nothing (lockwatch's own threads)
                 return
-            target = self._retired.get(state.worker)
-            if target is None:
+            if state.worker not in self._retired:
                 state.retire()
-                self._retired[state.worker] = state
-                self._retired_keys[state.worker] = (id(state), state)
-            else:  # a new retired state in place of both, in one step (see _retired)
-                merged = folded(target, state)
-                key = self._retired_keys[state.worker][0]
-                replaced(self._by_id, key, merged, state, self._nothing)
-                self._retired[state.worker] = merged
+                self._retired[state.worker] = self._retired_keys[state.worker] = state
+                return
+            ended = self._ended
+            ended.append(state)
+            if len(ended) >= FOLD_BATCH:
+                self._fold_ended()
         finally:
             self._lock.release()
+
+    def _fold_ended(self) -> None:
+        """Fold the ended states waiting in ``_ended`` into their names' retired states: a new
+        retired state a name (the old one's statistics and theirs), each put in its name's place
+        and theirs taken out in one step for a reader (:func:`_retired.replaced`). Under
+        ``self._lock``."""
+        ended, self._ended = self._ended, []
+        retired = self._retired
+        copies: dict[str, WorkerState] = {}
+        for state in ended:
+            copy = copies.get(state.worker)
+            if copy is None:
+                copies[state.worker] = folded(retired[state.worker], state)
+            else:
+                fold(copy, state)  # a copy nobody reads yet
+        keys = self._retired_keys
+        replaced(
+            self._by_id,
+            {id(keys[name]): copy for name, copy in copies.items()},
+            ended,
+            self._nothing,
+        )
+        retired.update(copies)
 
     def _compact(self) -> None:
         """Fold the states of ended threads and tasks into one retired state per worker name, so

@@ -8,8 +8,9 @@ a new retired state (:func:`folded`: the old retired state's statistics and the 
 the objects neither changes shared, the ones both have merged into copies), and the recorder
 puts it in the place of both at once (:func:`replaced`: in the retired state's place, whose
 key the recorder keeps with the object that had it, so that no new state gets that key). A
-reader that took the states before counts the two old ones, one that took them after counts the
-new one: each statistic once.
+reader that took the states before counts the old ones, one that took them after counts the
+new one: each statistic once. The recorder folds ended workers in batches (one new retired state
+a name a batch, each later one of the batch folded into that copy with :func:`fold`).
 Folding in place, a reader between the ended worker's removal and the fold counted it nowhere,
 and one after the fold that still held it counted it twice; the timeline, sampled from such
 totals, then passed the lock's totals, and an evaluation refused the data.
@@ -60,14 +61,17 @@ def folded(target: Any, other: Any) -> Any:
     return new
 
 
-def replaced(by_id: dict[Any, Any], key: Any, new: Any, gone: Any, nothing: Any) -> None:
-    """Put ``new`` in ``by_id`` (the recorder's states) at ``key`` (its name's retired state's
-    place) and take ``gone`` out, in one step for a reader: one ``dict.update`` (a C call: under
-    the interpreter lock no reader's copy of the values comes between its two stores, and on the
-    free-threaded build it holds the dict's lock) sets both places, ``gone``'s to ``nothing`` (a
-    state with no statistics: it counts nothing), whose place is then dropped. A copy of the
-    dict in place of both (one assignment) costs a walk of every state per ended thread:
-    with 1,024 worker names, 60-70 us of a thread per request's life.
+def replaced(by_id: dict[Any, Any], new: dict[Any, Any], gone: list[Any], nothing: Any) -> None:
+    """Put each of ``new`` (key -> a new retired state) in ``by_id`` (the recorder's states) at
+    its key (its name's retired state's place) and take the states of ``gone`` out, in one step
+    for a reader: one ``dict.update`` (a C call: under the interpreter lock no reader's copy of
+    the values comes between its stores, and on the free-threaded build it holds the dict's
+    lock) sets every place, ``gone``'s to ``nothing`` (a state with no statistics: it counts
+    nothing), whose places are then dropped. A copy of the dict in place of all (one
+    assignment) would cost a walk of every state per fold: with 1,024 worker names, 60-70 us.
     """
-    by_id.update({key: new, id(gone): nothing})
-    del by_id[id(gone)]
+    update = dict.fromkeys(map(id, gone), nothing)
+    update.update(new)
+    by_id.update(update)
+    for state in gone:
+        del by_id[id(state)]
