@@ -80,8 +80,8 @@ def _sigterm_trial(i: int, workdir: Path) -> str | None:
             return f"trial {i}: still running 20 s after SIGTERM"
         if status != -signal.SIGTERM:
             return f"trial {i}: ended with status {status}: {proc.stderr.read()[-1000:]}"
-        if not manifest.exists():
-            return f"trial {i}: no manifest"
+        if not manifest.exists():  # its stderr says where the handler was (1 in 100, pure path)
+            return f"trial {i}: no manifest: {proc.stderr.read()[-1000:]}"
         return None
     finally:
         proc.kill()
