@@ -30,7 +30,7 @@ from ._handoff_stats import HandoffStats, handoff_parts
 from ._live import live_counts
 from ._lock_class import ROLES, LockClass
 from ._peak import PeakWorkers, ThreadEnd
-from ._retired import fold, folded, replaced
+from ._retired import compacted, fold_batch
 from ._sites import KEEP, SiteTable, merge_tables
 from ._state_parts import state_parts, track_section
 from ._threads import ForeignThread, current_thread_or_none
@@ -179,17 +179,15 @@ class WorkerState:
         """Make this ended worker's state its name's retired state, in place: the states of
         its name's later ended workers are folded into a copy of it (``_retired``: its own
         observed time stays ``last - first``; theirs adds to ``retired``). What only a live
-        worker uses goes (its held stack, empty, and its order chain cache), and so do the
-        containers it never wrote: a retired state outlives its thread, and each object it keeps
-        is one more for the cyclic collector to count and walk (a thread per request with a new
-        name each retires a state per thread)."""
+        worker uses, and the containers it never wrote, go: each object a retired state keeps
+        is one more for the cyclic collector to count and walk."""
         self.thread = _ended
         self.held = _NOTHING_HELD
         self.chain = _NO_CHAIN
         if not self.spans:
-            self.spans = _NO_SPANS
+            self.spans = _NOTHING_WRITTEN
         if not self.handoffs:
-            self.handoffs = _NO_HANDOFFS
+            self.handoffs = _NOTHING_WRITTEN
 
     def clear(self) -> None:
         """Forget what was recorded, the held stack included (a release of a lock held across
@@ -207,12 +205,11 @@ def _ended() -> None:
     return None
 
 
-# What a retired state has in place of the containers only a live worker writes (shared: nobody
-# writes a retired state; a fold writes the copy it makes, whose containers are its own).
+# A retired state's containers in place of those only a live worker writes (shared: nobody writes
+# a retired state; a fold writes the copy it makes).
 _NOTHING_HELD: Any = ()
 _NO_CHAIN: Any = frozenset()
-_NO_SPANS: Any = MappingProxyType({})
-_NO_HANDOFFS: Any = MappingProxyType({})
+_NOTHING_WRITTEN: Any = MappingProxyType({})  # no spans, no hand-offs
 
 
 class Recorder:
@@ -321,14 +318,12 @@ class Recorder:
     def _thread_ended(self, state: WorkerState, generation: int) -> None:
         """A thread ended (its locals were cleared, before a ``join()`` returns: its
         :class:`ThreadEnd` calls this). The peak counts it down, and its state leaves, so that a
-        process that starts a thread per request keeps no state per ended thread: the first
-        ended state of a name becomes the name's retired state, in place; later ones wait in
-        ``_ended`` and are folded into it :data:`FOLD_BATCH` at a time (one copy of the retired
-        state a batch, not one a thread: see :func:`_retired.folded`). One that ended holding a
-        lock stays until a compaction, and so does one that ends while another thread has the
-        recorder (never waited for: in a forked child, the interpreter clears the other threads'
-        locals before the fork handlers run, and the lock may be held by a thread that is
-        gone)."""
+        process that starts a thread per request keeps no state per ended thread: a name's
+        first becomes its retired state, in place; later ones wait in ``_ended`` to be folded
+        into it :data:`FOLD_BATCH` at a time (one copy of the retired state a batch). One that
+        ended holding a lock stays until a compaction, and so does one that ends while another
+        thread has the recorder (never waited for: in a forked child, the interpreter clears the
+        other threads' locals before the fork handlers run; the lock's holder may be gone)."""
         self.peak.ended(state, generation)
         if not self._lock.acquire(False):
             return
@@ -342,60 +337,19 @@ class Recorder:
                 state.retire()
                 self._retired[state.worker] = self._retired_keys[state.worker] = state
                 return
-            ended = self._ended
-            ended.append(state)
-            if len(ended) >= FOLD_BATCH:
-                self._fold_ended()
+            self._ended.append(state)
+            if len(self._ended) >= FOLD_BATCH:  # one new retired state a name: _retired
+                ended, self._ended = self._ended, []
+                fold_batch(ended, self._retired, self._retired_keys, self._by_id, self._nothing)
         finally:
             self._lock.release()
 
-    def _fold_ended(self) -> None:
-        """Fold the ended states waiting in ``_ended`` into their names' retired states: a new
-        retired state a name (the old one's statistics and theirs), each put in its name's place
-        and theirs taken out in one step for a reader (:func:`_retired.replaced`). Under
-        ``self._lock``."""
-        ended, self._ended = self._ended, []
-        retired = self._retired
-        copies: dict[str, WorkerState] = {}
-        for state in ended:
-            copy = copies.get(state.worker)
-            if copy is None:
-                copies[state.worker] = folded(retired[state.worker], state)
-            else:
-                fold(copy, state)  # a copy nobody reads yet
-        keys = self._retired_keys
-        replaced(
-            self._by_id,
-            {id(keys[name]): copy for name, copy in copies.items()},
-            ended,
-            self._nothing,
-        )
-        retired.update(copies)
-
     def _compact(self) -> None:
         """Fold the states of ended threads and tasks into one retired state per worker name, so
-        that memory follows the live workers, not every thread a process ever started. Called
-        under ``self._lock``; an ended worker's state is written by nobody."""
-        keep: list[WorkerState] = []
-        retired = dict(self._retired)
-        kept = {id(state) for state in retired.values()}  # (not `in values()`: one compare each)
-        copies: dict[int, WorkerState] = {}  # a retired state's id -> its copy, folded into
-        made: set[int] = set()  # the copies' ids: nobody reads them yet
-        for state in self._states:
-            if id(state) in kept or state.alive() or state.held:
-                keep.append(state)
-                continue
-            target = retired.get(state.worker)
-            if target is None:
-                state.retire()
-                retired[state.worker] = state
-                keep.append(state)
-            elif id(target) in made:
-                fold(target, state)
-            else:
-                copies[id(target)] = retired[state.worker] = folded(target, state)
-                made.add(id(copies[id(target)]))
-        self._keep([copies.get(id(state), state) for state in keep], retired)
+        that memory follows the live workers, not every thread a process ever started
+        (:func:`_retired.compacted`). Called under ``self._lock``."""
+        keep, retired = compacted(self._states, self._retired)
+        self._keep(keep, retired)
         self._compact_at = max(256, 2 * len(keep))
 
     def thread_state(self) -> WorkerState:
