@@ -22,7 +22,7 @@ from typing import Any
 
 from ._handoff_stats import merge_handoffs
 
-__all__ = ["compacted", "fold", "fold_batch", "folded", "replaced"]
+__all__ = ["compacted", "fold", "fold_batch", "folded", "folded_copies", "replaced"]
 
 
 def fold(into: Any, other: Any) -> None:
@@ -77,6 +77,21 @@ def replaced(by_id: dict[Any, Any], new: dict[Any, Any], gone: list[Any], nothin
         del by_id[id(state)]
 
 
+def folded_copies(ended: list[Any], retired: dict[str, Any]) -> dict[str, Any]:
+    """A new retired state for each name of ``ended`` (ended states whose names have a retired
+    state in ``retired``): the first of a name into a copy of its retired state (:func:`folded`),
+    the rest into that copy (:func:`fold`: nobody reads it yet). Name -> copy; nothing given is
+    changed."""
+    copies: dict[str, Any] = {}
+    for state in ended:
+        copy = copies.get(state.worker)
+        if copy is None:
+            copies[state.worker] = folded(retired[state.worker], state)
+        else:
+            fold(copy, state)
+    return copies
+
+
 def fold_batch(
     ended: list[Any],
     retired: dict[str, Any],
@@ -85,17 +100,10 @@ def fold_batch(
     nothing: Any,
 ) -> None:
     """Fold a batch of ended states (each in ``by_id``, its name's retired state in ``retired``,
-    the state whose id is that retired state's key in ``keys``) into a new retired state a name:
-    the first of a name into a copy (:func:`folded`), the rest into that copy (:func:`fold`,
-    nobody reads it yet); then the copies take their names' places and the ended states leave,
-    in one step for a reader (:func:`replaced`)."""
-    copies: dict[str, Any] = {}
-    for state in ended:
-        copy = copies.get(state.worker)
-        if copy is None:
-            copies[state.worker] = folded(retired[state.worker], state)
-        else:
-            fold(copy, state)
+    the state whose id is that retired state's key in ``keys``) into a new retired state a name
+    (:func:`folded_copies`); then the copies take their names' places and the ended states
+    leave, in one step for a reader (:func:`replaced`)."""
+    copies = folded_copies(ended, retired)
     replaced(by_id, {id(keys[name]): copy for name, copy in copies.items()}, ended, nothing)
     retired.update(copies)
 
@@ -103,26 +111,23 @@ def fold_batch(
 def compacted(states: list[Any], retired: dict[str, Any]) -> tuple[list[Any], dict[str, Any]]:
     """The states to keep of ``states`` (the recorder's, in order) and the retired states by
     name, once every ended worker's state that holds nothing is folded away: a name's first is
-    retired in place, the rest go into a copy of its retired state (made once, then folded into:
-    nobody reads it yet), which takes the retired state's place in the list. ``retired`` is not
-    changed; an ended worker's state is written by nobody."""
+    retired in place, the rest go into a new retired state (:func:`folded_copies`), which takes
+    the old one's place in the list. ``retired`` is not changed; an ended worker's state is
+    written by nobody."""
     keep: list[Any] = []
+    ended: list[Any] = []
     retired = dict(retired)
     kept = {id(state) for state in retired.values()}  # (not `in values()`: one compare each)
-    copies: dict[int, Any] = {}  # a retired state's id -> its copy, folded into
-    made: set[int] = set()  # the copies' ids: nobody reads them yet
     for state in states:
         if id(state) in kept or state.alive() or state.held:
             keep.append(state)
-            continue
-        target = retired.get(state.worker)
-        if target is None:
+        elif state.worker not in retired:
             state.retire()
             retired[state.worker] = state
             keep.append(state)
-        elif id(target) in made:
-            fold(target, state)
         else:
-            copies[id(target)] = retired[state.worker] = folded(target, state)
-            made.add(id(copies[id(target)]))
-    return [copies.get(id(state), state) for state in keep], retired
+            ended.append(state)
+    copies = folded_copies(ended, retired)
+    replacing = {id(retired[name]): copy for name, copy in copies.items()}
+    retired.update(copies)
+    return [replacing.get(id(state), state) for state in keep], retired
