@@ -45,7 +45,7 @@ def _until(watched, lock: str, done: Callable[[int | None, int | None], bool]) -
     seen = _gauges(watched, lock)
     while not done(*seen):
         assert time.monotonic() < deadline, f"gauges of {lock} stayed at {seen}"
-        time.sleep(0.005)
+        time.sleep(0.005)  # ok: polling the gauges, with a deadline
         seen = _gauges(watched, lock)
     return seen
 

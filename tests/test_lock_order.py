@@ -718,7 +718,7 @@ def test_lock_waited_on_by_its_holder_is_no_recursive_locking(watched):
     assert taken.wait(JOIN_S)
     deadline = time.monotonic() + JOIN_S
     while _line_of(t, waiter) != LINE["handed-over"] and time.monotonic() < deadline:
-        time.sleep(0.001)
+        time.sleep(0.001)  # ok: polling the waiter's line, with a deadline
     handed.release()
     t.join(JOIN_S)
     assert not t.is_alive() and not errors
