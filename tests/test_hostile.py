@@ -558,8 +558,9 @@ def test_printable_escapes_what_a_terminal_acts_on_and_cuts_long_names():
     assert_printable(printable(EVIL))
 
 
-def test_report_text_shows_no_control_character_from_a_name(tmp_path, capsys):
+def test_report_text_shows_no_control_character_from_a_name(tmp_path, capsys, monkeypatch):
     """Before: ESC[2J cleared the terminal, OSC set its title, a newline forged report lines."""
+    monkeypatch.setenv("COLUMNS", "1000")  # the escaped name on one line, whatever the terminal
     path = dump_manifest(evaluate(hostile_manifest(EVIL, EVIL + "w")), tmp_path / "m.json")
     rc, out, err = run_main(capsys, "report", str(path))
     assert rc == 0 and err == ""

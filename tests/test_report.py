@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from otel_lockwatch.cli import _common, _report_html, _report_model, _report_text
+from otel_lockwatch.cli._report_table import fit
 from otel_lockwatch.manifest._evaluate import evaluate
 from otel_lockwatch.record._witness import Cycle
 
@@ -97,12 +98,29 @@ def test_text_report_shows_every_part_in_plain_text(full):
     assert re.search(rf"^  emitter +64 +12 +16 +{recommended}$", text, re.M)
 
 
-def test_text_report_colours_only_when_asked(full):
-    """With ``color=True`` the verdict is red; stripping the codes gives the plain report."""
-    coloured = _report_text.render_text(full, color=True)
+@pytest.mark.parametrize("width", [40, 60, 80, 100, 160])
+def test_text_report_colours_only_when_asked(full, width):
+    """With ``color=True`` the verdict is red; stripping the codes gives the plain report, at
+    any width: a code takes no column (before, an 80-column terminal wrapped the coloured
+    report's dim process line where the plain one fits)."""
+    coloured = _report_text.render_text(full, color=True, width=width)
     assert "\x1b[1;31mCYCLIC_ORDERING_DETECTED\x1b[0m" in coloured
     plain = re.sub(r"\x1b\[[0-9;]*m", "", coloured)
-    assert plain == _report_text.render_text(full, color=False)
+    assert plain == _report_text.render_text(full, color=False, width=width)
+    assert max(len(line) for line in plain.splitlines()) <= width
+
+
+def test_a_coloured_line_wraps_as_the_plain_one_with_its_style_carried():
+    dim, reset = "\x1b[2m", "\x1b[0m"
+    assert fit([f"{dim}  aaaa bbbb cccc dddd{reset}"], 12) == [
+        f"{dim}  aaaa bbbb{reset}",
+        f"      {dim}cccc{reset}",
+        f"      {dim}dddd{reset}",
+    ]
+    assert fit([f"  aaaa {dim}bbbb{reset} cccc"], 11) == [
+        f"  aaaa {dim}bbbb{reset}",
+        "      cccc",
+    ]
 
 
 def test_minimal_manifest_renders_everywhere(minimal):

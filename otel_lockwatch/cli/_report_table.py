@@ -137,19 +137,70 @@ def table(
 
 def fit(lines: Iterable[str], width: int = DEFAULT_WIDTH) -> list[str]:
     """Every line at most ``width`` columns: a longer one wrapped at its spaces (a word longer
-    than the width cut), continued under its indent and four more columns."""
+    than the width cut), continued under its indent and four more columns. Colour codes take no
+    column: a coloured line wraps where the same line without them does, its style carried onto
+    the continuation."""
     out = []
     for line in lines:
-        if len(line) <= width:
+        plain = _SGR.sub("", line)
+        if len(plain) <= width:
             out.append(line)
             continue
-        indent = " " * (len(line) - len(line.lstrip(" ")))
-        out += textwrap.wrap(
-            line,
+        indent = " " * (len(plain) - len(plain.lstrip(" ")))
+        wrapped = textwrap.wrap(
+            plain,
             width,
             initial_indent="",
             subsequent_indent=indent + "    ",
             break_long_words=True,
             break_on_hyphens=False,
-        ) or [line[:width]]
+        ) or [plain[:width]]
+        out += wrapped if plain == line else _restyled(line, wrapped, len(indent) + 4)
     return out
+
+
+_SGR = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def _restyled(line: str, wrapped: list[str], added: int) -> list[str]:
+    """The lines ``wrapped`` (of ``line`` without its colour codes; each after the first begins
+    with ``added`` columns of indent of its own) with ``line``'s codes put back: each before the
+    character it preceded, the style in force at a break closed at its end and opened again on
+    the next line. (Without them, should the wrap have changed a character: the lines as they
+    are.)"""
+    cells: list[tuple[bool, str]] = []  # (a code?, the code or the character)
+    at = 0
+    for found in _SGR.finditer(line):
+        cells += [(False, c) for c in line[at : found.start()]]
+        cells.append((True, found.group()))
+        at = found.end()
+    cells += [(False, c) for c in line[at:]]
+    out: list[str] = []
+    style = ""  # the code in force (none after a reset)
+    i = 0
+    for n, text in enumerate(wrapped):
+        parts = [text[:added], style] if n else []
+        for char in text[added:] if n else text:
+            while i < len(cells) and (cells[i][0] or cells[i][1] != char):
+                is_code, value = cells[i]
+                if is_code:
+                    parts.append(value)
+                    style = "" if value == _RESET else value
+                i += 1  # a code, or a space the wrap dropped at the break
+            if i == len(cells):
+                return wrapped
+            parts.append(char)
+            i += 1
+        if n < len(wrapped) - 1:
+            while i < len(cells) and cells[i][0]:  # the codes right after its last character
+                parts.append(cells[i][1])
+                style = "" if cells[i][1] == _RESET else cells[i][1]
+                i += 1
+            parts.append(_RESET if style else "")
+        else:  # the codes after the last character (a closing reset)
+            parts += [value for is_code, value in cells[i:] if is_code]
+        out.append("".join(parts))
+    return out
+
+
+_RESET = "\x1b[0m"
