@@ -114,6 +114,7 @@ RECORDER = Recorder(THRESHOLDS)
 DISTRIBUTED: DistributedRecord = RECORDER.distributed
 #: The slow path's queue to the emitter, and the one error path (``OUTBOX.failed``).
 OUTBOX = Outbox()
+RECORDER.waits.hand_to(OUTBOX)  # a filed wait's record goes there (record._waits)
 
 
 class Process:

@@ -16,25 +16,29 @@ from otel_lockwatch.telemetry._emitter import Telemetry, site_attributes
 
 
 def test_drain_yields_the_interpreter_once_a_slice(monkeypatch):
-    """The emitter thread lets the interpreter lock go once a slice of records is spent (a
-    holder waiting for it waits a slice at most), not after each record (a record made right
-    after other threads ran costs about twice the CPU), and not at all when a flush drains."""
+    """The emitter thread lets the interpreter lock go for a pause once a slice of records is
+    spent (a holder waiting for it waits a slice at most), not after each record (a record made
+    right after other threads ran costs about twice the CPU); it does not pause with a backlog
+    (it catches up), nor at all when a flush drains."""
     clock = [0]
     emitted: list[int] = []
-    yields: list[int] = []
+    yields: list[tuple[int, float]] = []
 
     class Counted(Telemetry):  # a session's emitter, not enabled: its drain alone
         SLICE_NS = 100_000
+        SLICE_PAUSE_S = 50e-6
+        BACKLOG = 6
 
         def emit(self, *record):  # each record takes 40 us of the clock
             clock[0] += 40_000
             emitted.append(record[0])
 
-    telemetry = Counted(clock=lambda: clock[0], pause=lambda s: yields.append(len(emitted)))
+    telemetry = Counted(clock=lambda: clock[0], pause=lambda s: yields.append((len(emitted), s)))
     monkeypatch.setattr(OUTBOX, "queue", collections.deque((i,) for i in range(12)))
     telemetry.drain(yielding=True)
     assert emitted == list(range(12))  # every record, in order
-    assert yields == [3, 6, 9, 12]  # past 100 us: after the third record of each slice
+    # past 100 us: after the third record of each slice; a pause once fewer than 6 are queued
+    assert yields == [(3, 0.0), (6, 0.0), (9, 50e-6), (12, 50e-6)]
 
     OUTBOX.queue.extend((i,) for i in range(12))
     del emitted[:], yields[:]

@@ -382,7 +382,8 @@ def test_error_inside_instrumentation_never_reaches_the_host(watched, monkeypatc
     def broken(*args, **kwargs):
         raise ZeroDivisionError("lockwatch bug")
 
-    monkeypatch.setattr(OUTBOX, "wait", broken)  # (the fixture's fresh session: not yet warned)
+    # What files a wait (record._waits), after the lock path counted it.
+    monkeypatch.setattr(RECORDER.waits, "queue_record", broken)  # (not yet warned: fresh session)
     before = OUTBOX.errors
     lock = threading.Lock()
     # Queues the standard library's C code provides (a watched event's blocked wait would call
@@ -404,6 +405,7 @@ def test_error_inside_instrumentation_never_reaches_the_host(watched, monkeypatc
     holder.join()
     assert lock.acquire() is True
     lock.release()
+    RECORDER.waits.file()
     assert OUTBOX.errors == before + 2
     assert sum("internal error" in r.getMessage() for r in caplog.records) == 1
 

@@ -10,7 +10,8 @@ the C fast path (``_fast_path``) runs the uncontended steps in C and calls these
 - :func:`timed_wait` (:func:`lock_wait` for a lock's own ``acquire``): only when the try failed
   is the clock read (lock_stat and Abseil record contention only on the slow path), the lock
   class is noted as the worker's ``waiting`` while it blocks (the live gauges read it), and
-  :func:`record_wait` counts the wait and queues it for OpenTelemetry.
+  :func:`record_wait` counts the wait and leaves its sites and its record for OpenTelemetry to
+  be filed off the lock path (``record._waits``).
 - :func:`track_hold`: the lock is held; its entry goes on the worker's held stack, and the object
   that keeps the hold notes what the release will need.
 - :func:`untrack`: the release; the entry comes off the stack and the hold is recorded (and
@@ -38,6 +39,8 @@ from __future__ import annotations
 
 import logging
 import sys
+import threading
+from _thread import get_ident as _get_ident
 from collections.abc import Callable
 from time import perf_counter_ns as _pc
 from typing import Any
@@ -47,7 +50,8 @@ from opentelemetry import context as otel_context
 from .._session import OUTBOX, RECORDER, THRESHOLDS, Thresholds
 from ..record._histogram import bucket_of
 from ..record._recorder import STATS_FIELDS, WORKER_FIELDS, Stats, WorkerState
-from ..record._sites import UNKNOWN, SiteTable
+from ..record._sites import UNKNOWN
+from ..record._threads import current_thread_name
 from ._collection import defer_collection, resume_collection
 from ._fast_path import HeldEntry, new_stats, speedups
 from ._naming import LockClass
@@ -140,7 +144,8 @@ def record_wait(
 ) -> None:
     """Count a blocking attempt that had to wait from ``t0`` to ``t1`` (``ok``: it got the lock)
     at its site (``frame``) while the held-stack entry ``held_by`` held the lock (None:
-    unknown), and queue it for OpenTelemetry (``extra``: more span attributes)."""
+    unknown); its sites and its record for OpenTelemetry (``extra``: more span attributes) are
+    filed later, off the lock path (``record._waits``)."""
     waited_ns = t1 - t0
     stats.contentions += 1
     stats.wait_total_ns += waited_ns
@@ -155,28 +160,25 @@ def record_wait(
         stats.acquisitions += 1
     else:
         stats.timeouts += 1
+    # The rest is filed off the lock path (record._waits): what a later look could not have is
+    # taken now. It allocates under the lock it took (or others held): _collection.
     state.in_lockwatch = True
-    defer_collection()  # it allocates under the lock it took (or others held): _collection
+    defer_collection()
     try:
-        sites = stats.sites
-        if sites is None:
-            sites = stats.sites = SiteTable(THRESHOLDS.sites_kept)
         holder_frame = None if held_by is None else held_by.frame  # None: released before
         holder = None if holder_frame is None else (holder_frame.f_code, held_by.lasti)
         waiter = UNKNOWN if frame is None else (frame.f_code, frame.f_lasti)
-        sites.add(waiter, UNKNOWN if holder is None else holder, waited_ns)
         span_ns = THRESHOLDS.wait_span_ns
-        span = waited_ns >= span_ns  # its span names both sites: as code, made text by the emitter
-        OUTBOX.wait(
-            lock_class,
-            t0,
-            t1,
-            context,
-            "acquired" if ok else "timed_out",
-            span_ns,
-            extra,
-            (frame.f_globals.get("__name__", "?"), *waiter) if span and frame is not None else None,
-            holder if span else None,
+        site = thread = None
+        if waited_ns >= span_ns:  # its span names both sites and the thread
+            if frame is not None:
+                site = (frame.f_globals.get("__name__", "?"), *waiter)
+            ident = _get_ident()
+            thread = (current_thread_name(ident), ident)
+        if OUTBOX.accepting and not OUTBOX.started:  # the emitter files them: it must run
+            OUTBOX.begin()
+        RECORDER.waits.add(  # UNFILED_FIELDS
+            (stats, lock_class, t0, t1, ok, context, extra, span_ns, waiter, holder, site, thread)
         )
     except Exception as exc:
         OUTBOX.failed(exc)
@@ -425,18 +427,21 @@ if speedups is not None:
         context=current_context,
         failed=OUTBOX.failed,
         check_order=check_order_event,
-        lock_wait=on_acquisition(lock_wait),
         record_hold=record_hold_event,
         worker_state=(WorkerState, WORKER_FIELDS),
         stats=(Stats, STATS_FIELDS),
         hold=(Hold, HOLD_FIELDS),
         outbox=OUTBOX,
+        waits=RECORDER.waits,
+        threads=threading._active,  # type: ignore[attr-defined]
         new_state=RECORDER.new_thread_state,
         new_stats=new_stats,
     )
 
     def _fast_path_floor(thresholds: Thresholds) -> None:
-        speedups.set_hold_thresholds(thresholds.hold_metric_ns, thresholds.hold_span_ns)
+        speedups.set_thresholds(
+            thresholds.hold_metric_ns, thresholds.hold_span_ns, thresholds.wait_span_ns
+        )
 
     # The C path keeps its copies of the hold metric floor and span threshold: the session's, at
     # every begin().

@@ -11,7 +11,8 @@ wrapt's ``WRAPT_DISABLE_EXTENSIONS``).
 The contract:
 
 - What the C path takes over: ``LockBase`` / ``RLockBase`` (the bases of ``LockProxy`` /
-  ``RLockProxy``: an acquire or ``with`` with the default timeout, the release) and
+  ``RLockProxy``: an acquire or ``with`` with the default timeout, its wait when the try failed,
+  the release) and
   ``SectionAcquire`` / ``SectionRelease`` (the instrumented ``StripedSections._acquire`` /
   ``_release``: method descriptors with ``__wrapped__``, so ``unwrap`` restores them like a
   function), and on the hand-off paths ``took`` / ``gave`` (every checkout and checkin),
@@ -22,10 +23,14 @@ The contract:
   caller (a C call pushes no frame).
 - What it calls back: the slow paths only, each with one event whose fields have names (a
   struct sequence, never an argument list whose order both sides must agree on): the
-  lock-order check on a chain-cache miss and a wait get an ``Acquisition``
-  (:data:`ACQUISITION_FIELDS`; a field a path has no use for is None), a hold at or above the
-  metric floor a ``Release`` (:data:`RELEASE_FIELDS`); ``_bookkeeping``'s and ``_sections``'
-  ``*_event`` functions receive them and call the Python path's routines. A release whose hold
+  lock-order check on a chain-cache miss, a section's wait and, before a lock proxy's wait, its
+  look for a holder inside lockwatch's window (``_switched_out.window_event``) get an
+  ``Acquisition`` (:data:`ACQUISITION_FIELDS`; a field a path has no use for is None), a hold
+  at or above the metric floor a ``Release`` (:data:`RELEASE_FIELDS`); ``_bookkeeping``'s,
+  ``_switched_out``'s and ``_sections``' ``*_event`` functions receive them and call the Python
+  path's routines. A lock proxy's wait itself is C (the lock's own blocking acquire, the counts,
+  one tuple of ``record._waits.UNFILED_FIELDS`` appended to ``RECORDER.waits``, as the Python
+  path's ``record_wait`` appends it). A release whose hold
   is below the span threshold (not a section's, once the process's outbox has started) does not
   call back: the C path queues its record itself, the tuple of ``_outbox.RECORD_FIELDS`` that
   ``Outbox.put`` makes. A thread's first acquisition calls ``RECORDER.new_thread_state()`` and a
@@ -63,7 +68,8 @@ The contract:
   interpreter does, for objects of exactly those classes (any other object takes ordinary
   attribute access). A C proxy keeps its hold in members of :data:`_bookkeeping.HOLD_FIELDS`'
   names, as a Python hold does. ``speedups.direct_slots()`` lists what it reads.
-- What it owns: the counters a pair writes (``_speedups.STATS_OWNED``, by name), as C integers
+- What it owns: the counters a pair and a lock proxy's wait write (``_speedups.STATS_OWNED``, by
+  name: a prefix of ``STATS_FIELDS``), as C integers
   of ``_speedups.StatsBase`` (the base of :func:`new_stats`'s class on this path), with the hold
   histogram's first 512 buckets counted in a fixed C array (``hold_histogram`` reads a new dict
   of them and the rest, and an assignment replaces both); and each thread's ``WorkerState``,

@@ -136,24 +136,27 @@ typedef struct {
 
 enum {
     WORKER_HELD, WORKER_STATS, WORKER_IN_LOCKWATCH, WORKER_LAST, WORKER_HANDOFFS, WORKER_CHAIN,
-    WORKER_USED
+    WORKER_WAITING, WORKER_USED
 };
 static const char *const WORKER_NAMES[WORKER_USED] = {
     [WORKER_HELD] = "held",     [WORKER_STATS] = "stats",
     [WORKER_IN_LOCKWATCH] = "in_lockwatch", [WORKER_LAST] = "last",
-    [WORKER_HANDOFFS] = "handoffs", [WORKER_CHAIN] = "chain",
+    [WORKER_HANDOFFS] = "handoffs", [WORKER_CHAIN] = "chain", [WORKER_WAITING] = "waiting",
 };
-/* The Stats fields a pair writes: StatsBase owns them on this path (C integers, and the hold
- * histogram's dense buckets). */
+/* The Stats fields a pair and a lock proxy's wait write: StatsBase owns them on this path (C
+ * integers, and the hold histogram's dense buckets). */
 enum {
     STATS_ACQUISITIONS, STATS_TRY_ACQUISITIONS, STATS_SKIPPED, STATS_HOLD_TOTAL,
-    STATS_HOLD_HISTOGRAM, STATS_HOLD_MIN, STATS_HOLD_MAX, STATS_USED
+    STATS_HOLD_HISTOGRAM, STATS_HOLD_MIN, STATS_HOLD_MAX, STATS_CONTENTIONS, STATS_TIMEOUTS,
+    STATS_WAIT_TOTAL, STATS_WAIT_MIN, STATS_WAIT_MAX, STATS_USED
 };
 static const char *const STATS_NAMES[STATS_USED] = {
     [STATS_ACQUISITIONS] = "acquisitions", [STATS_TRY_ACQUISITIONS] = "try_acquisitions",
     [STATS_SKIPPED] = "skipped",           [STATS_HOLD_TOTAL] = "hold_total_ns",
     [STATS_HOLD_HISTOGRAM] = "hold_histogram", [STATS_HOLD_MIN] = "hold_min_ns",
-    [STATS_HOLD_MAX] = "hold_max_ns",
+    [STATS_HOLD_MAX] = "hold_max_ns",      [STATS_CONTENTIONS] = "contentions",
+    [STATS_TIMEOUTS] = "timeouts",         [STATS_WAIT_TOTAL] = "wait_total_ns",
+    [STATS_WAIT_MIN] = "wait_min_ns",      [STATS_WAIT_MAX] = "wait_max_ns",
 };
 /* _bookkeeping.HOLD_FIELDS: what an object that keeps a hold notes (LockBase has them as
  * members of these names). */
@@ -236,19 +239,25 @@ typedef struct ModuleState {
     PyObject *context_var;  /* the ContextVar whose get() context is, else NULL */
     PyObject *failed;       /* OUTBOX.failed(exc) */
     PyObject *check_order;  /* check_order(Acquisition) */
-    PyObject *lock_wait;    /* lock_wait(Acquisition) -> bool; the lock proxies' own
-                             * (on_acquisition(window_wait)) once setup_locks() ran */
+    PyObject *waits_queue;  /* RECORDER.waits.queue (record._waits: never replaced) */
+    PyObject *waits_append; /* its append */
+    PyObject *waits_add;    /* RECORDER.waits.add: a wait when the queue is at its limit */
+    long long waits_limit;  /* UnfiledWaits.LIMIT */
+    PyObject *threads;      /* threading._active: a span's thread name */
     PyObject *record_hold;  /* record_hold(Release) */
     PyObject *new_state;    /* RECORDER.new_thread_state(): a thread's first state */
     PyObject *new_stats;    /* _fast_path.new_stats(): a worker's first Stats of a class */
     PyObject *outbox;       /* OUTBOX: a hold's record, queued here (hold_queued) */
     long long outbox_size;  /* Outbox.QUEUE_SIZE */
-    long long hold_span_ns; /* set_hold_thresholds(): THRESHOLDS.hold_span_ns */
+    long long hold_span_ns; /* set_thresholds(): THRESHOLDS.hold_span_ns */
+    long long wait_span_ns; /* and THRESHOLDS.wait_span_ns */
     int ready;
     /* setup_locks(), from _threading.py */
     PyObject *python_acquire;       /* the Python LockProxy.acquire */
     PyObject *python_rlock_acquire; /* the Python RLockProxy.acquire */
     PyObject *skip_frames;          /* module globals whose frames are not a lock's site */
+    PyObject *window; /* window(Acquisition) -> bool: taken by yielding to a holder inside
+                       * lockwatch's window (on_acquisition(_switched_out.window_yields)) */
     int locks_ready;
     /* setup_sections(), from _sections.py */
     PyObject *section_wait; /* section_wait(Acquisition) -> bool */
@@ -256,7 +265,7 @@ typedef struct ModuleState {
     /* setup_handoffs(), from _handoffs.py */
     PyObject *handoff_stats; /* handoff_stats(st, cls): the HandoffStats, made on first use */
     PyObject *deque_type, *deque_append, *deque_pop; /* collections.deque's */
-    /* set_hold_thresholds(), from _bookkeeping: the session's THRESHOLDS.hold_metric_ns */
+    /* set_thresholds(), from _bookkeeping: the session's THRESHOLDS.hold_metric_ns */
     long long hold_metric_ns;
     /* the raw locks' types and methods */
     PyObject *lock_type, *lock_acquire, *lock_release;    /* _thread.LockType's */
@@ -272,6 +281,7 @@ typedef struct ModuleState {
     /* interned attribute names */
     PyObject *str_accepting, *str_started, *str_queue, *str_lock_hold; /* the outbox's */
     PyObject *str_dunder_dict;
+    PyObject *str_wait_histogram, *str_begin; /* a wait's */
     PyObject *str_dunder_name, *str_st, *str_acquire, *str_release, *str_append, *str_pop,
         *str_lockwatch_class, *str_value, *str_lw_capacity, *str_waiters, *str_is_owned;
     /* the collector held off (collection_defer) */
@@ -602,6 +612,17 @@ slot_set_ll(Slot *sl, PyObject *obj, long long value)
 
 /* obj.name += delta */
 static int
+slot_bound(Slot *sl, PyObject *obj, long long v, int less)
+{
+    long long cur;
+    if (slot_get_ll(sl, obj, &cur) < 0)
+        return -1;
+    if (less ? v < cur : v > cur)
+        return slot_set_ll(sl, obj, v);
+    return 0;
+}
+
+static int
 slot_add(Slot *sl, PyObject *obj, long long delta)
 {
     long long v;
@@ -863,11 +884,18 @@ StatsBase_set_histogram(StatsBase *self, PyObject *value, void *Py_UNUSED(closur
 #define STATS_NAMES_STATS_HOLD_TOTAL "hold_total_ns"
 #define STATS_NAMES_STATS_HOLD_MIN "hold_min_ns"
 #define STATS_NAMES_STATS_HOLD_MAX "hold_max_ns"
+#define STATS_NAMES_STATS_CONTENTIONS "contentions"
+#define STATS_NAMES_STATS_TIMEOUTS "timeouts"
+#define STATS_NAMES_STATS_WAIT_TOTAL "wait_total_ns"
+#define STATS_NAMES_STATS_WAIT_MIN "wait_min_ns"
+#define STATS_NAMES_STATS_WAIT_MAX "wait_max_ns"
 static PyMemberDef StatsBase_members[] = {
     STATS_COUNTER(STATS_ACQUISITIONS), STATS_COUNTER(STATS_TRY_ACQUISITIONS),
     STATS_COUNTER(STATS_SKIPPED),      STATS_COUNTER(STATS_HOLD_TOTAL),
     STATS_COUNTER(STATS_HOLD_MIN),     STATS_COUNTER(STATS_HOLD_MAX),
-    {NULL, 0, 0, 0, NULL},
+    STATS_COUNTER(STATS_CONTENTIONS),  STATS_COUNTER(STATS_TIMEOUTS),
+    STATS_COUNTER(STATS_WAIT_TOTAL),   STATS_COUNTER(STATS_WAIT_MIN),
+    STATS_COUNTER(STATS_WAIT_MAX),     {NULL, 0, 0, 0, NULL},
 };
 /* self.add_holds(other): other's hold histogram added to self's, bucket by bucket, where both
  * are StatsBase with their histograms as dicts (True); else nothing is done (False) and the
@@ -947,6 +975,28 @@ stats_add(ModuleState *S, PyObject *s, int field, long long delta)
         return 0;
     }
     return slot_add(&S->stats[field], s, delta);
+}
+
+/* s.<field> = value when value is beyond it (less: below; else above), for a counter of the
+ * Stats table */
+static int
+stats_bound(ModuleState *S, PyObject *s, int field, long long value, int less)
+{
+    StatsBase *c = c_stats(S, s);
+    if (c == NULL)
+        return slot_bound(&S->stats[field], s, value, less);
+#ifdef Py_GIL_DISABLED
+    long long had = __atomic_load_n(&c->counts[field], __ATOMIC_RELAXED);
+    while (less ? value < had : value > had) {
+        if (__atomic_compare_exchange_n(&c->counts[field], &had, value, 1, __ATOMIC_RELAXED,
+                                        __ATOMIC_RELAXED))
+            break;
+    }
+#else
+    if (less ? value < c->counts[field] : value > c->counts[field])
+        c->counts[field] = value;
+#endif
+    return 0;
 }
 
 /* A try-acquire's counts (_bookkeeping.record_try). */
@@ -1753,6 +1803,234 @@ static const PyMemberDef CLASS_MEMBER = {"_lockwatch_class", T_OBJECT_EX, offset
                                          NULL};
 #endif
 
+/* -- a lock proxy's wait (_bookkeeping.timed_wait and record_wait, for a lock's own blocking
+ * acquire) -----------------------------------------------------------------------------------
+ * The waiter runs this with the lock it waited for held, on everyone's critical path under
+ * contention, right after its wake-up (cold caches: Python code there ran about ten times as
+ * long as in a loop, docs/performance.md). So it is C, and it does only what must be current at
+ * once: the counts of the worker's Stats, and one tuple for record._waits (UNFILED_FIELDS),
+ * whose sites and record for OpenTelemetry are filed off the lock path. */
+
+/* A wait of w ns that got the lock, counted on the worker's Stats (record_wait's counts). */
+static int
+wait_counted(ModuleState *S, PyObject *s, long long w)
+{
+    PyObject *hist = PyObject_GetAttr(s, S->str_wait_histogram); /* (a dict slot: in place) */
+    int r = hist == NULL || !PyDict_Check(hist) ? -1 : hist_add(hist, w);
+    Py_XDECREF(hist);
+    if (r < 0) {
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_TypeError, "otel_lockwatch: a wait histogram is a dict");
+        return -1;
+    }
+    if (stats_add(S, s, STATS_CONTENTIONS, 1) < 0 || stats_add(S, s, STATS_WAIT_TOTAL, w) < 0 ||
+        stats_bound(S, s, STATS_WAIT_MAX, w, 0) < 0 || stats_bound(S, s, STATS_WAIT_MIN, w, 1) < 0 ||
+        stats_add(S, s, STATS_ACQUISITIONS, 1) < 0)
+        return -1;
+    return 0;
+}
+
+/* (code, lasti) of a frame, or NULL with an error. */
+static PyObject *
+code_key(PyFrameObject *frame, int lasti)
+{
+    PyObject *code = (PyObject *)PyFrame_GetCode(frame);
+    PyObject *offset = PyLong_FromLong(lasti);
+    PyObject *key = code != NULL && offset != NULL ? PyTuple_Pack(2, code, offset) : NULL;
+    Py_XDECREF(code);
+    Py_XDECREF(offset);
+    return key;
+}
+
+/* The holder's (code, lasti) from its held-stack entry (a HeldEntry, or the pure path's entry,
+ * read by name), or None when it has none (released before the look) or is unknown. */
+static PyObject *
+holder_key(ModuleState *S, PyObject *held_by)
+{
+    if (held_by == NULL || held_by == Py_None)
+        return Py_NewRef(Py_None);
+    PyObject *frame, *lasti;
+    if (Py_IS_TYPE(held_by, S->held_entry_type)) {
+        frame = Py_NewRef(ENTRY_GET(held_by, ENTRY_FRAME));
+        lasti = Py_NewRef(ENTRY_GET(held_by, ENTRY_LASTI));
+    }
+    else {
+        frame = PyObject_GetAttrString(held_by, "frame");
+        lasti = frame ? PyObject_GetAttrString(held_by, "lasti") : NULL;
+    }
+    PyObject *key = NULL;
+    if (frame != NULL && lasti != NULL) {
+        if (!PyFrame_Check(frame))
+            key = Py_NewRef(Py_None);
+        else {
+            PyObject *code = (PyObject *)PyFrame_GetCode((PyFrameObject *)frame);
+            key = code ? PyTuple_Pack(2, code, lasti) : NULL;
+            Py_XDECREF(code);
+        }
+    }
+    Py_XDECREF(frame);
+    Py_XDECREF(lasti);
+    return key;
+}
+
+/* A span's (thread, thread id) for the calling thread: its threading.Thread (the filer reads
+ * its name: record._waits), or its name for a thread threading does not know. */
+static PyObject *
+thread_key(ModuleState *S)
+{
+    unsigned long ident = PyThread_get_thread_ident();
+    PyObject *id = PyLong_FromUnsignedLong(ident);
+    if (id == NULL)
+        return NULL;
+    PyObject *thread = NULL;
+    if (dict_get_ref(S->threads, id, &thread) < 0) {
+        Py_DECREF(id);
+        return NULL;
+    }
+    if (thread == NULL)
+        thread = PyUnicode_FromFormat("Dummy-%lu", ident);
+    PyObject *key = thread != NULL ? PyTuple_Pack(2, thread, id) : NULL;
+    Py_XDECREF(thread);
+    Py_DECREF(id);
+    return key;
+}
+
+/* The emitter started, when the outbox accepts and has not (Outbox.begin: it files the waits). */
+static int
+outbox_begun(ModuleState *S)
+{
+    int accepting = outbox_flag(S, S->str_accepting);
+    if (accepting <= 0)
+        return accepting;
+    int started = outbox_flag(S, S->str_started);
+    if (started != 0)
+        return started < 0 ? -1 : 0;
+    PyObject *r = PyObject_CallMethodNoArgs(S->outbox, S->str_begin);
+    Py_XDECREF(r);
+    return r == NULL ? -1 : 0;
+}
+
+/* The wait's tuple for record._waits (UNFILED_FIELDS), queued. */
+static int
+wait_unfiled(ModuleState *S, PyObject *s, PyObject *cls, long long t0, long long t1,
+             PyObject *ctx, PyObject *f, PyObject *held_by)
+{
+    long long span_ns = FT_LOAD(S->wait_span_ns);
+    int lasti = PyFrame_GetLasti((PyFrameObject *)f);
+    PyObject *waiter = code_key((PyFrameObject *)f, lasti);
+    PyObject *holder = waiter ? holder_key(S, held_by) : NULL;
+    PyObject *site = NULL, *thread = NULL, *wait = NULL;
+    if (holder == NULL)
+        goto done;
+    if (t1 - t0 >= span_ns) { /* its span names both sites and the thread */
+        PyObject *globals = PyFrame_GetGlobals((PyFrameObject *)f), *module = NULL;
+        if (globals == NULL || dict_get_ref(globals, S->str_dunder_name, &module) < 0) {
+            Py_XDECREF(globals);
+            goto done;
+        }
+        Py_DECREF(globals);
+        site = PyTuple_Pack(3, module ? module : Py_None, PyTuple_GET_ITEM(waiter, 0),
+                            PyTuple_GET_ITEM(waiter, 1));
+        Py_XDECREF(module);
+        if (site == NULL || (thread = thread_key(S)) == NULL)
+            goto done;
+    }
+    if (outbox_begun(S) < 0)
+        goto done;
+    PyObject *a = PyLong_FromLongLong(t0), *b = PyLong_FromLongLong(t1);
+    PyObject *span = PyLong_FromLongLong(span_ns);
+    if (a != NULL && b != NULL && span != NULL)
+        wait = PyTuple_Pack(12, s, cls, a, b, Py_True, ctx, Py_None, span, waiter, holder,
+                            site ? site : Py_None, thread ? thread : Py_None);
+    Py_XDECREF(a);
+    Py_XDECREF(b);
+    Py_XDECREF(span);
+    if (wait == NULL)
+        goto done;
+    Py_ssize_t queued = PyObject_Size(S->waits_queue);
+    PyObject *r = queued < 0 ? NULL
+                  : PyObject_CallOneArg(queued < FT_LOAD(S->waits_limit) ? S->waits_append
+                                                                         : S->waits_add, wait);
+    Py_CLEAR(wait);
+    if (r != NULL) {
+        Py_DECREF(r);
+        wait = Py_None; /* (done) */
+    }
+done:
+    Py_XDECREF(waiter);
+    Py_XDECREF(holder);
+    Py_XDECREF(site);
+    Py_XDECREF(thread);
+    return wait == NULL ? -1 : 0;
+}
+
+/* The blocking wait of a lock proxy whose try failed: the window first (a holder switched out
+ * inside lockwatch is yielded to, S->window), else the lock's own blocking acquire, timed from
+ * the failed try, with the worker's `waiting` noted meanwhile (the live gauges); then the wait
+ * counted and left to file. 1: taken; 0: not (the acquire said so); -1: an error (the acquire's
+ * own, as KeyboardInterrupt from a signal handler: raised to the caller, as the lock's acquire
+ * raises it). */
+static int
+lock_wait_here(ModuleState *S, LockBase *self, PyObject *st, PyObject *s, PyObject *cls,
+               PyObject *f, PyObject *lock)
+{
+    long long t0 = now_ns();
+    PyObject *event[ACQ_FIELDS] = {[ACQ_WORKER] = st,      [ACQ_STATS] = s,
+                                   [ACQ_LOCK_CLASS] = cls, [ACQ_FRAME] = f,
+                                   [ACQ_LOCK] = lock,      [ACQ_HOLD] = (PyObject *)self,
+                                   [ACQ_CANONICAL] = Py_False,
+                                   [ACQ_TIMEOUT] = S->minus_one};
+    PyObject *r = call_with_event(S->window, S->acquisition_type, event, ACQ_FIELDS);
+    if (r == NULL) {
+        if (!PyErr_ExceptionMatches(PyExc_Exception))
+            return -1; /* (KeyboardInterrupt from a signal handler during a yield: the host's) */
+        swallow(S); /* lockwatch's: counted, and the wait goes on */
+    }
+    else if (consume_truth(S, r))
+        return 1; /* taken by yielding (counted there): not a wait of the program's */
+    PyObject *ctx = current_context(S);
+    if (ctx == NULL) {
+        swallow(S);
+        ctx = Py_NewRef(Py_None);
+    }
+    PyObject *held_by = Py_XNewRef(FT_LOAD(self->entry)); /* the holder at the arrival */
+    PyObject *before = slot_get(&S->worker[WORKER_WAITING], st);
+    if (before == NULL || slot_set(&S->worker[WORKER_WAITING], st, cls) < 0) {
+        swallow(S);
+        Py_CLEAR(before);
+    }
+    PyObject *m = known_method(S, lock, S->lock_acquire, S->rlock_acquire);
+    PyObject *got = m != NULL ? PyObject_CallOneArg(m, lock)
+                              : PyObject_CallMethodNoArgs(lock, S->str_acquire);
+    long long t1 = now_ns();
+    if (before != NULL) {
+        PyObject *type, *value, *tb; /* (the acquire's error, kept) */
+        PyErr_Fetch(&type, &value, &tb);
+        if (slot_set(&S->worker[WORKER_WAITING], st, before) < 0)
+            swallow(S);
+        PyErr_Restore(type, value, tb);
+        Py_DECREF(before);
+    }
+    int ok = got == NULL ? -1 : PyObject_IsTrue(got);
+    Py_XDECREF(got);
+    if (ok > 0) {
+        if (wait_counted(S, s, t1 - t0) < 0)
+            swallow(S);
+        PyObject *in_lockwatch = slot_get(&S->worker[WORKER_IN_LOCKWATCH], st);
+        collection_defer(S); /* it allocates under the lock it took: _collection */
+        if (in_lockwatch == NULL || slot_set(&S->worker[WORKER_IN_LOCKWATCH], st, Py_True) < 0 ||
+            wait_unfiled(S, s, cls, t0, t1, ctx, f, held_by) < 0)
+            swallow(S);
+        if (in_lockwatch != NULL && slot_set(&S->worker[WORKER_IN_LOCKWATCH], st, in_lockwatch) < 0)
+            swallow(S);
+        collection_resume(S);
+        Py_XDECREF(in_lockwatch);
+    }
+    Py_DECREF(ctx);
+    Py_XDECREF(held_by);
+    return ok;
+}
+
 static PyObject *
 lock_acquire_fast(LockBase *self, int blocking)
 {
@@ -1829,16 +2107,11 @@ lock_acquire_fast(LockBase *self, int blocking)
                 collection_resume(S);
                 deferred = 0;
             }
-            /* the wait is charged to the holder this proxy keeps (its HOLD_* members) */
-            PyObject *wait[ACQ_FIELDS] = {[ACQ_WORKER] = st,      [ACQ_STATS] = s,
-                                          [ACQ_LOCK_CLASS] = cls, [ACQ_FRAME] = f,
-                                          [ACQ_LOCK] = lock,      [ACQ_HOLD] = (PyObject *)self,
-                                          [ACQ_CANONICAL] = Py_False,
-                                          [ACQ_TIMEOUT] = S->minus_one};
-            PyObject *r = call_with_event(S->lock_wait, S->acquisition_type, wait, ACQ_FIELDS);
-            if (r == NULL)
+            /* the wait, charged to the holder this proxy keeps (its HOLD_* members) */
+            int taken = lock_wait_here(S, self, st, s, cls, f, lock);
+            if (taken < 0)
                 goto error;
-            if (!consume_truth(S, r)) {
+            if (!taken) {
                 result = Py_NewRef(Py_False);
                 goto done;
             }
@@ -2772,17 +3045,6 @@ handoff_stats_of(ModuleState *S, PyObject *st, PyObject *cls)
 
 /* obj.field = min(obj.field, v) (less: 1) or max (less: 0) */
 static int
-slot_bound(Slot *sl, PyObject *obj, long long v, int less)
-{
-    long long cur;
-    if (slot_get_ll(sl, obj, &cur) < 0)
-        return -1;
-    if (less ? v < cur : v > cur)
-        return slot_set_ll(sl, obj, v);
-    return 0;
-}
-
-static int
 handoff_args(ModuleState *S, const char *name, Py_ssize_t nargs, PyObject *const *args, long long *a, long long *b,
             Py_ssize_t want)
 {
@@ -3150,15 +3412,36 @@ static PyObject *
 speedups_setup(PyObject *module, PyObject *args, PyObject *kwds)
 {
     ModuleState *S = module_state(module);
-    static char *kwlist[] = {"tls", "context", "failed", "check_order", "lock_wait",
-                             "record_hold", "worker_state", "stats", "hold", "outbox",
+    static char *kwlist[] = {"tls", "context", "failed", "check_order", "record_hold",
+                             "worker_state", "stats", "hold", "outbox", "waits", "threads",
                              "new_state", "new_stats", NULL};
-    PyObject *tls, *context, *failed, *check_order, *lock_wait, *record_hold, *ws, *stats, *hold,
-        *outbox, *new_state, *new_stats;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "$OOOOOOOOOOOO", kwlist, &tls, &context,
-                                     &failed, &check_order, &lock_wait, &record_hold, &ws, &stats,
-                                     &hold, &outbox, &new_state, &new_stats))
+    PyObject *tls, *context, *failed, *check_order, *record_hold, *ws, *stats, *hold, *outbox,
+        *waits, *threads, *new_state, *new_stats;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "$OOOOOOOOOOO!OO", kwlist, &tls, &context,
+                                     &failed, &check_order, &record_hold, &ws, &stats, &hold,
+                                     &outbox, &waits, &PyDict_Type, &threads, &new_state,
+                                     &new_stats))
         return NULL;
+    /* The unfiled waits (record._waits.UnfiledWaits): its queue, that queue's append, its
+     * add and its limit. */
+    PyObject *waits_queue = PyObject_GetAttrString(waits, "queue");
+    PyObject *waits_append = waits_queue ? PyObject_GetAttr(waits_queue, S->str_append) : NULL;
+    PyObject *waits_add = waits_append ? PyObject_GetAttrString(waits, "add") : NULL;
+    PyObject *limit = waits_add ? PyObject_GetAttrString(waits, "LIMIT") : NULL;
+    long long waits_limit = limit == NULL ? -1 : PyLong_AsLongLong(limit);
+    Py_XDECREF(limit);
+    int taken = waits_limit >= 0 && state_set(S, &S->waits_queue, waits_queue) == 0 &&
+                state_set(S, &S->waits_append, waits_append) == 0 &&
+                state_set(S, &S->waits_add, waits_add) == 0;
+    Py_XDECREF(waits_queue);
+    Py_XDECREF(waits_append);
+    Py_XDECREF(waits_add);
+    if (!taken) {
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_ValueError, "otel_lockwatch: waits.LIMIT must be >= 0");
+        return NULL;
+    }
+    FT_STORE(S->waits_limit, waits_limit);
     PyObject *size = PyObject_GetAttrString(outbox, "QUEUE_SIZE");
     long long outbox_size = size == NULL ? -1 : PyLong_AsLongLong(size);
     Py_XDECREF(size);
@@ -3179,8 +3462,8 @@ speedups_setup(PyObject *module, PyObject *args, PyObject *kwds)
     struct {
         PyObject **field, *value;
     } given[] = {
-        {&S->failed, failed},         {&S->check_order, check_order}, {&S->lock_wait, lock_wait},
-        {&S->record_hold, record_hold}, {&S->outbox, outbox},         {&S->new_state, new_state},
+        {&S->failed, failed},           {&S->check_order, check_order}, {&S->threads, threads},
+        {&S->record_hold, record_hold}, {&S->outbox, outbox},           {&S->new_state, new_state},
         {&S->new_stats, new_stats},
     };
     for (size_t i = 0; i < sizeof(given) / sizeof(given[0]); i++) {
@@ -3197,17 +3480,17 @@ static PyObject *
 speedups_setup_locks(PyObject *module, PyObject *args, PyObject *kwds)
 {
     ModuleState *S = module_state(module);
-    static char *kwlist[] = {"python_acquire", "python_rlock_acquire", "skip_frames",
-                             "lock_wait", NULL};
-    PyObject *acquire, *rlock_acquire, *skip, *lock_wait;
+    static char *kwlist[] = {"python_acquire", "python_rlock_acquire", "skip_frames", "window",
+                             NULL};
+    PyObject *acquire, *rlock_acquire, *skip, *window;
     if (!PyArg_ParseTupleAndKeywords(args, kwds, "$OOO!O", kwlist, &acquire, &rlock_acquire,
-                                     &PyTuple_Type, &skip, &lock_wait))
+                                     &PyTuple_Type, &skip, &window))
         return NULL;
     if (!after_setup(S))
         return NULL;
-    /* The lock proxies' own wait (on_acquisition(capture._switched_out.window_wait)): a failed try first
-     * yields to a holder still inside lockwatch's window (3.14's check after a `with`'s call). */
-    if (state_set(S, &S->lock_wait, lock_wait) < 0)
+    /* Before a lock proxy's wait (lock_wait_here): a failed try first yields to a holder still
+     * inside lockwatch's window (3.14's check after a `with`'s call). */
+    if (state_set(S, &S->window, window) < 0)
         return NULL;
     if (state_set(S, &S->python_acquire, acquire) < 0)
         return NULL;
@@ -3266,18 +3549,21 @@ speedups_direct_slots(PyObject *module, PyObject *Py_UNUSED(ignored))
 }
 
 static PyObject *
-speedups_set_hold_thresholds(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+speedups_set_thresholds(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
     ModuleState *S = module_state(module);
-    if (nargs != 2) {
-        PyErr_SetString(PyExc_TypeError, "set_hold_thresholds(metric_ns, span_ns)");
+    if (nargs != 3) {
+        PyErr_SetString(PyExc_TypeError,
+                        "set_thresholds(hold_metric_ns, hold_span_ns, wait_span_ns)");
         return NULL;
     }
     long long metric = PyLong_AsLongLong(args[0]), span = PyLong_AsLongLong(args[1]);
-    if ((metric == -1 || span == -1) && PyErr_Occurred())
+    long long wait_span = PyLong_AsLongLong(args[2]);
+    if ((metric == -1 || span == -1 || wait_span == -1) && PyErr_Occurred())
         return NULL;
     FT_STORE(S->hold_metric_ns, metric);
     FT_STORE(S->hold_span_ns, span);
+    FT_STORE(S->wait_span_ns, wait_span);
     Py_RETURN_NONE;
 }
 
@@ -3374,10 +3660,11 @@ static PyMethodDef speedups_methods[] = {
      "took(st, cls, left, capacity): a take (_handoffs.took)."},
     {"gave", (PyCFunction)(void (*)(void))speedups_gave, METH_FASTCALL,
      "gave(st, cls, held): a give (_handoffs.gave)."},
-    {"set_hold_thresholds", (PyCFunction)(void (*)(void))speedups_set_hold_thresholds,
+    {"set_thresholds", (PyCFunction)(void (*)(void))speedups_set_thresholds,
      METH_FASTCALL,
-     "set_hold_thresholds(metric_ns, span_ns): the hold from which a release takes the slow path, "
-     "and from which a hold is a span (the session's THRESHOLDS, from _bookkeeping)."},
+     "set_thresholds(hold_metric_ns, hold_span_ns, wait_span_ns): the hold from which a release "
+     "takes the slow path, from which a hold is a span, and from which a wait is (the session's "
+     "THRESHOLDS, from _bookkeeping)."},
     {"direct_slots", speedups_direct_slots, METH_NOARGS,
      "Which attributes the C path reads at their slot's offset: {'Class.attr': bool}."},
     {"raw_lock_layout", speedups_raw_lock_layout, METH_NOARGS,
@@ -3400,7 +3687,8 @@ static PyMethodDef speedups_methods[] = {
 
 /* -- the module's state: made by exec, visited, cleared and freed with the module ---------- */
 #define STATE_OBJECTS(X)                                                                       \
-    X(tls) X(context) X(context_var) X(failed) X(check_order) X(lock_wait) X(record_hold)     \
+    X(tls) X(context) X(context_var) X(failed) X(check_order) X(window) X(record_hold)        \
+    X(waits_queue) X(waits_append) X(waits_add) X(threads) X(str_wait_histogram) X(str_begin)  \
     X(python_acquire) X(python_rlock_acquire) X(skip_frames) X(section_wait) X(handoff_stats)   \
     X(deque_type) X(deque_append) X(deque_pop) X(lock_type) X(lock_acquire) X(lock_release)   \
     X(rlock_type) X(rlock_acquire) X(rlock_release) X(false_args) X(one) X(minus_one)          \
@@ -3519,6 +3807,8 @@ speedups_exec(PyObject *m)
     INTERN(str_queue, "queue");
     INTERN(str_lock_hold, "lock.hold");
     INTERN(str_dunder_dict, "__dict__");
+    INTERN(str_wait_histogram, "wait_histogram");
+    INTERN(str_begin, "begin");
     if (pthread_key_create(&S->cache_key, cache_thread_ended) != 0) {
         PyErr_SetString(PyExc_RuntimeError, "otel_lockwatch: no thread-local key");
         return -1;

@@ -46,12 +46,13 @@ def setup(
     context: Callable[[], Any],
     failed: Callable[[BaseException], None],
     check_order: Callable[..., None],
-    lock_wait: Callable[..., bool],
     record_hold: Callable[..., None],
     worker_state: tuple[type, tuple[str, ...]],
     stats: tuple[type, tuple[str, ...]],
     hold: tuple[type, tuple[str, ...]],
     outbox: Any,
+    waits: Any,
+    threads: dict[int, Any],
     new_state: Callable[[], Any],
     new_stats: Callable[[], Any],
 ) -> None: ...
@@ -60,7 +61,7 @@ def setup_locks(
     python_acquire: Callable[..., bool],
     python_rlock_acquire: Callable[..., bool],
     skip_frames: tuple[dict[str, Any], ...],
-    lock_wait: Callable[..., bool],
+    window: Callable[..., bool],
 ) -> None: ...
 def setup_sections(
     *,
@@ -68,7 +69,7 @@ def setup_sections(
     track: tuple[type, tuple[str, ...]],
     array: tuple[type, tuple[str, ...]],
 ) -> None: ...
-def set_hold_thresholds(metric_ns: int, span_ns: int, /) -> None: ...
+def set_thresholds(hold_metric_ns: int, hold_span_ns: int, wait_span_ns: int, /) -> None: ...
 def direct_slots() -> dict[str, bool]: ...
 def now_ns() -> int: ...
 def thread_frame(ident: int, /) -> Any: ...

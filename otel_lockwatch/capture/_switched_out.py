@@ -49,7 +49,9 @@ __all__ = [
     "WINDOW_POLLS",
     "in_window",
     "window_code",
+    "window_event",
     "window_wait",
+    "window_yields",
     "wrapping",
 ]
 
@@ -118,6 +120,35 @@ def wrapping(frame: Any, hold: Any) -> bool:
     return entry is not None and entry.frame is frame and entry.lasti == frame.f_lasti
 
 
+def window_yields(lock: Any, stats: Stats, hold: Any, deadline: float | None = None) -> bool:
+    """Yield to a holder of ``hold``'s lock inside the window, trying ``lock`` again after each
+    yield, until the holder is seen in the program's own code, :data:`WINDOW_POLLS` yields to
+    one hold, or ``deadline`` (perf_counter ns). True: taken that way (counted: an acquisition,
+    and ``RECORDER.window_yields``); False: the caller waits, as the program would have."""
+    polls = 0
+    seen = None
+    while in_window(hold):
+        entry = getattr(hold, "_lw_entry", None)
+        if entry is not seen:  # another hold (the last one ended): its holder gets its polls
+            seen, polls = entry, 0
+        elif polls == WINDOW_POLLS:
+            return False
+        _sleep(min(_YIELD_S * (1 << polls), _YIELD_MAX_S))
+        polls += 1
+        if lock.acquire(False):
+            stats.acquisitions += 1
+            RECORDER.window_yields += 1
+            return True
+        if deadline is not None and _pc() >= deadline:
+            return False
+    return False
+
+
+def window_event(event: Any) -> bool:
+    """:func:`window_yields` for the C path (an ``Acquisition``), before its own wait."""
+    return window_yields(event.lock, event.stats, event.hold)
+
+
 def window_wait(
     lock: Any,
     state: WorkerState,
@@ -128,27 +159,14 @@ def window_wait(
     hold: Any = None,
 ) -> bool:
     """:func:`~._bookkeeping.lock_wait` for the pure-Python lock wrappers: first yield to a
-    holder inside the window, then wait (and record the wait) as usual."""
+    holder inside the window (:func:`window_yields`), then wait (and record the wait) as
+    usual. (The C path does the same steps: ``_speedups.c``'s ``lock_wait_here``.)"""
     if timeout == 0 or hold is None:
         return lock_wait(lock, state, stats, lock_class, frame, timeout, hold)
     t0 = _pc()
     deadline = None if timeout < 0 else t0 + timeout * 1e9
-    polls = 0
-    seen = None
-    while in_window(hold):
-        entry = getattr(hold, "_lw_entry", None)
-        if entry is not seen:  # another hold (the last one ended): its holder gets its polls
-            seen, polls = entry, 0
-        elif polls == WINDOW_POLLS:
-            break
-        _sleep(min(_YIELD_S * (1 << polls), _YIELD_MAX_S))
-        polls += 1
-        if lock.acquire(False):
-            stats.acquisitions += 1
-            RECORDER.window_yields += 1
-            return True
-        if deadline is not None and _pc() >= deadline:
-            break
+    if window_yields(lock, stats, hold, deadline):
+        return True
     if deadline is not None:
         timeout = max(0.0, (deadline - _pc()) / 1e9)
     return lock_wait(lock, state, stats, lock_class, frame, timeout, hold, t0)

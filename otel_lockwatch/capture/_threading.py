@@ -26,13 +26,12 @@ from ._bookkeeping import (
     HOLD_FIELDS,
     acquire_tracked,
     discard,
-    on_acquisition,
     untrack,
 )
 from ._collection import defer_collection, resume_collection
 from ._fast_path import speedups
 from ._naming import MACHINERY, LockClass, lock_class, watched_site
-from ._switched_out import window_code, window_wait
+from ._switched_out import window_code, window_event, window_wait
 
 __all__ = [
     "CREATION_WRAPPERS",
@@ -263,7 +262,7 @@ class _PyRLockBase(PyLockBase):
         self.release()
 
 
-# The wait of a failed try, on both paths (the C path's: setup_locks below).
+# The wait of a failed try (the C path's window: setup_locks below; its wait is C's).
 _wait = window_wait
 window_code(
     acquire_tracked,
@@ -491,5 +490,5 @@ if speedups is not None:
         python_acquire=PyLockBase.acquire,
         python_rlock_acquire=_PyRLockBase.acquire,
         skip_frames=(_OWN_GLOBALS, _THREADING_GLOBALS, _ORDERED_GLOBALS),
-        lock_wait=on_acquisition(window_wait),
+        window=window_event,
     )

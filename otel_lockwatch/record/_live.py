@@ -1,4 +1,5 @@
-"""Who waits on and who holds each lock class right now: the live gauges' reading.
+"""Who waits on and who holds each lock class right now (the live gauges' reading), and the
+counters' totals (the acquisition and contention counters' reading).
 
 Dashboards want a pile-up while it happens, not only in the manifest at exit. The answer is read
 when a metric reader collects, from what the lock paths keep anyway, so the uncontended path
@@ -19,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-__all__ = ["live_counts"]
+__all__ = ["counter_totals", "live_counts"]
 
 
 def live_counts(states: Iterable[Any]) -> dict[tuple[str, str], tuple[int, int]]:
@@ -36,3 +37,21 @@ def live_counts(states: Iterable[Any]) -> dict[tuple[str, str], tuple[int, int]]
         for key in {(e.lock_class.name, e.lock_class.kind) for e in list(state.held)}:
             out.setdefault(key, [0, 0])[1] += 1
     return {key: (w, h) for key, (w, h) in out.items()}
+
+
+def counter_totals(states: Iterable[Any]) -> dict[tuple[str, str, str], int]:
+    """Counter totals over the worker states by ``(lock name, kind, outcome)``: acquired,
+    skipped, timed_out, and the contentions as ``contended``."""
+    out: dict[tuple[str, str, str], int] = {}
+    for state in states:
+        for cls, s in list(state.stats.items()):
+            for outcome, n in (
+                ("acquired", s.acquisitions),
+                ("skipped", s.skipped),
+                ("timed_out", s.timeouts),
+                ("contended", s.contentions),
+            ):
+                if n:
+                    key = (cls.name, cls.kind, outcome)
+                    out[key] = out.get(key, 0) + n
+    return out

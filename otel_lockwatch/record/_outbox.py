@@ -24,7 +24,7 @@ from _thread import get_ident as _get_ident
 from collections.abc import Callable
 from typing import Any
 
-from ._recorder import current_thread_or_none
+from ._threads import current_thread_name
 
 __all__ = ["RECORD_FIELDS", "Outbox"]
 
@@ -95,6 +95,16 @@ class Outbox:
                 exc_info=exc,
             )
 
+    def begin(self) -> None:
+        """The first record of this process (first use, or a forked child): the queue starts
+        empty (a child drops its parent's records: the parent emits them) and
+        ``on_first_record`` runs (the emitter's thread starts)."""
+        self.started = True
+        self.queue.clear()
+        start = self.on_first_record
+        if start is not None:
+            start()
+
     def wait(
         self,
         cls: Any,
@@ -106,10 +116,12 @@ class Outbox:
         extra: dict[str, Any] | None,
         site: str | tuple | None,
         holder: tuple | None = None,
+        thread: tuple[str, int] | None = None,
     ) -> None:
         """Queue a wait that blocked: its metric value always, its span when long enough
-        (``site``: where it waited; ``holder``: where the holder acquired the lock)."""
-        self.put("lock.wait", cls, t0, t1, ctx, outcome, span_ns, extra, site, holder)
+        (``site``: where it waited; ``holder``: where the holder acquired the lock; ``thread``:
+        the waiter's name and id, when another thread queues it: ``_waits``)."""
+        self.put("lock.wait", cls, t0, t1, ctx, outcome, span_ns, extra, site, holder, thread)
 
     def put(
         self,
@@ -123,25 +135,24 @@ class Outbox:
         extra: dict[str, Any] | None,
         site: str | tuple | None,
         holder: tuple | None = None,
+        thread: tuple[str, int] | None = None,
     ) -> None:
         """Queue a ``lock.wait`` or a ``lock.hold`` (one at or above the metric floor; called
         directly on a release, the hot path's one call here): its metric value always, its span
         when it lasted ``span_ns`` or more; nothing while no emitter consumes the queue."""
         if not self.accepting:
             return
-        if not self.started:  # first use, or a forked child
-            self.started = True
-            self.queue.clear()  # a child drops its parent's records: the parent emits them
-            start = self.on_first_record
-            if start is not None:
-                start()
+        if not self.started:
+            self.begin()
         span = t1 - t0 >= span_ns
-        if span:  # the span names the thread; a metric value alone does not
-            ident: int | None = _get_ident()
-            thread = current_thread_or_none(ident)  # None for a foreign thread (not registered)
-            thread_name = thread.name if thread is not None else f"Dummy-{ident}"
-        else:
+        ident: int | None
+        if not span:
             ident = thread_name = None
+        elif thread is not None:
+            thread_name, ident = thread
+        else:  # the span names the thread; a metric value alone does not
+            ident = _get_ident()
+            thread_name = current_thread_name(ident)
         queue = self.queue
         if len(queue) >= self.QUEUE_SIZE:
             self.dropped += 1

@@ -3,12 +3,10 @@
 Each thread (each asyncio task) owns a :class:`WorkerState`: the stack of locks it holds, its
 lock-order chain cache, and one :class:`Stats` per lock class it touched. The lock wrappers
 write only to the state of the thread they run in, so the hot path takes no process-wide lock
-(it would itself become the hot lock). A reader (the manifest, a metric callback) walks every
-state and merges them when it asks: :meth:`Recorder.snapshot`.
-
-Histograms here are plain ``dict`` bucket -> count, filled with ``_histogram.bucket_of``; the
-snapshot turns them into ``LogHistogram`` objects. The fields of :class:`Stats` and
-:class:`WorkerState` are declared once, in tables that also tell the C fast path their names.
+(it would itself become the hot lock); a wait's sites are filed later (``_waits``). A reader (the
+manifest, a metric callback) walks every state and merges them: :meth:`Recorder.snapshot`.
+Histograms are ``dict`` bucket -> count (``_histogram.bucket_of``); the fields of :class:`Stats`
+and :class:`WorkerState` are declared once, in tables that also tell the C path their names.
 """
 
 from __future__ import annotations
@@ -27,7 +25,7 @@ from typing import Any
 from ._data import expand_lock_workers, merge_data
 from ._distributed import DistributedRecord
 from ._handoff_stats import HandoffStats, handoff_parts
-from ._live import live_counts
+from ._live import counter_totals, live_counts
 from ._lock_class import ROLES, LockClass
 from ._peak import PeakWorkers, ThreadEnd
 from ._retired import compacted, fold_batch
@@ -35,6 +33,7 @@ from ._sites import KEEP, SiteTable, merge_tables
 from ._state_parts import state_parts, track_section
 from ._threads import ForeignThread, current_thread_or_none
 from ._timeline import Timeline
+from ._waits import UnfiledWaits
 from ._witness import utc_timestamp
 
 __all__ = [
@@ -69,9 +68,9 @@ STATS_TABLE: tuple[tuple[str, str], ...] = (
     ("contentions", "sum"),  # blocking attempts that had to wait (including timed-out ones)
     ("timeouts", "sum"),  # blocking attempts that gave up
     ("wait_total_ns", "sum"),  # contended waits, added up
-    ("wait_histogram", "buckets"),  # contended waits: bucket_of(ns) -> count
     ("wait_min_ns", "min"),  # NO_SAMPLE until the first contended wait
     ("wait_max_ns", "max"),
+    ("wait_histogram", "buckets"),  # contended waits: bucket_of(ns) -> count
     ("collisions", "sum"),  # contended waits caused by a colliding key (sections only)
     ("sites", "sites"),  # None until the first contended wait, then its SiteTable (_sites)
 )
@@ -248,6 +247,7 @@ class Recorder:
         self.timeline = Timeline()  # wait and hold per class per slice of time, sampled
         # leases, release failures, key templates of the distributed locks (their own lock)
         self.distributed = DistributedRecord()
+        self.waits = UnfiledWaits(thresholds)  # waits whose sites and records are to be filed
         self.reset()
 
     # -- states ------------------------------------------------------------------------------
@@ -293,6 +293,7 @@ class Recorder:
             self.peak.reset(keep)
             self.timeline.reset()
             self.distributed.reset()
+            self.waits.clear()
 
     def register(self, worker: str, owner: Any = None) -> WorkerState:
         """A new state for the worker ``worker`` (its name: past :data:`MAX_WORKERS` names,
@@ -316,14 +317,13 @@ class Recorder:
             return state
 
     def _thread_ended(self, state: WorkerState, generation: int) -> None:
-        """A thread ended (its locals were cleared, before a ``join()`` returns: its
-        :class:`ThreadEnd` calls this). The peak counts it down, and its state leaves, so that a
-        process that starts a thread per request keeps no state per ended thread: a name's
-        first becomes its retired state, in place; later ones wait in ``_ended`` to be folded
-        into it :data:`FOLD_BATCH` at a time (one copy of the retired state a batch). One that
-        ended holding a lock stays until a compaction, and so does one that ends while another
-        thread has the recorder (never waited for: in a forked child, the interpreter clears the
-        other threads' locals before the fork handlers run; the lock's holder may be gone)."""
+        """A thread ended (its :class:`ThreadEnd`, before a ``join()`` returns). The peak counts
+        it down; its state leaves (a thread per request keeps no state per ended thread): a
+        name's first becomes its retired state, later ones are folded into it :data:`FOLD_BATCH`
+        at a time, their waits filed first (``_waits``). One that ended holding a lock stays
+        until a compaction, as does one that ends while another thread has the recorder or
+        files (never waited for: a forked child's fork handlers run after the interpreter cleared
+        the other threads' locals; a lock's holder may be gone)."""
         self.peak.ended(state, generation)
         if not self._lock.acquire(False):
             return
@@ -338,7 +338,7 @@ class Recorder:
                 self._retired[state.worker] = self._retired_keys[state.worker] = state
                 return
             self._ended.append(state)
-            if len(self._ended) >= FOLD_BATCH:  # one new retired state a name: _retired
+            if len(self._ended) >= FOLD_BATCH and self.waits.file(blocking=False):
                 ended, self._ended = self._ended, []
                 fold_batch(ended, self._retired, self._retired_keys, self._by_id, self._nothing)
         finally:
@@ -347,7 +347,9 @@ class Recorder:
     def _compact(self) -> None:
         """Fold the states of ended threads and tasks into one retired state per worker name, so
         that memory follows the live workers, not every thread a process ever started
-        (:func:`_retired.compacted`). Called under ``self._lock``."""
+        (:func:`_retired.compacted`). Under ``self._lock``; not while a filer is at work."""
+        if not self.waits.file(blocking=False):
+            return
         keep, retired = compacted(self._states, self._retired)
         self._keep(keep, retired)
         self._compact_at = max(256, 2 * len(keep))
@@ -411,6 +413,7 @@ class Recorder:
             self.tls.st = fresh
         self.peak.after_fork_in_child(self.tls.st if current is not None else None)
         self.timeline.after_fork()
+        self.waits.after_fork_in_child()
 
     def exclusive(self) -> Any:
         """The recorder, held for a ``with`` block (re-entrant): while it is held, no worker
@@ -433,19 +436,7 @@ class Recorder:
     # -- reading -----------------------------------------------------------------------------
     def totals(self) -> dict[tuple[str, str, str], int]:
         """Counter totals by (lock name, kind, outcome); contentions as outcome "contended"."""
-        out: dict[tuple[str, str, str], int] = {}
-        for state in self._states:
-            for cls, s in list(state.stats.items()):
-                for outcome, n in (
-                    ("acquired", s.acquisitions),
-                    ("skipped", s.skipped),
-                    ("timed_out", s.timeouts),
-                    ("contended", s.contentions),
-                ):
-                    if n:
-                        key = (cls.name, cls.kind, outcome)
-                        out[key] = out.get(key, 0) + n
-        return out
+        return counter_totals(self._states)
 
     def sample_timeline(self, periodic: bool = False) -> dict[str, Any]:
         """Sample every worker's totals into the timeline (the emitter's tick, each snapshot),
@@ -464,6 +455,7 @@ class Recorder:
         ``_data.merge_data`` (the routine that merges manifests too); then what belongs to the
         process: its section arrays, lock-order graph, pool size and identity.
         """
+        self.waits.file()  # every wait's sites, before anything is read
         now = time.perf_counter_ns()
         timeline = self.sample_timeline()  # before the totals are read: never ahead of them
         states = [state for state in self._states if state.stats]  # else: not a worker

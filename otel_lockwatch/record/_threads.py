@@ -11,7 +11,7 @@ from __future__ import annotations
 import _thread
 import threading
 
-__all__ = ["ForeignThread", "current_thread_or_none"]
+__all__ = ["ForeignThread", "current_thread_name", "current_thread_or_none"]
 
 
 class ForeignThread:
@@ -40,3 +40,10 @@ def current_thread_or_none(ident: int | None = None) -> threading.Thread | None:
     if active is None:  # not CPython's threading: ask it (it may register a dummy thread)
         return threading.current_thread()
     return active.get(_thread.get_ident() if ident is None else ident)
+
+
+def current_thread_name(ident: int) -> str:
+    """The name of the thread ``ident`` (the calling thread's, or one alive), ``Dummy-<id>`` for
+    a thread ``threading`` does not know."""
+    thread = current_thread_or_none(ident)
+    return thread.name if thread is not None else f"Dummy-{ident}"

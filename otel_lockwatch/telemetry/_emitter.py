@@ -94,10 +94,14 @@ class Telemetry:
     to :meth:`disable` (``uninstrument()``)."""
 
     INTERVAL_S = 0.05
-    #: The emitter's records between two yields of the interpreter lock, in ns of wall time.
-    SLICE_NS = 100_000
+    #: The emitter's work between two yields of the interpreter lock, in ns of wall time.
+    SLICE_NS = 30_000
     #: How long the emitter sleeps between two slices, in s (see :meth:`drain`).
-    SLICE_PAUSE_S = 0.0
+    SLICE_PAUSE_S = 30e-6
+    #: Records (or waits to file) queued from which the emitter does not pause between slices.
+    BACKLOG = 4096
+    #: Waits filed (``record._waits``) between two looks at the clock.
+    FILE_BATCH = 4
 
     def __init__(
         self, clock: Callable[[], int] = _pc, pause: Callable[[float], None] = _sleep
@@ -200,15 +204,22 @@ class Telemetry:
             st.in_lockwatch = was_in_lockwatch
 
     def drain(self, yielding: bool = False) -> None:
-        """Emit what is queued. ``yielding`` (the emitter thread): the interpreter lock is let go
-        every ``SLICE_NS`` of records, so that a lock holder waking up (from a sleep, an I/O)
-        takes it within a slice, not after the emitter's switch interval (5 ms) of records:
-        under contention the holder is everyone's critical path. A slice of a few records, not
-        one: a record made right after the other threads ran costs twice the CPU of one made
-        after another record (docs/performance.md)."""
-        queue = OUTBOX.queue
+        """File the waits the lock paths left (``record._waits``: their records join the queue),
+        then emit what is queued. ``yielding`` (the emitter thread): the interpreter lock is let
+        go for :attr:`SLICE_PAUSE_S` every :attr:`SLICE_NS` of work, so that a lock holder waking
+        up (from a sleep, an I/O) takes it within a slice, not after the emitter's switch
+        interval (5 ms) of records: under contention the holder is everyone's critical path. A
+        pause, not ``sleep(0)``: a thread that lets the lock go and asks for it again at once
+        takes it back before the woken holder runs (docs/performance.md). Past
+        :attr:`BACKLOG` records or waits queued the emitter does not pause: it catches up."""
         emit, clock = self.emit, self.clock
+        waits, queue = RECORDER.waits, OUTBOX.queue
         slice_ends = clock() + self.SLICE_NS
+        while waits.queue and not self._abandoned:
+            waits.file(self.FILE_BATCH)
+            if yielding and clock() >= slice_ends:
+                self._pause(len(waits.queue) + len(queue))
+                slice_ends = clock() + self.SLICE_NS
         while not self._abandoned:
             try:
                 record = queue.popleft()
@@ -219,8 +230,11 @@ class Telemetry:
             except Exception as exc:
                 OUTBOX.failed(exc)
             if yielding and clock() >= slice_ends:
-                self.pause(self.SLICE_PAUSE_S)
+                self._pause(len(queue))
                 slice_ends = clock() + self.SLICE_NS
+
+    def _pause(self, backlog: int) -> None:
+        self.pause(self.SLICE_PAUSE_S if backlog < self.BACKLOG else 0.0)
 
     def enable(self, tracer_provider: Any, meter_provider: Any, recorder: Any) -> None:
         """Create the tracer and instruments (None providers: the global ones), start the emitter

@@ -1,0 +1,159 @@
+"""Waits counted on the lock path and filed off it (``record._waits``).
+
+The waiter counts its wait on its ``Stats`` at once and leaves one tuple (``UNFILED_FIELDS``); the
+emitter, a snapshot or a fold files its sites and its record. The tuple is the same whichever
+path made it (the C path's ``lock_wait_here`` or the Python path's ``record_wait``: this file runs
+on both legs); no wait is lost to a fold, a full queue or a filer re-entered on its own thread.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from otel_lockwatch._session import RECORDER
+from otel_lockwatch.record._sites import UNKNOWN
+from otel_lockwatch.record._waits import UNFILED_FIELDS, UnfiledWaits
+
+
+def _until(condition, what: str, seconds: float = 10.0) -> None:
+    deadline = time.monotonic() + seconds  # a poll with a deadline: no event says it
+    while not condition():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.001)
+
+
+def _blocked_on(lock) -> bool:
+    name = lock._lockwatch_class.name
+    return any(waiting for (cls, _), (waiting, _) in RECORDER.live().items() if cls == name)
+
+
+def _contended_once(lock, name: str = "waiter") -> threading.Thread:
+    """One thread that waits for ``lock`` (held by the caller until it blocks), then takes it."""
+
+    def wait() -> None:
+        with lock:  # the site that waits
+            pass
+
+    thread = threading.Thread(target=wait, name=name)
+    lock.acquire()  # the site that holds
+    try:
+        thread.start()
+        _until(lambda: _blocked_on(lock), "the waiter never blocked")
+    finally:
+        lock.release()
+    thread.join()
+    return thread
+
+
+def test_a_wait_leaves_one_tuple_with_what_a_later_look_could_not_have(make_watched):
+    make_watched(wait_span_threshold_ms=0)  # every wait a span: the tuple carries its parts
+    lock = threading.Lock()
+    with RECORDER.waits.lock:  # no filer takes it meanwhile (the emitter waits for this)
+        thread = _contended_once(lock)
+        unfiled = [w for w in RECORDER.waits.queue if w[1] is lock._lockwatch_class]
+        assert len(unfiled) == 1
+        wait = dict(zip(UNFILED_FIELDS, unfiled[0], strict=True))
+    state = next(s for s in RECORDER.states if s.worker == "waiter")
+    assert wait["stats"] is state.stats[lock._lockwatch_class]
+    assert wait["stats"].contentions == 1  # counted at once
+    assert wait["start_ns"] <= wait["end_ns"] and wait["ok"] is True
+    code, offset = wait["waiter"]
+    assert code.co_name == "wait" and isinstance(offset, int)
+    holder_code, _ = wait["holder"]
+    assert holder_code.co_name == "_contended_once"
+    assert wait["site"] == (__name__, code, offset)
+    who, ident = wait["thread"]
+    assert ident == thread.ident and (who if isinstance(who, str) else who.name) == "waiter"
+    RECORDER.waits.file()
+    points = RECORDER.snapshot()["locks"][lock._lockwatch_class.name]["contention_points"]
+    assert sum(point.count for point in points.values()) == 1
+
+
+def test_no_site_is_lost_to_the_fold_of_ended_threads(make_watched):
+    """Threads of one name that each wait once and end: their states are folded 64 at a time,
+    and each fold files the waits first, into the states it folds."""
+    make_watched()
+    lock = threading.Lock()
+    for _ in range(140):
+        _contended_once(lock, name="request")
+    entry = RECORDER.snapshot()["locks"][lock._lockwatch_class.name]
+    assert entry["contentions"] == 140
+    assert sum(point.count for point in entry["contention_points"].values()) == 140
+    assert sum(point["count"] for point in entry["contending_points"].values()) == 140
+
+
+def test_a_full_queue_files_the_waiters_own_wait_unless_a_filer_is_at_work():
+    waits = UnfiledWaits()
+    waits.LIMIT = 2
+    queued: list[tuple] = []
+    waits.queue_record = lambda *record: queued.append(record)
+    stats = [_Stats() for _ in range(4)]
+    for s in stats[:2]:
+        waits.add(_wait(s))
+    assert len(waits.queue) == 2 and not queued
+    waits.add(_wait(stats[2]))  # full: filed here, at once
+    assert len(waits.queue) == 2 and len(queued) == 1 and stats[2].sites is not None
+    held = threading.Event()
+    done = threading.Event()
+
+    def filer() -> None:
+        with waits.lock:
+            held.set()
+            done.wait(10)
+
+    other = threading.Thread(target=filer)
+    other.start()
+    held.wait(10)
+    waits.add(_wait(stats[3]))  # full, and another filer at work: queued all the same
+    done.set()
+    other.join()
+    assert len(waits.queue) == 3 and stats[3].sites is None
+    assert waits.file()
+    assert not waits.queue and all(s.sites is not None for s in stats)
+    assert len(queued) == 4
+
+
+def test_a_filer_re_entered_on_its_own_thread_files_the_rest_itself():
+    """A signal handler or a finalizer that snapshots while its thread files: it does not wait
+    for itself, and every wait is filed once."""
+    waits = UnfiledWaits()
+    filed: list[int] = []
+
+    def record(*args) -> None:
+        filed.append(args[1])  # (the start: which wait)
+        if len(filed) == 1:
+            assert waits.file()  # re-entered, as a handler's snapshot would
+
+    waits.queue_record = record
+    stats = _Stats()
+    for i in range(5):
+        waits.add(_wait(stats, start=i))
+    assert waits.file()
+    assert sorted(filed) == list(range(5)) and not waits.queue
+    assert sum(row[0] for row in stats.sites.waits.values()) == 5
+
+
+def test_a_failure_while_filing_goes_to_failed_and_filing_goes_on():
+    waits = UnfiledWaits()
+    failures: list[BaseException] = []
+    waits.failed = failures.append
+
+    def record(*args) -> None:
+        if args[1] == 1:
+            raise ZeroDivisionError("lockwatch bug")
+
+    waits.queue_record = record
+    stats = _Stats()
+    for i in range(3):
+        waits.add(_wait(stats, start=i))
+    assert waits.file()
+    assert len(failures) == 1 and not waits.queue
+
+
+class _Stats:
+    sites = None
+
+
+def _wait(stats, start: int = 0) -> tuple:
+    return (stats, "cls", start, start + 10, True, None, None, 10**9, UNKNOWN, None, None, None)
