@@ -52,6 +52,7 @@ __all__ = [
     "ranked",
     "site_points",
     "trim_points",
+    "with_unfiled",
 ]
 
 #: Where a key that arrives in a full table is counted.
@@ -214,6 +215,31 @@ def site_points(table: SiteTable | None) -> dict[str, Any]:
         row = holders.setdefault(_site(key), {"count": 0, "wait_ns": 0})
         row["count"] += count
         row["wait_ns"] += wait
+    return {"contention_points": waits, "contending_points": holders}
+
+
+def with_unfiled(points: dict[str, Any], contentions: int, wait_total: int) -> dict[str, Any]:
+    """``points`` (:func:`site_points` of a ``Stats``' table, read before its counters) with the
+    waits its counters have and its table not yet (counted by the lock path, not filed yet:
+    ``record._waits``; a snapshot files first, but a wait may end while it reads) charged to
+    ``(unknown)`` at both ends, so that the points add up to ``contentions`` and ``wait_total``
+    (their count and sum exact; their histogram the mean's bucket). No table, no points: a lock
+    entry without them is whole."""
+    if not points:
+        return points
+    waits = points["contention_points"]
+    count = contentions - sum(h.count for h in waits.values())
+    total = wait_total - sum(h.sum for h in waits.values())
+    if count <= 0 or total < 0:  # nothing unfiled (or a counter read mid-update: as read)
+        return points
+    mean = total // count
+    unfiled = from_buckets({bucket_of(mean): count}, total, mean, mean)
+    mine = waits.get(UNKNOWN)
+    waits[UNKNOWN] = unfiled if mine is None else mine.merge(unfiled)
+    holders = points["contending_points"]
+    row = holders.setdefault(UNKNOWN, {"count": 0, "wait_ns": 0})
+    row["count"] += count
+    row["wait_ns"] += total
     return {"contention_points": waits, "contending_points": holders}
 
 

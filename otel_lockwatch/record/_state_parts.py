@@ -12,7 +12,7 @@ from typing import Any
 
 from ._data import WorkerTotals
 from ._histogram import from_buckets
-from ._sites import site_points
+from ._sites import site_points, with_unfiled
 
 __all__ = ["state_parts", "stats_data", "track_section"]
 
@@ -44,19 +44,21 @@ def stats_data(kind: str, worker: str, s: Any) -> dict[str, Any]:
     Every blocking attempt is a wait sample; the uncontended ones (``acq - tryok + tmo``
     attempts minus ``cont`` contended ones) are samples of 0, which the hot path never wrote.
     """
+    points = site_points(s.sites)  # before the counters: they are never behind it
     blocking = s.acquisitions - s.try_acquisitions + s.timeouts
+    contentions, wait_total = s.contentions, s.wait_total_ns
     return {
         "kind": kind,
         "acquisitions": s.acquisitions,
-        "contentions": s.contentions,
+        "contentions": contentions,
         "skipped": s.skipped,
         "timeouts": s.timeouts,
         "wait_ns": from_buckets(
             s.wait_histogram,
-            s.wait_total_ns,
+            wait_total,
             s.wait_min_ns if s.wait_histogram else 0,
             s.wait_max_ns,
-            zeros=blocking - s.contentions,
+            zeros=blocking - contentions,
         ),
         "hold_ns": from_buckets(
             s.hold_histogram,
@@ -65,9 +67,9 @@ def stats_data(kind: str, worker: str, s: Any) -> dict[str, Any]:
             s.hold_max_ns,
         ),
         "workers": WorkerTotals(
-            {worker: (s.acquisitions, s.contentions, s.wait_total_ns, s.hold_total_ns)}
+            {worker: (s.acquisitions, contentions, wait_total, s.hold_total_ns)}
         ),
-        **site_points(s.sites),
+        **with_unfiled(points, contentions, wait_total),
     }
 
 
