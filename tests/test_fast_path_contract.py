@@ -139,6 +139,7 @@ c_reads = _fast_path.speedups.direct_slots() if _fast_path.SPEEDUPS else {}
 # fields (an object with those attributes and no others).
 from types import SimpleNamespace
 from otel_lockwatch.capture import _bookkeeping
+from otel_lockwatch.capture._switched_out import window_event
 
 events = {}
 if _fast_path.SPEEDUPS:
@@ -153,7 +154,7 @@ acquisition.update(
 )
 received = {
     "order": _bookkeeping.check_order_event(SimpleNamespace(**acquisition)),
-    "wait": _bookkeeping.on_acquisition(_bookkeeping.lock_wait)(SimpleNamespace(**acquisition)),
+    "wait": window_event(SimpleNamespace(**acquisition)),  # before the C path's own wait
 }
 free.release()
 release = dict.fromkeys(_fast_path.RELEASE_FIELDS)

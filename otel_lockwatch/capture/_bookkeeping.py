@@ -68,7 +68,6 @@ __all__ = [
     "entry_site",
     "holder_entry",
     "lock_wait",
-    "on_acquisition",
     "record_try",
     "record_wait",
     "stats_of",
@@ -396,24 +395,6 @@ def record_hold(
 def check_order_event(event: Any) -> None:
     """:func:`check_order` for the C path (an ``Acquisition``)."""
     check_order(event.worker, event.lock_class, event.frame, event.hold, event.canonical)
-
-
-def on_acquisition(wait: Callable[..., bool]) -> Callable[[Any], bool]:
-    """``wait`` (of :func:`lock_wait`'s arguments) as the C path calls a wait: with one
-    ``Acquisition``."""
-
-    def wait_event(event: Any) -> bool:
-        return wait(
-            event.lock,
-            event.worker,
-            event.stats,
-            event.lock_class,
-            event.frame,
-            event.timeout,
-            event.hold,
-        )
-
-    return wait_event
 
 
 def record_hold_event(event: Any) -> None:

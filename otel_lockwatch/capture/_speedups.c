@@ -257,7 +257,7 @@ typedef struct ModuleState {
     PyObject *python_rlock_acquire; /* the Python RLockProxy.acquire */
     PyObject *skip_frames;          /* module globals whose frames are not a lock's site */
     PyObject *window; /* window(Acquisition) -> bool: taken by yielding to a holder inside
-                       * lockwatch's window (on_acquisition(_switched_out.window_yields)) */
+                       * lockwatch's window (_switched_out.window_event) */
     int locks_ready;
     /* setup_sections(), from _sections.py */
     PyObject *section_wait; /* section_wait(Acquisition) -> bool */
