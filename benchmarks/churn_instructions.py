@@ -1,37 +1,49 @@
 """Instructions a thread per acquisition costs, counted by callgrind (valgrind): deterministic
 where the wall and CPU times of ``bench_locks.py --churn`` spread by 2x on a shared machine.
 
-    python benchmarks/churn_instructions.py            the three rows (a few minutes)
-    python benchmarks/churn_instructions.py --threads 1200 --base 200
+    python benchmarks/churn_instructions.py            the three rows (a minute or two)
+    python benchmarks/churn_instructions.py --threads 1000 --base 200
 
-Each row runs this file under ``valgrind --tool=callgrind`` twice, with ``--threads`` and with
-``--base`` threads (each started, taking one lock once, joined), and prints the difference in
-instructions divided by the difference in threads: what one more thread costs, start-up and
-interpreter exit cancelled out. Rows: plain (nothing instrumented), and instrumented with the
-outbox off (``manifest=False``, no exporter: the emitter's own work left out) where each thread
-has a name of its own (each becomes its name's retired state) or where every thread is
+Each row runs this file once under ``valgrind --tool=callgrind``: ``--base`` threads first
+(each started, taking one lock once, joined), then ``--threads`` more, the instructions of those
+alone counted (callgrind dumps its counts at each ``os.getppid()``, which marks the part's
+bounds) and divided by their number: start-up, imports and interpreter exit are left out (an
+import's instructions vary by millions from run to run, which two whole runs' difference
+divided by 500 threads turned into several thousand per thread). Rows: plain (nothing
+instrumented), and instrumented with the outbox off (``manifest=False``, no exporter) where each
+thread has a name of its own (each becomes its name's retired state) or where every thread is
 ``(other)`` (each folded into that name's retired state), the two cases of a thread per request
-(``MAX_WORKERS`` names, then ``(other)``). The cyclic collector runs as in a program.
+(``MAX_WORKERS`` names, then ``(other)``). The emitter's own work is left out: its periodic
+tick (every ``Telemetry.INTERVAL_S``, made an hour here) does work per unit of time, which
+under callgrind's 50-100x slowdown would be charged to each thread that much more than in a
+real run (it sampled the timeline over every state, ~8k instructions per thread here). The
+cyclic collector runs as in a program.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import shutil
 import subprocess
 import sys
+import tempfile
 import threading
 
 
-def run_threads(threads: int, mode: str) -> None:
-    """The measured program: ``threads`` threads one after the other, each taking a lock once."""
+def run_threads(base: int, threads: int, mode: str) -> None:
+    """The measured program: ``base`` threads, then (between two marks) ``threads`` threads, one
+    after the other, each taking a lock once."""
     if mode != "plain":
         from opentelemetry.sdk.metrics import MeterProvider
         from opentelemetry.sdk.trace import TracerProvider
 
         from otel_lockwatch import LockwatchInstrumentor
         from otel_lockwatch.record import _recorder
+        from otel_lockwatch.telemetry._emitter import Telemetry
+
+        Telemetry.INTERVAL_S = 3600.0  # no periodic tick: see the module's doc
 
         if mode == "other":
             _recorder.MAX_WORKERS = 1  # every thread after the first is "(other)"
@@ -44,47 +56,57 @@ def run_threads(threads: int, mode: str) -> None:
         with lock:
             pass
 
-    for _ in range(threads):
-        thread = threading.Thread(target=work)
-        thread.start()
-        thread.join()
+    def run(n: int) -> None:
+        for _ in range(n):
+            thread = threading.Thread(target=work)
+            thread.start()
+            thread.join()
+
+    run(base)
+    os.getppid()  # callgrind dumps here: what came before
+    run(threads)
+    os.getppid()  # and here: the measured threads
 
 
-def instructions(threads: int, mode: str) -> int:
-    """What callgrind counts for the program with ``threads`` threads."""
-    done = subprocess.run(
-        ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null",
-         sys.executable, __file__, "--run", str(threads), mode],
-        capture_output=True, text=True, check=True,
-    )  # fmt: skip
-    found = re.search(r"Collected : (\d+)", done.stderr)
+def instructions(base: int, threads: int, mode: str) -> int:
+    """What callgrind counts for ``threads`` threads after ``base`` ones."""
+    with tempfile.TemporaryDirectory() as out:
+        subprocess.run(
+            ["valgrind", "--tool=callgrind", "--dump-instr=no", "--dump-before=getppid",
+             f"--callgrind-out-file={out}/cg", sys.executable, __file__,
+             "--run", str(base), str(threads), mode],
+            capture_output=True, text=True, check=True,
+        )  # fmt: skip
+        with open(f"{out}/cg.2") as part:  # the second dump: the measured threads
+            found = re.search(r"^totals: (\d+)", part.read(), re.MULTILINE)
     if found is None:
-        raise RuntimeError(f"callgrind printed no count: {done.stderr[-500:]}")
+        raise RuntimeError("callgrind wrote no totals for the measured threads")
     return int(found.group(1))
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--threads", type=int, default=700)
-    parser.add_argument("--base", type=int, default=200)
-    parser.add_argument("--run", nargs=2, metavar=("THREADS", "MODE"), help=argparse.SUPPRESS)
+    parser.add_argument("--threads", type=int, default=500, help="threads counted")
+    parser.add_argument("--base", type=int, default=200, help="threads before them")
+    parser.add_argument(
+        "--run", nargs=3, metavar=("BASE", "THREADS", "MODE"), help=argparse.SUPPRESS
+    )
     args = parser.parse_args()
     if args.run:
-        run_threads(int(args.run[0]), args.run[1])
+        run_threads(int(args.run[0]), int(args.run[1]), args.run[2])
         return
     if shutil.which("valgrind") is None:
         parser.error("valgrind is not on the PATH (Debian: apt-get install valgrind)")
-    if args.threads <= args.base:
-        parser.error(f"--threads {args.threads} must exceed --base {args.base}")
-    print(f"instructions per thread (callgrind, {args.threads} minus {args.base} threads)")
+    if args.threads <= 0:
+        parser.error(f"--threads {args.threads} must be positive")
+    print(f"instructions per thread (callgrind, {args.threads} threads after {args.base})")
     rows = {}
     for mode, label in (
         ("plain", "plain"),
         ("named", "instrumented, a name each"),
         ("other", "instrumented, every thread (other)"),
     ):
-        more, fewer = instructions(args.threads, mode), instructions(args.base, mode)
-        rows[mode] = (more - fewer) / (args.threads - args.base)
+        rows[mode] = instructions(args.base, args.threads, mode) / args.threads
         extra = "" if mode == "plain" else f"  (+{rows[mode] - rows['plain']:,.0f} over plain)"
         print(f"  {label:<40}{rows[mode]:>10,.0f}{extra}")
 

@@ -106,7 +106,7 @@ except ImportError:  # another interpreter: a property over an itemgetter (~60 %
 
 from .._session import at_fork
 from .._settings import extensions_disabled
-from ..record._recorder import STATS_FIELDS, STATS_TABLE, Stats
+from ..record._recorder import NO_SAMPLE, STATS_FIELDS, STATS_TABLE, Stats
 
 __all__ = [
     "ACQUISITION_FIELDS",
@@ -173,7 +173,8 @@ def _load() -> Any:
         from . import _speedups
     except ImportError:
         return None
-    return _speedups
+    # A build older than this file (its Stats' defaults are C's): the Python path.
+    return _speedups if getattr(_speedups, "NO_SAMPLE", None) == NO_SAMPLE else None
 
 
 #: The ``_speedups`` module when the uncontended path runs in C, else None.
@@ -192,20 +193,20 @@ if speedups is not None:
 def _stats_class() -> Callable[[], Stats]:
     """What makes a worker's :class:`Stats` on this path: the class itself, or on the C path its
     variant whose counters a pair writes (``_speedups.STATS_OWNED``) are C integers of
-    ``StatsBase``, the rest of the table slots."""
+    ``StatsBase``, which has the rest of the table as members too and makes a new one whole
+    (the values of ``Stats.__init__``, with no Python call)."""
     if speedups is None:
         return Stats
-
     base: Any = speedups.StatsBase
-    but_holds = tuple((name, how) for name, how in STATS_TABLE if name != "hold_histogram")
+    not_owned = tuple((name, how) for name, how in STATS_TABLE if name not in speedups.STATS_OWNED)
 
     class CStats(base):
-        __slots__ = tuple(name for name in STATS_FIELDS if name not in speedups.STATS_OWNED)
-        __init__ = Stats.__init__
+        __slots__ = tuple(name for name in STATS_FIELDS if not hasattr(base, name))
 
         def merge(self, other: Stats) -> None:
-            # The hold histograms bucket by bucket in C, where both are; else as dicts.
-            Stats.merge(self, other, but_holds if self.add_holds(other) else STATS_TABLE)
+            # The owned counters and the hold histograms in C (bucket by bucket), where both
+            # are C Stats; else every field as Python reads it.
+            Stats.merge(self, other, not_owned if self.add_owned(other) else STATS_TABLE)
 
     return CStats
 

@@ -741,12 +741,20 @@ hist_add(PyObject *hist, long long v)
  * table as slots).
  * ========================================================================================== */
 enum { DENSE = 512 }; /* bucket_of(2 ** 35) */
+/* The minimum of no sample: record._recorder.NO_SAMPLE (_fast_path checks they agree). */
+#define NO_SAMPLE (1LL << 62)
 
+/* The rest of the Stats table lives here too, as members of the same names (Python writes them;
+ * the C path reads wait_histogram by name): a new Stats is made whole by StatsBase_new, with no
+ * Python __init__ (about 5,000 instructions a thread's first Stats of a class, callgrind). */
 typedef struct {
     PyObject_HEAD
     long long counts[STATS_USED]; /* indexed by STATS_*; STATS_HOLD_HISTOGRAM's is unused */
     PyObject *hold_histogram;     /* bucket -> count: those not in `dense` */
     uint32_t *dense;              /* DENSE bucket counts */
+    PyObject *wait_histogram;     /* bucket -> count */
+    PyObject *sites;              /* None, or the SiteTable of its contended waits */
+    long long collisions;         /* contended waits on a colliding key (sections) */
 } StatsBase;
 
 static inline StatsBase *
@@ -800,8 +808,11 @@ StatsBase_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
         Py_DECREF(self);
         return PyErr_NoMemory();
     }
+    self->counts[STATS_HOLD_MIN] = self->counts[STATS_WAIT_MIN] = NO_SAMPLE;
+    self->sites = Py_NewRef(Py_None);
     self->hold_histogram = PyDict_New();
-    if (self->hold_histogram == NULL) {
+    self->wait_histogram = self->hold_histogram != NULL ? PyDict_New() : NULL;
+    if (self->wait_histogram == NULL) {
         Py_DECREF(self);
         return NULL;
     }
@@ -813,6 +824,8 @@ StatsBase_traverse(StatsBase *self, visitproc visit, void *arg)
 {
     Py_VISIT(Py_TYPE(self));
     Py_VISIT(self->hold_histogram);
+    Py_VISIT(self->wait_histogram);
+    Py_VISIT(self->sites);
     return 0;
 }
 
@@ -820,6 +833,8 @@ static int
 StatsBase_clear(StatsBase *self)
 {
     Py_CLEAR(self->hold_histogram);
+    Py_CLEAR(self->wait_histogram);
+    Py_CLEAR(self->sites);
     return 0;
 }
 
@@ -895,14 +910,46 @@ static PyMemberDef StatsBase_members[] = {
     STATS_COUNTER(STATS_HOLD_MIN),     STATS_COUNTER(STATS_HOLD_MAX),
     STATS_COUNTER(STATS_CONTENTIONS),  STATS_COUNTER(STATS_TIMEOUTS),
     STATS_COUNTER(STATS_WAIT_TOTAL),   STATS_COUNTER(STATS_WAIT_MIN),
-    STATS_COUNTER(STATS_WAIT_MAX),     {NULL, 0, 0, 0, NULL},
+    STATS_COUNTER(STATS_WAIT_MAX),
+    {"wait_histogram", T_OBJECT_EX, offsetof(StatsBase, wait_histogram), 0, NULL},
+    {"sites", T_OBJECT_EX, offsetof(StatsBase, sites), 0, NULL},
+    {"collisions", T_LONGLONG, offsetof(StatsBase, collisions), 0, NULL},
+    {NULL, 0, 0, 0, NULL},
 };
+/* The counters' merge (STATS_TABLE's "sum", "min", "max"), other's into self's. */
+static void
+counts_add(StatsBase *self, StatsBase *other)
+{
+    for (int i = 0; i < STATS_USED; i++) {
+        long long theirs = FT_LOAD(other->counts[i]), mine = FT_LOAD(self->counts[i]);
+        switch (i) {
+        case STATS_HOLD_HISTOGRAM:
+            break;
+        case STATS_HOLD_MIN:
+        case STATS_WAIT_MIN:
+            if (theirs < mine)
+                FT_STORE(self->counts[i], theirs);
+            break;
+        case STATS_HOLD_MAX:
+        case STATS_WAIT_MAX:
+            if (theirs > mine)
+                FT_STORE(self->counts[i], theirs);
+            break;
+        default:
+            if (theirs != 0)
+                FT_ADD(self->counts[i], theirs);
+        }
+    }
+}
+
 /* self.add_holds(other): other's hold histogram added to self's, bucket by bucket, where both
  * are StatsBase with their histograms as dicts (True); else nothing is done (False) and the
  * caller adds them as dicts. Stats.merge's for the C path's Stats: an ended thread's holds are
- * added without building a dict of 512 buckets for each side and zeroing one. */
+ * added without building a dict of 512 buckets for each side and zeroing one. With counts
+ * (add_owned): the counters StatsBase owns too, in the same step (STATS_OWNED: an ended
+ * thread folded into its name's retired state pays no Python read of each). */
 static PyObject *
-StatsBase_add_holds(StatsBase *self, PyObject *arg)
+holds_added(StatsBase *self, PyObject *arg, int counts)
 {
     if (Py_TYPE(arg)->tp_dealloc != Py_TYPE(self)->tp_dealloc || arg == (PyObject *)self)
         Py_RETURN_FALSE;
@@ -912,6 +959,8 @@ StatsBase_add_holds(StatsBase *self, PyObject *arg)
     PyObject *mine = self->hold_histogram, *theirs = other->hold_histogram;
     if (mine != NULL && theirs != NULL && PyDict_Check(mine) && PyDict_Check(theirs)) {
         added = 1;
+        if (counts)
+            counts_add(self, other);
         for (int b = 0; !failed && b < DENSE; b++) {
             unsigned long long sum = (unsigned long long)self->dense[b] + other->dense[b];
             if (sum <= UINT32_MAX)
@@ -935,10 +984,25 @@ StatsBase_add_holds(StatsBase *self, PyObject *arg)
     return Py_NewRef(added ? Py_True : Py_False);
 }
 
+static PyObject *
+StatsBase_add_holds(StatsBase *self, PyObject *arg)
+{
+    return holds_added(self, arg, 0);
+}
+
+static PyObject *
+StatsBase_add_owned(StatsBase *self, PyObject *arg)
+{
+    return holds_added(self, arg, 1);
+}
+
 static PyMethodDef StatsBase_methods[] = {
     {"add_holds", (PyCFunction)StatsBase_add_holds, METH_O,
      "add_holds(other): other's hold histogram added to this one's (True), or nothing done "
      "(False: not two C Stats with dict histograms)."},
+    {"add_owned", (PyCFunction)StatsBase_add_owned, METH_O,
+     "add_owned(other): as add_holds, and other's counters of STATS_OWNED merged into these "
+     "(sums, minimums, maximums) in the same step (True); or nothing done (False)."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -3884,6 +3948,11 @@ speedups_exec(PyObject *m)
         Py_XDECREF(owned);
         return -1;
     }
+    PyObject *no_sample = PyLong_FromLongLong(NO_SAMPLE);
+    int added = PyModule_AddObjectRef(m, "NO_SAMPLE", no_sample);
+    Py_XDECREF(no_sample);
+    if (added < 0)
+        return -1;
     return 0;
 }
 
