@@ -63,9 +63,13 @@ class PeakWorkers:
         """``state`` was registered for a worker: the generation to end it with (a thread's
         :class:`ThreadEnd`, which the recorder keeps in its locals, calls :meth:`ended` with
         it; a task's, :meth:`task_started`)."""
-        with self._lock:
+        lock = self._lock  # (acquire / release: no bound __enter__ / __exit__ made per thread)
+        lock.acquire()
+        try:
             self._live[id(state)] = state
             return self._generation
+        finally:
+            lock.release()
 
     def task_started(self, state: Any, task: Any) -> None:
         """``state`` was registered for the asyncio task ``task``: counted down when it is
@@ -76,10 +80,15 @@ class PeakWorkers:
         self.ended(state, generation)
 
     def ended(self, state: Any, generation: int) -> None:
-        with self._lock:
+        lock = self._lock
+        lock.acquire()
+        try:
             if generation == self._generation:  # else: registered before a reset
-                self._bump()
+                if len(self._live) + len(self._kept) > self._peak:  # else: none could pass it
+                    self._bump()
                 self._live.pop(id(state), None)
+        finally:
+            lock.release()
 
     def _bump(self) -> None:
         # Under the lock. A worker alive at the last reset counts again once it records.

@@ -299,7 +299,9 @@ class Recorder:
         """A new state for the worker ``worker`` (its name: past :data:`MAX_WORKERS` names,
         ``(other)``) whose thread or task is ``owner`` (None: a state of no worker); the caller
         has it counted by the peak."""
-        with self._lock:
+        lock = self._lock  # (acquire / release: no bound __enter__ / __exit__ made per thread)
+        lock.acquire()
+        try:
             if len(self._by_id) >= self._compact_at:
                 self._compact()
             if worker not in self._names:
@@ -312,9 +314,11 @@ class Recorder:
                         )
                     worker = "(other)"
                 self._names.add(worker)
-            state = WorkerState(worker, thread=owner)
+            state = WorkerState(worker, None, owner)
             self._by_id[id(state)] = state
             return state
+        finally:
+            lock.release()
 
     def _thread_ended(self, state: WorkerState, generation: int) -> None:
         """A thread ended (its :class:`ThreadEnd`, before a ``join()`` returns). The peak counts
