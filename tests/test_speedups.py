@@ -163,14 +163,16 @@ def test_c_stats_are_read_and_merged_under_the_table_names(watched):
 
 @needs_c
 def test_c_hold_histogram_holds_no_more_memory_for_more_holds(make_watched):
-    """The C path counts a hold's bucket in the worker's fixed array (every hold under 34 s):
-    holds of lengths not seen before add no memory, and reading the histogram gives them all."""
+    """The C path counts a hold's bucket in the worker's fixed array (every hold under 34 s), made
+    past its first few acquisitions (whose holds go to the dict): holds of lengths not seen
+    before add no memory, and reading the histogram gives them all."""
     import tracemalloc
 
     make_watched(hold_metric_floor_ms=1000, hold_span_threshold_ms=1000)  # no hold goes on
     lock = threading.Lock()
-    with lock:
-        pass
+    for _ in range(5):  # past the first few: the array is made
+        with lock:
+            pass
     (s,) = [s for cls, s in RECORDER.thread_state().stats.items() if cls is lock._lockwatch_class]
     snapshots: list[Any] = [None, None]
 
@@ -204,7 +206,7 @@ def test_c_hold_histogram_holds_no_more_memory_for_more_holds(make_watched):
     grown = after.filter_traces(here).compare_to(before.filter_traces(here), "lineno")
     assert sum(d.size_diff for d in grown) <= 0, [str(d) for d in grown[:3]]
     buckets = s.hold_histogram
-    assert sum(buckets.values()) == 2 + 200 and len(buckets) > 16  # more than 16 lengths
+    assert sum(buckets.values()) == 6 + 200 and len(buckets) > 16  # more than 16 lengths
     # (the 16 pending entries it had before held up to 16 buckets without a dict entry)
 
 
@@ -500,6 +502,66 @@ def test_a_new_threads_first_acquisition_stays_on_the_c_path(watched):
     worker.join()
     assert "Recorder.new_thread_state" in called
     assert not [name for name in called if name.endswith(("acquire", "acquire_tracked"))], called
+
+
+@needs_c
+def test_c_stats_are_made_and_merged_as_the_python_stats_are():
+    """A C path's new ``Stats`` is made whole in C (no Python ``__init__``): every field of the
+    table reads as a Python ``Stats()``'s. Merging one into another (the owned counters and the
+    holds in one C call, ``add_owned``) gives what the Python ``Stats.merge`` gives for the same
+    values: sums, minimums (``NO_SAMPLE`` left alone), maximums, the histograms' buckets."""
+    from otel_lockwatch.capture._fast_path import new_stats
+
+    made, plain = new_stats(), Stats()
+    assert {name: getattr(made, name) for name in STATS_FIELDS} == {
+        name: getattr(plain, name) for name in STATS_FIELDS
+    }
+    assert made.wait_histogram is not new_stats().wait_histogram  # a dict of its own
+
+    def filled(stats: Any, salt: int) -> Any:
+        stats.acquisitions, stats.try_acquisitions, stats.skipped = 7 + salt, 2, 1 + salt
+        stats.hold_total_ns, stats.hold_max_ns = 900 + salt, 500 - salt
+        stats.hold_histogram = {4: 2 + salt, 30: 1}
+        if salt:  # the other keeps no wait sample: its minimum stays NO_SAMPLE
+            stats.contentions, stats.timeouts, stats.wait_total_ns = 3, 1, 40
+            stats.wait_min_ns, stats.wait_max_ns, stats.hold_min_ns = 5, 30, 100
+            stats.wait_histogram = {6: 3}
+        else:
+            stats.hold_min_ns = 120
+        stats.collisions = salt
+        return stats
+
+    c_side, py_side = filled(new_stats(), 0), filled(Stats(), 0)
+    c_side.merge(filled(new_stats(), 3))
+    py_side.merge(filled(Stats(), 3))
+    assert {name: getattr(c_side, name) for name in STATS_FIELDS} == {
+        name: getattr(py_side, name) for name in STATS_FIELDS
+    }
+    assert c_side.hold_min_ns == 100 and c_side.wait_min_ns == 5 and c_side.acquisitions == 17
+
+
+@needs_c
+def test_c_stats_first_holds_are_the_dicts_and_read_as_every_hold(watched):
+    """A worker's first few holds go to its hold histogram's dict (no fixed array made for a
+    thread that takes a lock once), later ones to the array; the histogram reads every hold
+    either way, and a merge adds them whichever side has the array."""
+    lock = threading.Lock()
+    for n in range(1, 9):
+        with lock:
+            pass
+        (s,) = [
+            s for cls, s in RECORDER.thread_state().stats.items() if cls is lock._lockwatch_class
+        ]
+        assert sum(s.hold_histogram.values()) == n
+    from otel_lockwatch.capture._fast_path import new_stats
+
+    once, many = new_stats(), new_stats()
+    once.hold_histogram = {2: 1}
+    many.merge(s)  # the array's holds into a Stats with none yet
+    many.merge(once)
+    assert sum(many.hold_histogram.values()) == 9 and many.hold_histogram[2] >= 1
+    once.merge(many)
+    assert sum(once.hold_histogram.values()) == 10
 
 
 @needs_c

@@ -72,7 +72,11 @@ The contract:
   name: a prefix of ``STATS_FIELDS``), as C integers
   of ``_speedups.StatsBase`` (the base of :func:`new_stats`'s class on this path), with the hold
   histogram's first 512 buckets counted in a fixed C array (``hold_histogram`` reads a new dict
-  of them and the rest, and an assignment replaces both); and each thread's ``WorkerState``,
+  of them and the rest, and an assignment replaces both); the rest of the Stats table is
+  members of ``StatsBase`` too, so a new Stats is made whole in C (``Stats.__init__``'s values,
+  ``_speedups.NO_SAMPLE`` the minimums', checked equal to the recorder's at import), and a
+  merge adds the owned counters and the hold histogram in one C call (``add_owned``); and each
+  thread's ``WorkerState``,
   cached under a pthread key, read once from ``RECORDER.tls`` per thread (and thread state),
   again after ``forget_states()``; an ended thread's entry is released by the next thread that
   reads its own.

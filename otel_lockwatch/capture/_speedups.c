@@ -731,14 +731,15 @@ hist_add(PyObject *hist, long long v)
  * ------------------------------------------------------------------------------------------
  * Written as Python ints, each pair's counters cost an allocation apiece. Here they are C
  * integers, and a hold's histogram bucket is counted in place in a fixed array of the first
- * DENSE buckets (every hold under 2^35 ns, 34 s), allocated with the Stats: however many holds a
- * worker records, its histogram holds no more memory. The dict keeps the rest (a longer hold, a
- * count that would wrap) and what Python assigned; reading `hold_histogram` gives a new dict of
- * both, assigning it replaces both (Python code adds a hold or merges by reading, adding and
- * assigning back). Python reads and writes these under the Stats fields' names (STATS_NAMES),
- * so the Python code, the snapshot and the merge see one Stats whichever path made it.
- * _fast_path derives the class the C path's process uses from this one (the rest of the Stats
- * table as slots).
+ * DENSE buckets (every hold under 2^35 ns, 34 s), allocated past the Stats' first few
+ * acquisitions (dense_made): however many holds a worker records, its histogram holds no more
+ * memory. The dict keeps the rest (the first few holds, a longer hold, a count that would wrap)
+ * and what Python assigned; reading `hold_histogram` gives a new dict of both, assigning it
+ * replaces both (Python code adds a hold or merges by reading, adding and assigning back).
+ * Python reads and writes these under the Stats fields' names (STATS_NAMES), so the Python
+ * code, the snapshot and the merge see one Stats whichever path made it. _fast_path derives the
+ * class the C path's process uses from this one (no slot of its own: the rest of the Stats
+ * table is members here).
  * ========================================================================================== */
 enum { DENSE = 512 }; /* bucket_of(2 ** 35) */
 /* The minimum of no sample: record._recorder.NO_SAMPLE (_fast_path checks they agree). */
@@ -751,7 +752,7 @@ typedef struct {
     PyObject_HEAD
     long long counts[STATS_USED]; /* indexed by STATS_*; STATS_HOLD_HISTOGRAM's is unused */
     PyObject *hold_histogram;     /* bucket -> count: those not in `dense` */
-    uint32_t *dense;              /* DENSE bucket counts */
+    uint32_t *dense;              /* DENSE bucket counts; NULL until made (dense_made) */
     PyObject *wait_histogram;     /* bucket -> count */
     PyObject *sites;              /* None, or the SiteTable of its contended waits */
     long long collisions;         /* contended waits on a colliding key (sections) */
@@ -776,6 +777,20 @@ histogram_dict(StatsBase *self)
     return NULL;
 }
 
+/* The dense buckets, made at a Stats' first hold past its FEW-th acquisition (so its first holds
+ * go to the dict): a thread that takes a lock once or twice, a thread per request, neither
+ * allocates nor frees their 2 KiB (about 2,000 instructions a thread, callgrind), nor keeps them
+ * in its name's retired state. NULL (a MemoryError) when they could not be made. */
+enum { FEW = 4 };
+
+static uint32_t *
+dense_made(StatsBase *self)
+{
+    if (self->dense == NULL && (self->dense = PyMem_Calloc(DENSE, sizeof(uint32_t))) == NULL)
+        PyErr_NoMemory();
+    return self->dense;
+}
+
 /* One hold of h ns into the histogram. */
 static inline int
 hold_add(StatsBase *self, long long h)
@@ -785,6 +800,12 @@ hold_add(StatsBase *self, long long h)
         return -1;
     long long b = bucket_of(h);
     if (b >= 0 && b < DENSE) {
+        if (self->dense == NULL) {
+            if (FT_LOAD(self->counts[STATS_ACQUISITIONS]) <= FEW)
+                return bucket_add(hist, b, 1);
+            if (dense_made(self) == NULL)
+                return -1;
+        }
         if (self->dense[b] < UINT32_MAX) {
             self->dense[b]++;
             return 0;
@@ -803,11 +824,6 @@ StatsBase_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     StatsBase *self = (StatsBase *)type->tp_alloc(type, 0);
     if (self == NULL)
         return NULL;
-    self->dense = PyMem_Calloc(DENSE, sizeof(uint32_t));
-    if (self->dense == NULL) {
-        Py_DECREF(self);
-        return PyErr_NoMemory();
-    }
     self->counts[STATS_HOLD_MIN] = self->counts[STATS_WAIT_MIN] = NO_SAMPLE;
     self->sites = Py_NewRef(Py_None);
     self->hold_histogram = PyDict_New();
@@ -861,7 +877,7 @@ StatsBase_get_histogram(StatsBase *self, void *Py_UNUSED(closure))
         out = Py_NewRef(self->hold_histogram);
     else {
         out = PyDict_Copy(self->hold_histogram);
-        for (int b = 0; out != NULL && b < DENSE; b++) {
+        for (int b = 0; out != NULL && self->dense != NULL && b < DENSE; b++) {
             if (self->dense[b] != 0 && bucket_add(out, b, self->dense[b]) < 0)
                 Py_CLEAR(out);
         }
@@ -881,7 +897,8 @@ StatsBase_set_histogram(StatsBase *self, PyObject *value, void *Py_UNUSED(closur
     }
     PyObject *old;
     Py_BEGIN_CRITICAL_SECTION(self);
-    memset(self->dense, 0, DENSE * sizeof(uint32_t));
+    if (self->dense != NULL)
+        memset(self->dense, 0, DENSE * sizeof(uint32_t));
     old = self->hold_histogram;
     self->hold_histogram = Py_NewRef(value);
     Py_END_CRITICAL_SECTION();
@@ -959,9 +976,11 @@ holds_added(StatsBase *self, PyObject *arg, int counts)
     PyObject *mine = self->hold_histogram, *theirs = other->hold_histogram;
     if (mine != NULL && theirs != NULL && PyDict_Check(mine) && PyDict_Check(theirs)) {
         added = 1;
-        if (counts)
+        if (other->dense != NULL && dense_made(self) == NULL)
+            failed = 1; /* (before anything is added) */
+        else if (counts)
             counts_add(self, other);
-        for (int b = 0; !failed && b < DENSE; b++) {
+        for (int b = 0; !failed && other->dense != NULL && b < DENSE; b++) {
             unsigned long long sum = (unsigned long long)self->dense[b] + other->dense[b];
             if (sum <= UINT32_MAX)
                 self->dense[b] = (uint32_t)sum;
