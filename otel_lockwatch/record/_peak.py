@@ -10,12 +10,15 @@ sizes a pool is how many workers run side by side, not how many ever existed. A 
   nothing on the lock path: one hook per thread);
 - an asyncio task ends when it is done (a done callback).
 
-The count is kept under a lock of its own, taken only when a worker starts or ends (and when a
-snapshot reads it), never on the lock path; counting walks the live workers, so a thread's start
-and end cost a few nanoseconds per live thread. The lock is re-entrant: a thread's end may run
-while that thread is inside it (a finalizer). A reset starts the count again from zero (the
-workers alive then count again once they record something); a forked child starts from its one
-thread.
+A worker's start and end add it to and take it from the live ones (a dict store, a pop: no lock);
+an end counts the live workers that recorded something (on a copy: no lock), and only when that
+passes the peak (an upper bound: those kept from the last reset are counted without asking
+whether they are alive) is the exact count taken, under a lock of the peak's own, as when a
+snapshot reads it; never on the lock path. So a thread's end costs a few nanoseconds per live
+thread, and a lock's acquire and release only when the peak may grow. The lock is re-entrant: a
+thread's end may run while that thread is inside it (a finalizer). A reset starts the count
+again from zero (the workers alive then count again once they record something); a forked child
+starts from its one thread.
 """
 
 from __future__ import annotations
@@ -63,13 +66,11 @@ class PeakWorkers:
         """``state`` was registered for a worker: the generation to end it with (a thread's
         :class:`ThreadEnd`, which the recorder keeps in its locals, calls :meth:`ended` with
         it; a task's, :meth:`task_started`)."""
-        lock = self._lock  # (acquire / release: no bound __enter__ / __exit__ made per thread)
-        lock.acquire()
-        try:
-            self._live[id(state)] = state
-            return self._generation
-        finally:
-            lock.release()
+        # Stored before the generation is read: a reset in between leaves the state out of the
+        # new live ones (it is among the kept ones: the recorder registered it first), and its
+        # end pops nothing.
+        self._live[id(state)] = state
+        return self._generation
 
     def task_started(self, state: Any, task: Any) -> None:
         """``state`` was registered for the asyncio task ``task``: counted down when it is
@@ -80,20 +81,29 @@ class PeakWorkers:
         self.ended(state, generation)
 
     def ended(self, state: Any, generation: int) -> None:
-        lock = self._lock
-        lock.acquire()
-        try:
-            if generation == self._generation:  # else: registered before a reset
-                if len(self._live) + len(self._kept) > self._peak:  # else: none could pass it
+        if generation != self._generation:
+            return  # registered before a reset
+        n = 0  # at most the workers alive now, the ending one still counted
+        for other in self._live.copy().values():  # (a copy: starts and ends take no lock)
+            if other.stats:
+                n += 1
+        for other in self._kept:
+            if other.stats:
+                n += 1
+        if n > self._peak:  # it may pass the peak: the exact count, under the lock
+            lock = self._lock  # (acquire / release: no bound __enter__ / __exit__ made)
+            lock.acquire()
+            try:
+                if generation == self._generation:
                     self._bump()
-                self._live.pop(id(state), None)
-        finally:
-            lock.release()
+            finally:
+                lock.release()
+        self._live.pop(id(state), None)
 
     def _bump(self) -> None:
         # Under the lock. A worker alive at the last reset counts again once it records.
         n = 0
-        for state in self._live.values():  # (changed only under the lock)
+        for state in self._live.copy().values():  # (a copy: starts and ends take no lock)
             if state.stats:
                 n += 1
         for state in self._kept:
