@@ -19,6 +19,7 @@ import threading
 import pytest
 
 from otel_lockwatch._session import RECORDER
+from otel_lockwatch.record._peak import PeakWorkers
 from otel_lockwatch.record._recorder import FOLD_BATCH
 
 
@@ -167,3 +168,35 @@ def test_a_fork_while_another_thread_has_the_recorder_does_not_hang_the_child():
         check=False,
     )
     assert done.stdout.split() == ["0"], done.stderr[-2000:]
+
+
+class _Worker:
+    """A worker state as the peak reads one: its statistics, and whether it is alive."""
+
+    def __init__(self, recorded: bool, alive: bool = True) -> None:
+        self.stats = {"lock": 1} if recorded else {}
+        self.is_alive = alive
+
+    def alive(self) -> bool:
+        return self.is_alive
+
+
+def test_the_peak_counts_the_workers_alive_that_recorded_at_each_end():
+    """An end counts the live workers that recorded (the ending one too) and those kept from the
+    last reset that recorded and are still alive; a worker that recorded nothing, or a kept one
+    that has ended, is not counted, whether or not the count could pass the peak."""
+    peak = PeakWorkers()
+    peak.reset([_Worker(True, alive=False), _Worker(True), _Worker(False)])
+    first, second, idle = _Worker(True), _Worker(True), _Worker(False)
+    ends = [(worker, peak.started(worker)) for worker in (first, second, idle)]
+    peak.ended(*ends[0])  # first, second and the kept one alive that recorded
+    assert peak.peak() == 3
+    peak.ended(*ends[1])  # second and the kept one: under the peak
+    peak.ended(*ends[2])
+    assert peak.peak() == 3
+    peak.reset([])
+    late = _Worker(False)
+    ended = (late, peak.started(late))
+    late.stats = {"lock": 1}  # it records after its start: counted at its end
+    peak.ended(*ended)
+    assert peak.peak() == 1
