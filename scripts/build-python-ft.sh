@@ -39,8 +39,7 @@ done
 if [[ ${#missing[@]} -gt 0 ]]; then
     [[ $(id -u) -eq 0 ]] || fail "missing build dependencies (${missing[*]}), and not root to install them"
     say "installing Debian's ${missing[*]}"
-    apt-get update -qq >&2
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >&2 ||
+    bash "$(dirname "${BASH_SOURCE[0]}")/apt-install.sh" "${missing[@]}" ||
         fail "could not install ${missing[*]}"
 fi
 

@@ -50,8 +50,7 @@ flock 9 # one provisioning at a time; scripts/sid-root.sh waits on the same lock
 if ! command -v debootstrap >/dev/null 2>&1; then
     command -v apt-get >/dev/null 2>&1 || fail "debootstrap is missing and there is no apt-get to install it"
     say "installing Debian's debootstrap on the host"
-    apt-get update -qq >&2 || fail "apt-get update failed"
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq debootstrap >&2 ||
+    bash "$(dirname "${BASH_SOURCE[0]}")/apt-install.sh" debootstrap ||
         fail "could not install debootstrap"
 fi
 

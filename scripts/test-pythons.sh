@@ -21,6 +21,8 @@
 #   LOCKWATCH_LEGS="3.12:all"         a leg with other tests than usual (all, project, suites
 #                                     or core)
 #   LOCKWATCH_LEGS=readme | matrix    either list (the default is readme)
+#   LOCKWATCH_PREPARE_ONLY=1          the legs' interpreters and venvs made, no test run (.ci/run
+#                                     prepares the matrix's while the README's legs run)
 #
 # Where a Python comes from: pyenv's 3.N.* or python3.N on the PATH; failing both, 3.14 and 3.15
 # from the Debian sid root of scripts/provision-pythons.sh (made when missing, as root), where
@@ -29,8 +31,9 @@
 # own, made once (${LOCKWATCH_VENVS:-$cache/venvs}/3.N, or ${LOCKWATCH_SID_VENVS:-/venvs}/3.N in
 # the sid root), with the checkout installed editable at each run (two checkouts running legs at
 # once each need venvs of their own: the editable install points a venv at one checkout). A Python that cannot be had fails the leg under
-# CI=true and is a printed skip otherwise. Legs run one after the other (two suites at once on a
-# small machine make timing tests flake); each prints its wall time, and the summary repeats them.
+# CI=true and is a printed skip otherwise. Legs run one after the other, each on a pytest-xdist
+# worker a core (two legs at once would put two workers on a core); each prints its wall time,
+# and the summary repeats them.
 set -euo pipefail
 
 # The README's legs run the project's own suite; CPython's own threading, queue, futures and
@@ -107,32 +110,35 @@ leg_venv() {
         # shellcheck disable=SC2086 # the prefix is words
         $prefix "$base" -m venv "$dir" >&2 || return 1
     fi
-    if [[ $version == *t ]]; then
-        leg_free_threaded_install "$dir/bin/python" || return 1
-    else
-        # shellcheck disable=SC2086
-        $prefix "$dir/bin/python" -m pip install --quiet --disable-pip-version-check -e '.[test]' >&2 || return 1
-    fi
-    printf '%s' "$dir/bin/python"
-}
-
-# The checkout and the `test` extra but FT_LEFT_OUT into a free-threaded venv's python $1.
-leg_free_threaded_install() {
-    local python="$1" deps
-    mapfile -t deps < <("$python" - "$FT_LEFT_OUT" <<'PY'
+    # The package's and its test extra's dependencies but what a free-threaded build cannot
+    # install (FT_LEFT_OUT), then the checkout, editable and without them; only the
+    # dependencies when the legs are only prepared (.ci/run prepares the matrix's venvs while
+    # the README's legs run from this checkout).
+    local deps
+    # shellcheck disable=SC2086
+    mapfile -t deps < <($prefix "$dir/bin/python" - "$([[ $version == *t ]] && echo "$FT_LEFT_OUT")" <<'PY'
 import sys, tomllib
 left_out = set(sys.argv[1].split())
 with open("pyproject.toml", "rb") as f:
-    extra = tomllib.load(f)["project"]["optional-dependencies"]["test"]
-for dep in extra:
+    project = tomllib.load(f)["project"]
+for dep in project["dependencies"] + project["optional-dependencies"]["test"]:
     name = dep.split(">")[0].split("=")[0].split("<")[0].strip()
     if name not in left_out:
         print(dep)
-print("psycopg>=3.1")
+if "psycopg[binary]" in left_out:
+    print("psycopg>=3.1")  # pure Python, in place of the binary's
 PY
     ) || return 1
-    "$python" -m pip install --quiet --disable-pip-version-check -e . >&2 &&
-        "$python" -m pip install --quiet --disable-pip-version-check --only-binary=hypothesis "${deps[@]}" >&2
+    # (hypothesis as a wheel: its newest sdist has a Rust part PyO3 builds for 3.14t and later)
+    # shellcheck disable=SC2086
+    $prefix "$dir/bin/python" -m pip install --quiet --disable-pip-version-check \
+        --only-binary=hypothesis "${deps[@]}" >&2 || return 1
+    if [[ ${LOCKWATCH_PREPARE_ONLY:-} != 1 ]]; then
+        # shellcheck disable=SC2086
+        $prefix "$dir/bin/python" -m pip install --quiet --disable-pip-version-check \
+            --no-deps -e . >&2 || return 1
+    fi
+    printf '%s' "$dir/bin/python"
 }
 
 # Run one leg: its name ("3.12", "3.12-pure"), the command prefix, its python, then pytest's
@@ -195,7 +201,8 @@ run_legs() {
             ;;
         esac
         [[ $version == "$main" ]] || args+=(-m "not e2e")
-        args+=("$@")
+        # pytest-xdist, a worker a core (the test extra has it; "$@" may say -n 0)
+        args+=(-n auto "$@")
         base="$(find_python "$version")"
         dir="${LOCKWATCH_VENVS:-$(legs_cache)/venvs}/$version" host_dir="$dir"
         if [[ $version == "$main" ]]; then
@@ -224,6 +231,10 @@ run_legs() {
             legs_say "leg $name: could not install the package in the $version venv"
             summary+=("$name: FAILED (install)")
             status=1
+            continue
+        fi
+        if [[ ${LOCKWATCH_PREPARE_ONLY:-} == 1 ]]; then # the interpreter and venv, no tests
+            summary+=("$name: prepared in $(((SECONDS - start) / 60))m $(((SECONDS - start) % 60))s")
             continue
         fi
         # A C leg whose pure twin runs later in this run: tests/test_speedups.py's rerun of the

@@ -29,8 +29,7 @@ say() { printf 'test.sh: %s\n' "$*" >&2; }
 debian_package() {
     if [[ $(id -u) -eq 0 ]] && command -v apt-get >/dev/null 2>&1; then
         say "installing Debian's $1 ($2)"
-        apt-get update -qq >&2
-        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$1" >&2
+        bash scripts/apt-install.sh "$1"
     else
         say "$1 is missing and cannot be installed here: its tests will skip (fail under CI)"
     fi
@@ -63,8 +62,7 @@ headers="$(python3 -c 'import os, sysconfig; print(os.path.join(sysconfig.get_pa
 if ! command -v cc >/dev/null 2>&1 || [[ ! -f $headers ]]; then
     if [[ $(id -u) -eq 0 ]] && command -v apt-get >/dev/null 2>&1; then
         say "installing a C compiler and Python's headers for the C fast path"
-        apt-get update -qq >&2
-        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq gcc libc6-dev python3-dev >&2
+        bash scripts/apt-install.sh gcc libc6-dev python3-dev
     else
         say "no C compiler or no Python.h: the package installs without its C fast path" \
             "(its tests skip; fail under CI)"

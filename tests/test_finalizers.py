@@ -102,6 +102,68 @@ def test_finalizers_taking_locks_never_hang_in_100_trials(mode, tmp_path):
     assert done.stdout.split() == ["trials", str(TRIALS)]
 
 
+# Garbage with finalizers made under a held lock, then a collection due at every allocation the
+# collector tracks (threshold 1) while another lock's class is used for the first time (after
+# each reset every class is new again: its first Stats is made there). A plain acquire and
+# release allocate nothing, so plainly no finalizer runs under the outer lock; each notes whether
+# it did.
+DUE = textwrap.dedent(
+    """
+    import gc, sys, threading
+    mode = sys.argv[1]
+    if mode != "plain":
+        from opentelemetry.sdk.metrics import MeterProvider
+        from opentelemetry.sdk.trace import TracerProvider
+        from otel_lockwatch import LockwatchInstrumentor
+        from otel_lockwatch.capture import _fast_path
+        from otel_lockwatch._session import RECORDER
+        assert _fast_path.SPEEDUPS == (mode == "C"), _fast_path.SPEEDUPS
+        LockwatchInstrumentor().instrument(
+            tracer_provider=TracerProvider(), meter_provider=MeterProvider(), manifest=False
+        )
+    outer, inner = threading.Lock(), threading.Lock()
+    under = []
+
+    class Garbage:
+        def __init__(self):
+            self.me = self  # a cycle: only the collector frees it
+
+        def __del__(self):
+            under.append(outer.locked())
+
+    for trial in range(200):
+        if mode != "plain":
+            RECORDER.reset()
+        gc.collect()
+        with outer:
+            for _ in range(4):
+                Garbage()
+            gc.set_threshold(1)
+            inner.acquire()
+            inner.release()
+            gc.set_threshold(700)
+    gc.collect()
+    print(len(under), sum(under))
+    """
+)
+
+
+@pytest.mark.parametrize("mode", _paths())
+def test_a_collection_due_under_a_held_lock_waits_until_it_is_released(mode):
+    env = dict(os.environ)
+    env.pop("LOCKWATCH_DISABLE_EXTENSIONS", None)
+    if mode == "Python":
+        env["LOCKWATCH_DISABLE_EXTENSIONS"] = "1"
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+    done = subprocess.run(
+        [sys.executable, "-c", DUE, mode], env=env, capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    ran, under_the_lock = map(int, done.stdout.split())
+    assert ran == 800  # every finalizer ran (none of them under the outer lock)
+    assert under_the_lock == 0
+
+
 def _implementations() -> list[tuple]:
     python = (_collection.py_defer_collection, _collection.py_resume_collection)
     if _fast_path.speedups is None:

@@ -399,33 +399,38 @@ def test_both_paths_record_the_same():
     assert c["held"] == []
 
 
-def test_core_suites_pass_on_the_pure_python_path():
-    """The suites that pin down the lock path's behaviour, and the manifest reader's and the
-    merge's (which have a C fast path of their own, ``record/_merge_speedups.c``), run again on
-    the reference path (the rest of this run tests the C path wherever it is built)."""
+# The suites that pin down the lock path's behaviour, and the manifest reader's and the merge's
+# (which have a C fast path of their own, ``record/_merge_speedups.c``): run again on the reference
+# path, one subprocess each (so that pytest-xdist spreads them over its workers).
+PURE_RERUN_SUITES = [
+    "tests/test_instrumentation.py",
+    "tests/test_lock_conformance.py",
+    "tests/test_lock_order.py",
+    "tests/test_ordered.py",
+    "tests/test_sections.py",
+    "tests/test_async_sections.py",
+    "tests/test_scenarios.py",
+    "tests/test_live_gauges.py",
+    "tests/test_hostile.py",
+    "tests/test_merge.py",
+    "tests/test_histogram.py",
+]
+
+
+@pytest.mark.timeout(900)
+@pytest.mark.parametrize("suite", PURE_RERUN_SUITES)
+def test_core_suites_pass_on_the_pure_python_path(suite):
+    """Each suite of PURE_RERUN_SUITES passes on the pure-Python path too (the rest of this run
+    tests the C path wherever it is built)."""
     if os.environ.get("LOCKWATCH_DISABLE_EXTENSIONS") or not _fast_path.SPEEDUPS:
         pytest.skip("this whole run is on the pure-Python path already")
-    suites = [
-        "tests/test_instrumentation.py",
-        "tests/test_lock_conformance.py",
-        "tests/test_lock_order.py",
-        "tests/test_ordered.py",
-        "tests/test_sections.py",
-        "tests/test_async_sections.py",
-        "tests/test_scenarios.py",
-        "tests/test_live_gauges.py",
-        "tests/test_hostile.py",
-        "tests/test_merge.py",
-        "tests/test_histogram.py",
-    ]
     # The pure-Python leg of this same run (scripts/test-pythons.sh says which tests it runs)
     # covers those it runs: only the rest run here.
     twin = os.environ.get("LOCKWATCH_PURE_LEG_TESTS", "").split()
-    if twin == ["all"]:
-        pytest.skip("this run's pure-Python leg runs the whole suite")
-    suites = [suite for suite in suites if suite not in twin]
+    if twin == ["all"] or suite in twin:
+        pytest.skip(f"this run's pure-Python leg runs {suite}")
     proc = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-x", *suites],
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-x", suite],
         cwd=ROOT,
         env=_env(True),
         capture_output=True,

@@ -99,10 +99,15 @@ def caller_frame() -> Any:
 
 
 def stats_of(state: WorkerState, lock_class: LockClass) -> Stats:
-    """The worker's :class:`Stats` for a lock class, created on first use."""
+    """The worker's :class:`Stats` for a lock class, created on first use (other locks may be
+    held: with the collector off, ``_collection``)."""
     stats = state.stats.get(lock_class)
     if stats is None:
-        stats = state.stats[lock_class] = new_stats()
+        defer_collection()
+        try:
+            stats = state.stats[lock_class] = new_stats()
+        finally:
+            resume_collection()
     return stats
 
 

@@ -1244,10 +1244,13 @@ stats_of(ModuleState *S, PyObject *st, PyObject *cls)
     }
     PyObject *s = NULL;
     if (PyDict_Check(stats) && dict_get_ref(stats, cls, &s) == 0 && S->new_stats != NULL) {
-        /* (only the worker's own thread adds to its stats) */
+        /* (only the worker's own thread adds to its stats; other locks may be held: the
+         * allocations run with the collector off, _collection) */
+        collection_defer(S);
         s = PyObject_CallNoArgs(S->new_stats);
         if (s != NULL && PyDict_SetItem(stats, cls, s) < 0)
             Py_CLEAR(s);
+        collection_resume(S);
     }
     Py_DECREF(stats);
     if (s == NULL)
