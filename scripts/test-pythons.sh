@@ -21,6 +21,7 @@
 #   LOCKWATCH_LEGS="3.12:all"         a leg with other tests than usual (all, project, suites
 #                                     or core)
 #   LOCKWATCH_LEGS=readme | matrix    either list (the default is readme)
+#   LOCKWATCH_WORKERS=2               each leg on two pytest-xdist workers (faster, flakier)
 #   LOCKWATCH_PREPARE_ONLY=1          the legs' interpreters and venvs made, no test run (.ci/run
 #                                     prepares the matrix's while the README's legs run)
 #
@@ -31,9 +32,10 @@
 # own, made once (${LOCKWATCH_VENVS:-$cache/venvs}/3.N, or ${LOCKWATCH_SID_VENVS:-/venvs}/3.N in
 # the sid root), with the checkout installed editable at each run (two checkouts running legs at
 # once each need venvs of their own: the editable install points a venv at one checkout). A Python that cannot be had fails the leg under
-# CI=true and is a printed skip otherwise. Legs run one after the other, each on a pytest-xdist
-# worker a core (two legs at once would put two workers on a core); each prints its wall time,
-# and the summary repeats them.
+# CI=true and is a printed skip otherwise. Legs run one after the other, each serially (two
+# suites at once on a small machine make the pools' verdict tests flake; LOCKWATCH_WORKERS=2 runs
+# a leg on two pytest-xdist workers all the same); each prints its wall time, and the summary
+# repeats them.
 set -euo pipefail
 
 # The README's legs run the project's own suite; CPython's own threading, queue, futures and
@@ -201,8 +203,10 @@ run_legs() {
             ;;
         esac
         [[ $version == "$main" ]] || args+=(-m "not e2e")
-        # pytest-xdist, a worker a core (the test extra has it; "$@" may say -n 0)
-        args+=(-n auto "$@")
+        # LOCKWATCH_WORKERS=N: N pytest-xdist workers (the test extra has it); serial by default,
+        # as docs/development.md says why
+        [[ -n ${LOCKWATCH_WORKERS:-} ]] && args+=(-n "$LOCKWATCH_WORKERS")
+        args+=("$@")
         base="$(find_python "$version")"
         dir="${LOCKWATCH_VENVS:-$(legs_cache)/venvs}/$version" host_dir="$dir"
         if [[ $version == "$main" ]]; then

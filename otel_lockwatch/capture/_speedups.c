@@ -45,6 +45,7 @@
 #include <Python.h>
 #include <structmember.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <time.h>
@@ -2050,6 +2051,9 @@ done:
     return wait == NULL ? -1 : 0;
 }
 
+/* How often a waiter on the free-threaded build looks again for a holder not published yet. */
+#define HOLDER_LOOKS 16
+
 /* The blocking wait of a lock proxy whose try failed: the window first (a holder switched out
  * inside lockwatch is yielded to, S->window), else the lock's own blocking acquire, timed from
  * the failed try, with the worker's `waiting` noted meanwhile (the live gauges); then the wait
@@ -2080,6 +2084,19 @@ lock_wait_here(ModuleState *S, LockBase *self, PyObject *st, PyObject *s, PyObje
         ctx = Py_NewRef(Py_None);
     }
     PyObject *held_by = Py_XNewRef(FT_LOAD(self->entry)); /* the holder at the arrival */
+#ifdef Py_GIL_DISABLED
+    /* Without the GIL a holder runs beside its waiters: one that has taken the lock but not yet
+     * published its entry (a few microseconds of bookkeeping, or a preemption right there) is
+     * given up to HOLDER_LOOKS yields of the processor, so that the wait is charged to its site
+     * (the GIL build's window does this by yielding the interpreter). The wait is timed from
+     * the failed try: the looks are part of it. */
+    for (int look = 0; look < HOLDER_LOOKS && (held_by == NULL || held_by == Py_None); look++) {
+        Py_BEGIN_ALLOW_THREADS
+        sched_yield();
+        Py_END_ALLOW_THREADS
+        Py_XSETREF(held_by, Py_XNewRef(FT_LOAD(self->entry)));
+    }
+#endif
     PyObject *before = slot_get(&S->worker[WORKER_WAITING], st);
     if (before == NULL || slot_set(&S->worker[WORKER_WAITING], st, cls) < 0) {
         swallow(S);
