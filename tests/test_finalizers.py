@@ -17,6 +17,7 @@ import sysconfig
 import textwrap
 import threading
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -91,23 +92,26 @@ def _paths() -> list[str]:
     return ["plain", *(["C"] if _fast_path.SPEEDUPS else []), "Python"]
 
 
-@pytest.mark.parametrize("mode", _paths())
-def test_finalizers_taking_locks_never_hang_in_100_trials(mode, tmp_path):
-    script = tmp_path / "stress.py"
-    script.write_text(STRESS)
+def _run_script(script: str, mode: str, *args: str, timeout: float) -> Any:
+    """Run a script of this file in a subprocess on ``mode``'s path (plain, C or Python)."""
     env = dict(os.environ)
     env.pop("LOCKWATCH_DISABLE_EXTENSIONS", None)
     if mode == "Python":
         env["LOCKWATCH_DISABLE_EXTENSIONS"] = "1"
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
-    done = subprocess.run(
-        [sys.executable, str(script), mode, str(TRIALS)],
+    return subprocess.run(
+        [sys.executable, "-c", script, mode, *args],
         env=env,
         capture_output=True,
         text=True,
-        timeout=900,
+        timeout=timeout,
         check=False,
     )
+
+
+@pytest.mark.parametrize("mode", _paths())
+def test_finalizers_taking_locks_never_hang_in_100_trials(mode):
+    done = _run_script(STRESS, mode, str(TRIALS), timeout=900)
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.split() == ["trials", str(TRIALS)]
 
@@ -161,14 +165,7 @@ DUE = textwrap.dedent(
 @prompt_collections
 @pytest.mark.parametrize("mode", _paths())
 def test_a_collection_due_under_a_held_lock_waits_until_it_is_released(mode):
-    env = dict(os.environ)
-    env.pop("LOCKWATCH_DISABLE_EXTENSIONS", None)
-    if mode == "Python":
-        env["LOCKWATCH_DISABLE_EXTENSIONS"] = "1"
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
-    done = subprocess.run(
-        [sys.executable, "-c", DUE, mode], env=env, capture_output=True, text=True, timeout=300
-    )
+    done = _run_script(DUE, mode, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     ran, under_the_lock = map(int, done.stdout.split())
     assert ran == 800  # every finalizer ran (none of them under the outer lock)
