@@ -83,14 +83,9 @@ class PeakWorkers:
     def ended(self, state: Any, generation: int) -> None:
         if generation != self._generation:
             return  # registered before a reset
-        n = 0  # at most the workers alive now, the ending one still counted
-        for other in self._live.copy().values():  # (a copy: starts and ends take no lock)
-            if other.stats:
-                n += 1
-        for other in self._kept:
-            if other.stats:
-                n += 1
-        if n > self._peak:  # it may pass the peak: the exact count, under the lock
+        # At most the workers alive now, the ending one still counted; only when that may pass
+        # the peak is the exact count taken, under the lock.
+        if self._count(exact=False) > self._peak:
             lock = self._lock  # (acquire / release: no bound __enter__ / __exit__ made)
             lock.acquire()
             try:
@@ -100,15 +95,23 @@ class PeakWorkers:
                 lock.release()
         self._live.pop(id(state), None)
 
-    def _bump(self) -> None:
-        # Under the lock. A worker alive at the last reset counts again once it records.
+    def _count(self, exact: bool) -> int:
+        """The workers alive that recorded something: those registered since the last reset (a
+        copy of them: starts and ends take no lock) and those kept from it (a worker alive then
+        counts again once it records), asked whether they are still alive when ``exact`` (else
+        an upper bound)."""
         n = 0
-        for state in self._live.copy().values():  # (a copy: starts and ends take no lock)
+        for state in self._live.copy().values():
             if state.stats:
                 n += 1
         for state in self._kept:
-            if state.stats and state.alive():
+            if state.stats and (not exact or state.alive()):
                 n += 1
+        return n
+
+    def _bump(self) -> None:
+        # Under the lock.
+        n = self._count(exact=True)
         if n > self._peak:
             self._peak = n
 

@@ -88,7 +88,7 @@ elif mode == "file-hot":
         t0 = time.perf_counter_ns()
         lock.acquire()
         result["walls_ns"].append(time.perf_counter_ns() - t0)
-        time.sleep(hold_s)
+        time.sleep(hold_s)  # hold: the work under the lock
         lock.release()
         result["rounds"] += 1
 else:

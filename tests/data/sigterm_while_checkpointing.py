@@ -32,7 +32,7 @@ def main() -> None:
         # exporter's lock, before the fix); it then blocks on the graph's lock.
         deadline = time.monotonic() + 1.0
         while not exporter._lock.locked() and time.monotonic() < deadline:
-            time.sleep(0.01)
+            time.sleep(0.01)  # ok: polling with a deadline
         os.kill(os.getpid(), signal.SIGTERM)  # handled here, the graph's lock held
         print("survived the SIGTERM", flush=True)
 
