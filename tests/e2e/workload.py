@@ -8,10 +8,11 @@ them; Jaeger has no metrics service).
 
 The contention is made deterministic by a handshake, not by timing luck: the main thread takes
 the lock first, every worker announces that it is about to acquire, and the main thread waits
-until each worker's stack is inside the instrumented acquire (``sys._current_frames``: a frame
-of otel_lockwatch above the worker's); only then does it keep the lock ``HOLD_S`` more and
-release it. Each worker, inside its task span, therefore waits far longer than lockwatch's
-1 ms span threshold.
+until lockwatch's own ``lockwatch.lock.waiting`` gauge (read by an in-memory metric reader)
+counts every worker blocked on the lock (on either path: the C path's acquire has no Python
+frame to look for; a workload that does not see them within ``BLOCKED_TIMEOUT_S`` exits 3);
+only then does it keep the lock ``HOLD_S`` more and release it. Each worker, inside its task
+span, therefore waits far longer than lockwatch's 1 ms span threshold.
 
 Modes:
   lockwatch  the real instrumentation: ``LockwatchInstrumentor().instrument(...)`` before the
@@ -22,7 +23,7 @@ Modes:
   pool       the real instrumentation on a connection pool that runs dry: a ``queue.LifoQueue``
              of ``CONNECTIONS`` connections, named ``connections``, which the main thread empties
              first; every worker blocks in its checkout (``get``) until the main thread, having
-             seen them all inside the instrumented wait, gives the connections back after
+             seen them all waiting on the pool (its gauge), gives the connections back after
              ``HOLD_S``, and each worker holds its connection ``POOL_HOLD_S``. Every checkout
              therefore waits at least ``HOLD_S``: the pool's checkout waits in the metrics.
              ``--rounds N`` does it N times, ``POOL_PAUSE_S`` apart, so that a metrics backend
@@ -38,13 +39,12 @@ import sys
 import threading
 import time
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import OTLPMetricExporter
 from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
 from opentelemetry.sdk.metrics import MeterProvider
-from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader, PeriodicExportingMetricReader
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
@@ -58,43 +58,32 @@ POOL_PAUSE_S = 0.4
 BLOCKED_TIMEOUT_S = 30.0
 
 
-def _inside_instrumented_acquire(thread: threading.Thread, caller: object) -> bool:
-    """Whether ``thread`` is in a call the frame of code ``caller`` made into otel_lockwatch
-    (for a worker: inside the lock proxy's acquire, not in ``Event.set`` just before it)."""
-    package = str(Path(sys.modules["otel_lockwatch"].__file__ or "").parent)
-    frame = sys._current_frames().get(thread.ident or -1)
-    while frame is not None and frame.f_back is not None:
-        if frame.f_back.f_code is caller:
-            return frame.f_code.co_filename.startswith(package)
-        frame = frame.f_back
-    return False
+def _waiting(reader: InMemoryMetricReader, name: str) -> int:
+    """The ``lockwatch.lock.waiting`` gauge of the lock class ``name`` as ``reader`` collects it
+    now: the workers lockwatch has seen blocked on it (on either path: the C path's acquire has
+    no Python frame to look for)."""
+    data = reader.get_metrics_data()
+    for resource_metrics in data.resource_metrics if data else ():
+        for scope_metrics in resource_metrics.scope_metrics:
+            for metric in scope_metrics.metrics:
+                if metric.name != "lockwatch.lock.waiting":
+                    continue
+                for point in metric.data.data_points:
+                    if point.attributes.get("lockwatch.lock.name") == name:
+                        return int(point.value)
+    return 0
 
 
-def _inside_instrumented_checkout(thread: threading.Thread, caller: object) -> bool:
-    """Whether ``thread`` is in a ``Queue.get`` and, inside it, in otel_lockwatch (the watched
-    queue's condition wait: the checkout blocked). ``caller`` is unused (the signature of
-    :func:`_inside_instrumented_acquire`)."""
-    package = str(Path(sys.modules["otel_lockwatch"].__file__ or "").parent)
-    frame = sys._current_frames().get(thread.ident or -1)
-    in_lockwatch = False
-    while frame is not None:
-        if frame.f_code is queue.Queue.get.__code__:
-            return in_lockwatch
-        in_lockwatch = in_lockwatch or frame.f_code.co_filename.startswith(package)
-        frame = frame.f_back
-    return False
-
-
-def _wait_blocked(
-    threads: list[threading.Thread], caller: object, inside: Any = _inside_instrumented_acquire
-) -> None:
-    """Poll until every thread is ``inside`` the instrumented acquire; at the deadline, go on."""
+def _wait_blocked(reader: InMemoryMetricReader, name: str, count: int) -> None:
+    """Poll until lockwatch sees ``count`` workers blocked on ``name``; exit 3 if it has not
+    within ``BLOCKED_TIMEOUT_S`` (the test fails on the status, rather than going on with a
+    handshake that did not happen)."""
     deadline = time.monotonic() + BLOCKED_TIMEOUT_S
-    while time.monotonic() < deadline:
-        if all(inside(t, caller) for t in threads):
-            return
+    while (seen := _waiting(reader, name)) < count:
+        if time.monotonic() > deadline:
+            print(f"workload: {seen} of {count} workers seen blocked on {name}", file=sys.stderr)
+            raise SystemExit(3)
         time.sleep(0.001)  # ok: polling with a deadline
-    print("workload: workers not seen inside the acquire; continuing", file=sys.stderr)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -119,7 +108,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.metrics
         else []
     )
-    meter_provider = MeterProvider(resource=resource, metric_readers=readers)
+    watch = InMemoryMetricReader()  # lockwatch's waiting gauge, read by _wait_blocked
+    meter_provider = MeterProvider(resource=resource, metric_readers=[*readers, watch])
 
     instrumentor = None
     if args.mode in ("lockwatch", "pool"):
@@ -128,7 +118,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         instrumentor = LockwatchInstrumentor()
         instrumentor.instrument(tracer_provider=tracer_provider, meter_provider=meter_provider)
         if args.mode == "pool":
-            return _run_pool(args.tasks, args.rounds, tracer_provider, meter_provider, instrumentor)
+            return _run_pool(args, tracer_provider, meter_provider, watch, instrumentor)
         lock = threading.Lock()  # created after instrument(): instrumented
         name_lock(lock, LOCK_NAME)
     else:
@@ -158,7 +148,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     for event in about_to_acquire:
         event.wait()
     if instrumentor is not None:
-        _wait_blocked(workers, worker.__code__)
+        _wait_blocked(watch, LOCK_NAME, args.tasks)
     time.sleep(HOLD_S)  # hold: every worker is now blocked on the lock
     lock.release()
     for thread in workers:
@@ -174,7 +164,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _run_pool(
-    tasks: int, rounds: int, tracer_provider: Any, meter_provider: Any, instrumentor: Any
+    args: argparse.Namespace,
+    tracer_provider: Any,
+    meter_provider: Any,
+    watch: InMemoryMetricReader,
+    instrumentor: Any,
 ) -> int:
     """The ``pool`` mode: ``rounds`` times, ``tasks`` workers check a connection out of a pool
     that the main thread has emptied, so that every checkout waits (see the module docstring)."""
@@ -194,17 +188,17 @@ def _run_pool(
             time.sleep(POOL_HOLD_S)  # hold: the connection's round trip
             pool.put(connection)
 
-    for round_ in range(rounds):
+    for round_ in range(args.rounds):
         if round_:
             time.sleep(POOL_PAUSE_S)  # pace: the rounds spread over the metrics' samples
         taken = [pool.get() for _ in range(CONNECTIONS)]  # the pool runs dry
         workers = [
             threading.Thread(target=worker, args=(f"task-{round_}.{i}",), name=f"worker-{i}")
-            for i in range(tasks)
+            for i in range(args.tasks)
         ]
         for thread in workers:
             thread.start()
-        _wait_blocked(workers, worker.__code__, _inside_instrumented_checkout)
+        _wait_blocked(watch, POOL_NAME, args.tasks)
         time.sleep(HOLD_S)  # hold: every worker is now blocked in its checkout
         for connection in taken:
             pool.put(connection)
