@@ -21,6 +21,8 @@ from pathlib import Path
 import pytest
 
 APP = Path(__file__).parent / "data" / "unreachable_collector_app.py"
+#: The exit's budget (``exit_timeout_s``) the bounded-exit tests give the app.
+EXIT_BUDGET_S = 1.0
 
 
 def _refusing_port() -> int:
@@ -38,18 +40,20 @@ def _env(**extra: str) -> dict[str, str]:
 
 @pytest.mark.parametrize("threads", ["threads", "no-threads-at-exit"])
 @pytest.mark.parametrize("processor", ["simple", "batch"])
-def test_exit_within_ten_seconds_of_the_work_with_the_manifest_written(
-    processor, threads, tmp_path
-):
+def test_exit_within_its_budget_of_the_work_with_the_manifest_written(processor, threads, tmp_path):
     """Also when no thread can be started at exit (CPython 3.12): the standby thread runs the
-    bounded steps, and nothing is raised into the exit hooks."""
+    bounded steps, and nothing is raised into the exit hooks. The exit's budget is 1 s here
+    (5 s by default): what is shown is that it bounds the exit, which unbounded would wait out
+    the batch processor's 30 s or the exporter's retries; the 3 s over it are the exporters'
+    grace and the interpreter's own end. (With two standby threads the batch processor's exit
+    without threads took 7-8 s whatever the budget: ``telemetry/_bounded.py``.)"""
     manifest = tmp_path / "manifest.json"
     proc = subprocess.Popen(
         [sys.executable, str(APP), processor, str(_refusing_port()), str(manifest), threads],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
-        env=_env(),
+        env=_env(OTEL_PYTHON_LOCKWATCH_EXIT_TIMEOUT_S=str(EXIT_BUDGET_S)),
     )
     try:
         out, err = proc.communicate(timeout=60)
@@ -58,7 +62,7 @@ def test_exit_within_ten_seconds_of_the_work_with_the_manifest_written(
     ended = time.time()
     assert proc.returncode == 0, err[-2000:]
     worked = float(out.split("work done", 1)[1].split()[0])
-    assert ended - worked < 10.0, f"exit took {ended - worked:.1f} s after the work"
+    assert ended - worked < EXIT_BUDGET_S + 3.0, f"exit took {ended - worked:.1f} s after the work"
     doc = json.loads(manifest.read_text())
     assert doc["locks"], "the manifest recorded the lock"
     assert "Exception ignored" not in err and "Traceback" not in err, err[-2000:]

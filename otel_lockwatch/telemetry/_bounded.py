@@ -6,11 +6,14 @@ step runs on a helper thread the caller waits for with a timeout (:func:`run_bou
 
 A helper thread cannot always be started: CPython 3.12 refuses any new thread once the
 interpreter is shutting down, atexit handlers included (gh-113964; 3.13 allows it again), and a
-process at its thread limit refuses one at any time. So two *standby* threads, started with the
-exit hooks (:meth:`Standby.ensure`), wait idle and run the calls a refused thread would have
-run, still within the caller's deadline. Two, because the exit's last step shuts down the
-exporter of a processor whose shutdown is stuck on the first (ending its retries). Only with no
-standby does a call run on its caller, without a deadline.
+process at its thread limit refuses one at any time. So three *standby* threads, started with
+the exit hooks (:meth:`Standby.ensure`), wait idle and run the calls a refused thread would have
+run, still within the caller's deadline. Three, because at most two exit steps may be stuck at
+once, each in an exporter retrying a collector that is down (the final flush of the manifest's
+log record, then a span processor's shutdown), and the step that ends their retries (that
+exporter's shutdown) needs a thread of its own: with two, it waited in the queue behind them,
+and the SDK's own exit hooks then waited out the exporter's timeout (7-8 s past the work with
+a 1 s budget). Only with no standby does a call run on its caller, without a deadline.
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ class Standby:
     """Idle daemon threads, :data:`THREADS` per process, that run the calls handed to them
     (each by the first thread free). The process's one is :func:`standby`."""
 
-    THREADS = 2
+    THREADS = 3
 
     def __init__(self) -> None:
         self._calls: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()

@@ -6,10 +6,11 @@ record): its exit must not hang.
 
 It contends a lock from four threads (hundreds of ``lock.wait`` spans queued for export), prints
 ``work done <epoch seconds>``, then exits; with ``wait-for-sigint`` it first waits for a SIGINT
-(the user's Ctrl-C) and exits by the KeyboardInterrupt. ``console`` exports to standard output
-instead (the port is not used), and lockwatch's emitter waits for the exit to send anything, so
-every span goes out in the exit's final flush. With ``no-threads-at-exit`` no thread can be
-started once the exit hooks run, as on CPython 3.12 (gh-113964).
+(the user's Ctrl-C) and exits by the KeyboardInterrupt. ``console`` exports the spans and the
+log record to standard output instead (the port is not used), and lockwatch's emitter waits for
+the exit to send anything, so every span goes out in the exit's final flush. With
+``no-threads-at-exit`` no thread can be started once the exit hooks run, as on CPython 3.12
+(gh-113964).
 """
 
 import atexit
@@ -21,7 +22,11 @@ from opentelemetry import trace
 from opentelemetry.exporter.otlp.proto.http._log_exporter import OTLPLogExporter
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 from opentelemetry.sdk._logs import LoggerProvider
-from opentelemetry.sdk._logs.export import BatchLogRecordProcessor, SimpleLogRecordProcessor
+from opentelemetry.sdk._logs.export import (
+    BatchLogRecordProcessor,
+    ConsoleLogRecordExporter,
+    SimpleLogRecordProcessor,
+)
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import (
     BatchSpanProcessor,
@@ -46,10 +51,13 @@ trace.set_tracer_provider(provider)
 # The manifest's log record goes to the same unreachable collector, through the same kind of
 # processor.
 logs = LoggerProvider()
-log_processor = SimpleLogRecordProcessor if mode == "simple" else BatchLogRecordProcessor
-logs.add_log_record_processor(
-    log_processor(OTLPLogExporter(endpoint=f"http://127.0.0.1:{port}/v1/logs"))
-)
+if mode == "console":
+    logs.add_log_record_processor(SimpleLogRecordProcessor(ConsoleLogRecordExporter()))
+else:
+    log_processor = SimpleLogRecordProcessor if mode == "simple" else BatchLogRecordProcessor
+    logs.add_log_record_processor(
+        log_processor(OTLPLogExporter(endpoint=f"http://127.0.0.1:{port}/v1/logs"))
+    )
 LockwatchInstrumentor().instrument(
     tracer_provider=provider,
     logger_provider=logs,
