@@ -21,7 +21,8 @@
 #   LOCKWATCH_LEGS="3.12:all"         a leg with other tests than usual (all, project, suites
 #                                     or core)
 #   LOCKWATCH_LEGS=readme | matrix    either list (the default is readme)
-#   LOCKWATCH_WORKERS=2               each leg on two pytest-xdist workers (faster, flakier)
+#   LOCKWATCH_WORKERS=N               each leg on N pytest-xdist workers (default: 2 where the
+#                                     machine has two cores or more; 0: serially)
 #   LOCKWATCH_PREPARE_ONLY=1          the legs' interpreters and venvs made, no test run (.ci/run
 #                                     prepares the matrix's while the README's legs run)
 #
@@ -31,11 +32,12 @@
 # once from source into the cache, about 8 minutes on 2 cores; then instant). Each leg other than python3's has a venv of its
 # own, made once (${LOCKWATCH_VENVS:-$cache/venvs}/3.N, or ${LOCKWATCH_SID_VENVS:-/venvs}/3.N in
 # the sid root), with the checkout installed editable at each run (two checkouts running legs at
-# once each need venvs of their own: the editable install points a venv at one checkout). A Python that cannot be had fails the leg under
-# CI=true and is a printed skip otherwise. Legs run one after the other, each serially (two
-# suites at once on a small machine make the pools' verdict tests flake; LOCKWATCH_WORKERS=2 runs
-# a leg on two pytest-xdist workers all the same); each prints its wall time, and the summary
-# repeats them.
+# once each need venvs of their own: the editable install points a venv at one checkout). A
+# Python that cannot be had fails the leg under CI=true and is a printed skip otherwise. Legs run
+# one after the other, each on two pytest-xdist workers (`--dist loadfile`: a file's tests on
+# one worker, so a module's fixtures, a Jaeger or a metrics run, are made once); the tests hold
+# with another test beside them, which is what CI's shared machines give them anyway. Each leg
+# prints its wall time, and the summary repeats them.
 set -euo pipefail
 
 # The README's legs run the project's own suite; CPython's own threading, queue, futures and
@@ -170,6 +172,13 @@ run_leg() {
     env "${pure[@]}" $prefix "$python" -m pytest "$@"
 }
 
+# How many pytest-xdist workers a leg runs on when LOCKWATCH_WORKERS does not say: two where the
+# machine has two cores or more (more would load a small machine's timing tests past what CI's
+# shared machines do), else none.
+default_workers() {
+    if [[ $(nproc 2>/dev/null || echo 1) -ge 2 ]]; then echo 2; else echo 0; fi
+}
+
 # The legs to run, one "name:tests" a word, main standing for this machine's python3's version.
 expand_legs() {
     local main="$1" word
@@ -190,6 +199,7 @@ expand_legs() {
 # when any leg failed or, under CI, a Python could not be had.
 run_legs() {
     local main leg name tests version base python prefix dir host_dir start status=0 result twin
+    local workers
     local summary=() args legs
     main="$(python3 -c 'import sys; print("%d.%d" % sys.version_info[:2])')"
     mapfile -t legs < <(expand_legs "$main")
@@ -208,9 +218,9 @@ run_legs() {
             ;;
         esac
         [[ $version == "$main" ]] || args+=(-m "not e2e")
-        # LOCKWATCH_WORKERS=N: N pytest-xdist workers (the test extra has it); serial by default,
-        # as docs/development.md says why
-        [[ -n ${LOCKWATCH_WORKERS:-} ]] && args+=(-n "$LOCKWATCH_WORKERS")
+        # LOCKWATCH_WORKERS=N: N pytest-xdist workers (the test extra has it); 0: serially
+        workers="${LOCKWATCH_WORKERS:-$(default_workers)}"
+        [[ $workers != 0 ]] && args+=(-n "$workers" --dist loadfile)
         args+=("$@")
         base="$(find_python "$version")"
         dir="${LOCKWATCH_VENVS:-$(legs_cache)/venvs}/$version" host_dir="$dir"

@@ -14,6 +14,7 @@ from otel_lockwatch.record._histogram import (
     LogHistogram,
     bucket_bounds,
     bucket_of,
+    from_buckets,
     nearest_rank,
 )
 
@@ -223,3 +224,13 @@ def test_size_is_bounded_whatever_the_number_of_samples():
         for k in range(64):
             h.add(((k + 64) << shift) >> 6)
     assert len(h.counts) <= MAX_BUCKETS
+
+
+def test_a_snapshot_between_a_first_samples_two_writes_counts_it():
+    """The pure-Python path adds a release's hold to the total, then to its bucket: a snapshot
+    in between reads a total with no bucket. That sample is the total, and the histogram counts
+    it (its sum is what the timeline sampled), valid as a manifest's histogram must be."""
+    h = from_buckets({}, 1_741_184, 0, 0)
+    assert (h.count, h.sum, h.min, h.max) == (1, 1_741_184, 1_741_184, 1_741_184)
+    assert LogHistogram.from_json(h.to_json()).to_json() == h.to_json()
+    assert from_buckets({}, 0, 0, 0).count == 0  # nothing recorded: empty

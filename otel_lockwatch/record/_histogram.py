@@ -406,11 +406,18 @@ def from_buckets(
 
     Set field by field (the histogram's documented attributes), without ``from_json``'s
     consistency checks: a snapshot reads counters that other threads may be writing, and a total
-    one sample ahead of its buckets is still a usable histogram.
+    one sample ahead of its buckets is still a usable histogram. With no bucket yet and a total
+    above 0, the owner (the pure-Python path's release, between its two writes) has added its
+    first sample to the total only: that sample is the total, and it is counted, so the
+    histogram's sum is the total the timeline sampled (an empty histogram's 0 made the data
+    refused: "timeline ... adds up to more than the lock's hold_ns.sum", 1 SIGTERM trial in
+    400 on that path).
     """
     h = LogHistogram()
     buckets = dict(counts)  # one C-level copy: the owner thread may be adding to it
     n = sum(buckets.values())
+    if not n and total > 0:
+        buckets, n, lo, hi = {bucket_of(total): 1}, 1, total, max(hi, total)
     if zeros > 0:
         buckets[0] = buckets.get(0, 0) + zeros
         n += zeros
