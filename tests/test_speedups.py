@@ -483,15 +483,19 @@ def test_a_subinterpreter_runs_the_c_path_on_its_own_state():
 
 
 @needs_c
-def test_a_new_threads_first_acquisition_stays_on_the_c_path(watched):
-    """A thread's first acquisition makes its state from C (``RECORDER.new_thread_state``) and
-    goes on in C, where it used to hand the whole acquisition to the Python path: the cost a
-    thread per request pays (docs/performance.md, thread churn)."""
+def test_a_new_thread_is_registered_and_ended_without_lockwatchs_python(watched, monkeypatch):
+    """A thread's first acquisition registers its state from C (the registration of
+    ``Recorder.new_thread_state`` on the recorder's tables) and goes on in C, and its end (its
+    locals cleared) does ``Recorder._thread_ended``'s common case in C: no Python function of
+    lockwatch's runs for either (the thread's ``Thread.name`` is read), where both used to be
+    Python: the cost a thread per request pays (docs/performance.md, thread churn)."""
     called: list[str] = []
     lock = threading.Lock()
+    ended: list[Any] = []
+    monkeypatch.setattr(RECORDER, "_thread_ended", lambda *args: ended.append(args))
 
     def profile(frame: Any, event: str, arg: Any) -> None:
-        if event == "call":
+        if event == "call" and "otel_lockwatch" in frame.f_code.co_filename:
             called.append(frame.f_code.co_qualname)
 
     def work() -> None:
@@ -501,12 +505,18 @@ def test_a_new_threads_first_acquisition_stays_on_the_c_path(watched):
                 pass
         finally:
             sys.setprofile(None)
+        seen.append((RECORDER.tls.st, type(RECORDER.tls.alive)))
 
-    worker = threading.Thread(target=work)
+    seen: list[Any] = []
+    worker = threading.Thread(target=work, name="registered-in-c")
     worker.start()
     worker.join()
-    assert "Recorder.new_thread_state" in called
-    assert not [name for name in called if name.endswith(("acquire", "acquire_tracked"))], called
+    assert called == []
+    ((state, end_type),) = seen
+    assert end_type is _fast_path.speedups.ThreadEnd
+    assert state.worker == "registered-in-c" and state.thread() is None  # retired at its end
+    assert RECORDER._retired["registered-in-c"] is state and ended == []
+    assert [s.acquisitions for s in state.stats.values()] == [1]
 
 
 @needs_c
