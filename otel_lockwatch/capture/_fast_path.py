@@ -119,6 +119,7 @@ except ImportError:  # another interpreter: a property over an itemgetter (~60 %
 from .._session import at_fork
 from .._settings import extensions_disabled
 from ..record._recorder import NO_SAMPLE, STATS_FIELDS, STATS_TABLE, Stats
+from ..record._retired import use_fold
 
 __all__ = [
     "ACQUISITION_FIELDS",
@@ -225,3 +226,6 @@ def _stats_class() -> Callable[[], Stats]:
 
 #: Makes a worker's :class:`Stats` for a lock class (every path that makes one calls this).
 new_stats = _stats_class()
+if speedups is not None:
+    # An ended thread's fold into its name's retired state: its C Stats added in C.
+    use_fold(speedups.fold)

@@ -173,7 +173,8 @@ enum {
 };
 static const char *const LIMIT_NAMES[LIMIT_USED] = {
     [LIMIT_MAX_WORKERS] = "MAX_WORKERS", [LIMIT_FOLD_BATCH] = "FOLD_BATCH",
-    /* what a retired state keeps in place of what only a live worker writes (retire_state) */
+    /* what a retired state keeps in place of what only a live worker writes (retire_state):
+     * constants, read at setup_threads(), in this order */
     [LIMIT_ENDED] = "_ended", [LIMIT_NOTHING_HELD] = "_NOTHING_HELD",
     [LIMIT_NO_CHAIN] = "_NO_CHAIN", [LIMIT_NOTHING_WRITTEN] = "_NOTHING_WRITTEN",
 };
@@ -284,6 +285,8 @@ typedef struct ModuleState {
     /* setup_threads(), from _bookkeeping: a thread's registration and end in C */
     PyObject *recorder;       /* RECORDER, or NULL: new_state's */
     PyObject *limits;         /* record._recorder's globals (LIMIT_NAMES) */
+    /* and what a retired state keeps in their place (retire_state), constants read from there */
+    PyObject *retired_thread, *nothing_held, *no_chain, *nothing_written;
     PyObject *rec_names[REC_USED], *peak_names[PEAK_USED], *limit_names[LIMIT_USED];
     PyObject *outbox;       /* OUTBOX: a hold's record, queued here (hold_queued) */
     long long outbox_size;  /* Outbox.QUEUE_SIZE */
@@ -1654,13 +1657,17 @@ static int
 register_locked(ModuleState *S, PyObject *name, PyObject *thread, PyObject **out)
 {
     PyObject *by_id = REC_GET(S, REC_BY_ID), *compact_at = NULL, *names = NULL, *key = NULL;
-    PyObject *worker = Py_NewRef(name), *st = NULL;
+    PyObject *retired = NULL, *worker = Py_NewRef(name), *st = NULL;
     int r = -1;
     if (by_id == NULL || !is_type(by_id, &PyDict_Type, "the recorder's states"))
         goto done;
-    if ((compact_at = REC_GET(S, REC_COMPACT_AT)) == NULL)
+    if ((compact_at = REC_GET(S, REC_COMPACT_AT)) == NULL ||
+        (retired = REC_GET(S, REC_RETIRED)) == NULL ||
+        !is_type(retired, &PyDict_Type, "the retired states"))
         goto done;
-    Py_ssize_t n = PyDict_GET_SIZE(by_id), at = PyLong_AsSsize_t(compact_at);
+    /* (the states besides the retired ones, as Recorder.register counts them) */
+    Py_ssize_t n = PyDict_GET_SIZE(by_id) - PyDict_GET_SIZE(retired);
+    Py_ssize_t at = PyLong_AsSsize_t(compact_at);
     if (at == -1 && PyErr_Occurred())
         goto done;
     if (n >= at) {
@@ -1696,6 +1703,7 @@ register_locked(ModuleState *S, PyObject *name, PyObject *thread, PyObject **out
 done:
     Py_XDECREF(by_id);
     Py_XDECREF(compact_at);
+    Py_XDECREF(retired);
     Py_XDECREF(names);
     Py_XDECREF(key);
     Py_XDECREF(worker);
@@ -1872,12 +1880,10 @@ done:
 static int
 retire_state(ModuleState *S, PyObject *st)
 {
-    PyObject *ended = limit(S, LIMIT_ENDED), *held = ended ? limit(S, LIMIT_NOTHING_HELD) : NULL;
-    PyObject *chain = held ? limit(S, LIMIT_NO_CHAIN) : NULL;
-    PyObject *nothing = chain ? limit(S, LIMIT_NOTHING_WRITTEN) : NULL;
-    if (nothing == NULL || slot_set(&S->worker[WORKER_THREAD], st, ended) < 0 ||
-        slot_set(&S->worker[WORKER_HELD], st, held) < 0 ||
-        slot_set(&S->worker[WORKER_CHAIN], st, chain) < 0)
+    PyObject *nothing = S->nothing_written;
+    if (slot_set(&S->worker[WORKER_THREAD], st, S->retired_thread) < 0 ||
+        slot_set(&S->worker[WORKER_HELD], st, S->nothing_held) < 0 ||
+        slot_set(&S->worker[WORKER_CHAIN], st, S->no_chain) < 0)
         return -1;
     int fields[2] = {WORKER_SPANS, WORKER_HANDOFFS};
     for (int i = 0; i < 2; i++) {
@@ -4129,6 +4135,11 @@ speedups_setup_threads(PyObject *module, PyObject *args, PyObject *kwds)
         names_given(S->peak_names, PEAK_USED, peak_fields, "the peak") < 0 ||
         names_given(S->limit_names, LIMIT_USED, limits, "record._recorder") < 0)
         return NULL;
+    PyObject **constants[4] = {&S->retired_thread, &S->nothing_held, &S->no_chain,
+                               &S->nothing_written};
+    for (int i = 0; i < 4; i++)
+        if (state_set(S, constants[i], PyDict_GetItem(limits, S->limit_names[LIMIT_ENDED + i])) < 0)
+            return NULL;
     if (state_set(S, &S->limits, limits) < 0 || state_set(S, &S->recorder, recorder) < 0)
         return NULL;
     Py_RETURN_NONE;
@@ -4225,6 +4236,84 @@ speedups_set_thresholds(PyObject *module, PyObject *const *args, Py_ssize_t narg
     Py_RETURN_NONE;
 }
 
+/* fold(into, other): record._retired.fold's common case in C (the ended worker `other` added to
+ * the retired state `into`, which no reader has yet): both WorkerStates, `other` with no spans
+ * and no hand-offs, each of its Stats either new to `into` (taken as it is) or a C Stats with no
+ * contended wait, added to `into`'s with add_owned. True: folded; False: nothing was changed
+ * (checked before anything is), the Python fold's to do. A thread per request is folded into
+ * "(other)" once past MAX_WORKERS names: about 13,000 instructions a thread in Python. */
+static PyObject *
+speedups_fold(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    ModuleState *S = module_state(module);
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "fold(into, other)");
+        return NULL;
+    }
+    PyObject *into = args[0], *other = args[1];
+    PyTypeObject *ws = (PyTypeObject *)S->tables[TABLE_WORKER].type;
+    if (ws == NULL || Py_TYPE(into) != ws || Py_TYPE(other) != ws || into == other)
+        Py_RETURN_FALSE;
+    PyObject *mine = slot_get(&S->worker[WORKER_STATS], into), *theirs = NULL, *result = NULL;
+    long long first, last, retired, into_retired;
+    int t;
+    if (mine == NULL || (theirs = slot_get(&S->worker[WORKER_STATS], other)) == NULL)
+        goto done;
+    if (!PyDict_CheckExact(mine) || !PyDict_CheckExact(theirs) || mine == theirs ||
+        (t = slot_truth(&S->worker[WORKER_SPANS], other)) != 0 ||
+        (t = slot_truth(&S->worker[WORKER_HANDOFFS], other)) != 0) {
+        result = PyErr_Occurred() ? NULL : Py_NewRef(Py_False);
+        goto done;
+    }
+    Py_ssize_t pos = 0;
+    PyObject *cls, *s;
+    int common = 1;
+    while (common && PyDict_Next(theirs, &pos, &cls, &s)) { /* (no Python code runs here) */
+        PyObject *m = PyDict_GetItemWithError(mine, cls);
+        if (m == NULL) {
+            if (PyErr_Occurred())
+                goto done;
+            continue;
+        }
+        StatsBase *a = c_stats(S, m), *b = c_stats(S, s);
+        common = a != NULL && b != NULL && a != b && Py_TYPE(m) == Py_TYPE(s) &&
+                 a->hold_histogram != NULL && PyDict_Check(a->hold_histogram) &&
+                 b->hold_histogram != NULL && PyDict_Check(b->hold_histogram) &&
+                 b->wait_histogram != NULL && PyDict_Check(b->wait_histogram) &&
+                 PyDict_GET_SIZE(b->wait_histogram) == 0 && b->collisions == 0 &&
+                 (b->sites == NULL || b->sites == Py_None);
+    }
+    if (!common) {
+        result = Py_NewRef(Py_False);
+        goto done;
+    }
+    if (slot_get_ll(&S->worker[WORKER_FIRST], other, &first) < 0 ||
+        slot_get_ll(&S->worker[WORKER_LAST], other, &last) < 0 ||
+        slot_get_ll(&S->worker[WORKER_RETIRED], other, &retired) < 0 ||
+        slot_get_ll(&S->worker[WORKER_RETIRED], into, &into_retired) < 0 ||
+        slot_set_ll(&S->worker[WORKER_RETIRED], into,
+                    into_retired + (last > first ? last - first : 0) + retired) < 0)
+        goto done;
+    pos = 0;
+    while (PyDict_Next(theirs, &pos, &cls, &s)) {
+        PyObject *m = PyDict_GetItemWithError(mine, cls);
+        if (m == NULL) {
+            if (PyErr_Occurred() || PyDict_SetItem(mine, cls, s) < 0)
+                goto done; /* (a new key: the loop over `theirs` goes on) */
+            continue;
+        }
+        PyObject *added = holds_added((StatsBase *)m, s, 1);
+        if (added == NULL)
+            goto done;
+        Py_DECREF(added);
+    }
+    result = Py_NewRef(Py_True);
+done:
+    Py_XDECREF(mine);
+    Py_XDECREF(theirs);
+    return result;
+}
+
 static PyObject *
 speedups_raw_lock_layout(PyObject *module, PyObject *Py_UNUSED(ignored))
 {
@@ -4311,6 +4400,8 @@ static PyMethodDef speedups_methods[] = {
     {"setup_threads", (PyCFunction)(void (*)(void))speedups_setup_threads,
      METH_VARARGS | METH_KEYWORDS,
      "A thread's registration and end in C, on the recorder's tables (from _bookkeeping)."},
+    {"fold", (PyCFunction)(void (*)(void))speedups_fold, METH_FASTCALL,
+     "fold(into, other): record._retired.fold's common case (True), or nothing done (False)."},
     {"setup_locks", (PyCFunction)(void (*)(void))speedups_setup_locks,
      METH_VARARGS | METH_KEYWORDS, "The lock proxies' Python paths (from _threading)."},
     {"setup_sections", (PyCFunction)(void (*)(void))speedups_setup_sections,
@@ -4361,7 +4452,7 @@ static PyMethodDef speedups_methods[] = {
     X(creation_call_type)                                                                      \
     X(outbox) X(str_accepting) X(str_started) X(str_queue) X(str_lock_hold) X(new_state)       \
     X(str_dunder_dict) X(new_stats) X(recorder) X(limits) X(thread_end_type) X(str_name)      \
-    X(str_alive) X(str_other)
+    X(str_alive) X(str_other) X(retired_thread) X(nothing_held) X(no_chain) X(nothing_written)
 
 static int
 speedups_traverse(PyObject *module, visitproc visit, void *arg)

@@ -220,7 +220,7 @@ THREAD_FIELDS = (
     "_by_id",  # the states: a new one put in, an ended one that recorded nothing taken out
     "_names",  # the names given out (MAX_WORKERS, then "(other)")
     "_compact_at",  # a registration at this many states: the Python path's (a compaction)
-    "_retired",  # name -> retired state: a name's first ended state, retired in place
+    "_retired",  # name -> retired state: a name's first ended, retired in place (not counted)
     "_retired_keys",  # and its key's owner
     "_ended",  # a later one: with the ended ones, folded a batch at a time by _fold_ended()
     "peak",  # PeakWorkers (its own PEAK_FIELDS)
@@ -248,7 +248,9 @@ class Recorder:
         self._ended: list[WorkerState] = []
         self._nothing = WorkerState("(folded)")  # a place being dropped: counts nothing
         self._names: set[str] = set()  # names given out: MAX_WORKERS at most, then "(other)"
-        self._compact_at = 256  # fold ended workers away when this many states exist
+        # Fold ended workers away when this many states exist besides the retired ones (at most
+        # one a name, MAX_WORKERS + 1: a compaction leaves them as they are).
+        self._compact_at = 256
         # tasks of a type without a __dict__ (a custom task factory's): their states, weakly
         self._task_side: weakref.WeakKeyDictionary[Any, WorkerState] = weakref.WeakKeyDictionary()
         self._arrays: list[Any] = []  # ArrayTrack of every instrumented section array
@@ -319,7 +321,7 @@ class Recorder:
         lock = self._lock  # (acquire / release: no bound __enter__ / __exit__ made per thread)
         lock.acquire()
         try:
-            if len(self._by_id) >= self._compact_at:
+            if len(self._by_id) - len(self._retired) >= self._compact_at:
                 self._compact()
             if worker not in self._names:
                 if len(self._names) >= MAX_WORKERS:
@@ -379,7 +381,7 @@ class Recorder:
             return
         keep, retired = compacted(self._states, self._retired)
         self._keep(keep, retired)
-        self._compact_at = max(256, 2 * len(keep))
+        self._compact_at = max(256, 2 * (len(keep) - len(retired)))
 
     def thread_state(self) -> WorkerState:
         """The calling thread's state, created on first use."""
