@@ -1577,25 +1577,45 @@ typedef struct {
     PyObject *generation; /* the peak's, at its start */
 } ThreadEnd;
 
-/* obj.name of an ordinary instance (the recorder, its peak): its __dict__'s entry, read without
- * the generic lookup (a type lookup and a descriptor check: about 190 instructions a read, 18
- * reads a thread), else the generic lookup's (new reference; NULL with an error). */
-static PyObject *
-instance_attr(PyObject *obj, PyObject *name)
+/* An ordinary instance (the recorder, its peak) whose attributes are read in its __dict__: a
+ * generic lookup costs a type lookup and a descriptor check, about 190 instructions a read,
+ * and a registration and an end read 17. */
+typedef struct {
+    PyObject *obj;
+    PyObject *dict; /* its __dict__, or NULL: the generic lookup */
+} Attrs;
+
+static Attrs
+attrs_open(PyObject *obj)
 {
-    PyObject *d = PyObject_GenericGetDict(obj, NULL), *v = NULL;
-    if (d == NULL) {
-        PyErr_Clear();
-        return PyObject_GetAttr(obj, name);
-    }
-    int r = PyDict_Check(d) ? dict_get_ref(d, name, &v) : 0;
-    Py_DECREF(d);
-    if (r < 0)
-        return NULL;
-    return v != NULL ? v : PyObject_GetAttr(obj, name);
+    PyObject *d = obj != NULL ? PyObject_GenericGetDict(obj, NULL) : NULL;
+    if (d != NULL && !PyDict_Check(d))
+        Py_CLEAR(d);
+    PyErr_Clear();
+    return (Attrs){obj, d};
 }
 
-#define REC_GET(S, i) instance_attr((S)->recorder, (S)->rec_names[i])
+static void
+attrs_close(Attrs *a)
+{
+    Py_CLEAR(a->dict);
+}
+
+/* a.obj.<name> (new reference), or NULL with an error */
+static PyObject *
+attr(Attrs *a, PyObject *name)
+{
+    PyObject *v = NULL;
+    if (a->obj == NULL) {
+        PyErr_SetObject(PyExc_AttributeError, name);
+        return NULL;
+    }
+    if (a->dict != NULL && dict_get_ref(a->dict, name, &v) < 0)
+        return NULL;
+    return v != NULL ? v : PyObject_GetAttr(a->obj, name); /* (not in it: the class's) */
+}
+
+#define REC_GET(S, i) attr(rec, (S)->rec_names[i])
 
 /* record._recorder.<name> (borrowed: the module's globals keep it), or NULL with an error. */
 static PyObject *
@@ -1654,7 +1674,7 @@ new_worker_state(ModuleState *S, PyObject *name, PyObject *thread)
 /* Recorder.register(name, thread)'s common case, under the recorder's lock: 1 with the new
  * state in *out; 0 when the Python path's (a compaction due, the first "(other)"); -1 error. */
 static int
-register_locked(ModuleState *S, PyObject *name, PyObject *thread, PyObject **out)
+register_locked(ModuleState *S, Attrs *rec, PyObject *name, PyObject *thread, PyObject **out)
 {
     PyObject *by_id = REC_GET(S, REC_BY_ID), *compact_at = NULL, *names = NULL, *key = NULL;
     PyObject *retired = NULL, *worker = Py_NewRef(name), *st = NULL;
@@ -1750,21 +1770,24 @@ registered_state(ModuleState *S, PyThreadState *ts)
     PyObject *thread = NULL, *name = NULL, *lock = NULL, *st = NULL, *peak = NULL, *live = NULL;
     PyObject *key = NULL, *generation = NULL, *d = NULL, *made = NULL;
     ThreadEnd *end = NULL;
+    Attrs recorder = attrs_open(S->recorder), *rec = &recorder, pk = {NULL, NULL};
     if (ident == NULL || dict_get_ref(S->threads, ident, &thread) <= 0)
         goto fail; /* a thread threading does not know: Python's (its ForeignThread) */
     if ((name = PyObject_GetAttr(thread, S->str_name)) == NULL ||
         (lock = REC_GET(S, REC_LOCK)) == NULL || recorder_lock_take(S, lock) < 0)
         goto fail;
-    int r = register_locked(S, name, thread, &st);
+    int r = register_locked(S, &recorder, name, thread, &st);
     recorder_lock_let_go(S, lock);
     if (r <= 0)
         goto fail;
     /* PeakWorkers.started: the state among the live ones, then the generation read */
-    if ((peak = REC_GET(S, REC_PEAK)) == NULL ||
-        (live = instance_attr(peak, S->peak_names[PEAK_LIVE])) == NULL ||
+    if ((peak = REC_GET(S, REC_PEAK)) == NULL)
+        goto fail;
+    pk = attrs_open(peak);
+    if ((live = attr(&pk, S->peak_names[PEAK_LIVE])) == NULL ||
         !is_type(live, &PyDict_Type, "the live workers") || (key = PyLong_FromVoidPtr(st)) == NULL ||
         PyDict_SetItem(live, key, st) < 0 ||
-        (generation = instance_attr(peak, S->peak_names[PEAK_GENERATION])) == NULL)
+        (generation = attr(&pk, S->peak_names[PEAK_GENERATION])) == NULL)
         goto fail;
     if ((end = PyObject_New(ThreadEnd, S->thread_end_type)) == NULL)
         goto fail;
@@ -1799,6 +1822,8 @@ fail:
     Py_XDECREF(generation);
     Py_XDECREF(d);
     Py_XDECREF((PyObject *)end);
+    attrs_close(&recorder);
+    attrs_close(&pk);
     return made;
 }
 
@@ -1807,28 +1832,29 @@ fail:
  * counted, and the state taken from the live ones; past the peak, the Python ended (the exact
  * count under the peak's lock). 0, or -1 with an error. */
 static int
-peak_ended(ModuleState *S, PyObject *state, PyObject *generation)
+peak_ended(ModuleState *S, Attrs *rec, PyObject *state, PyObject *generation)
 {
     PyObject *peak = REC_GET(S, REC_PEAK), *now = NULL, *live = NULL, *copy = NULL, *kept = NULL;
     PyObject *most = NULL, *key = NULL;
+    Attrs pk = attrs_open(peak);
     int r = -1;
-    if (peak == NULL || (now = instance_attr(peak, S->peak_names[PEAK_GENERATION])) == NULL)
+    if (peak == NULL || (now = attr(&pk, S->peak_names[PEAK_GENERATION])) == NULL)
         goto done;
     int same = PyObject_RichCompareBool(generation, now, Py_EQ);
     if (same <= 0) {
         r = same; /* registered before a reset: not counted */
         goto done;
     }
-    if ((live = instance_attr(peak, S->peak_names[PEAK_LIVE])) == NULL ||
+    if ((live = attr(&pk, S->peak_names[PEAK_LIVE])) == NULL ||
         !is_type(live, &PyDict_Type, "the live workers") ||
 #ifdef Py_GIL_DISABLED
         (copy = PyDict_Copy(live)) == NULL || /* (a start or an end may change it meanwhile) */
 #else
         (copy = Py_NewRef(live)) == NULL || /* (no Python code runs while it is read) */
 #endif
-        (kept = instance_attr(peak, S->peak_names[PEAK_KEPT])) == NULL ||
+        (kept = attr(&pk, S->peak_names[PEAK_KEPT])) == NULL ||
         !is_type(kept, &PyList_Type, "the kept workers") ||
-        (most = instance_attr(peak, S->peak_names[PEAK_PEAK])) == NULL)
+        (most = attr(&pk, S->peak_names[PEAK_PEAK])) == NULL)
         goto done;
     long long n = 0, m = PyLong_AsLongLong(most);
     if (m == -1 && PyErr_Occurred())
@@ -1873,6 +1899,7 @@ done:
     Py_XDECREF(kept);
     Py_XDECREF(most);
     Py_XDECREF(key);
+    attrs_close(&pk);
     return r;
 }
 
@@ -1896,7 +1923,7 @@ retire_state(ModuleState *S, PyObject *st)
 
 /* Recorder._thread_ended's part under the recorder's lock (see there): 0, or -1 with an error. */
 static int
-leave_locked(ModuleState *S, PyObject *st)
+leave_locked(ModuleState *S, Attrs *rec, PyObject *st)
 {
     PyObject *by_id = NULL, *key = NULL, *found = NULL, *worker = NULL, *retired = NULL;
     PyObject *keys = NULL, *ended = NULL;
@@ -1960,16 +1987,18 @@ done:
 static void
 thread_ended(ModuleState *S, PyObject *st, PyObject *generation)
 {
-    if (peak_ended(S, st, generation) < 0)
+    Attrs recorder = attrs_open(S->recorder), *rec = &recorder;
+    if (peak_ended(S, rec, st, generation) < 0)
         PyErr_Clear();
     PyObject *lock = REC_GET(S, REC_LOCK);
     int got = lock != NULL ? try_acquire(S, lock) : -1;
     if (got > 0) { /* (else another thread has the recorder: the state waits for a compaction) */
-        if (leave_locked(S, st) < 0)
+        if (leave_locked(S, rec, st) < 0)
             PyErr_Clear();
         recorder_lock_let_go(S, lock);
     }
     Py_XDECREF(lock);
+    attrs_close(&recorder);
     PyErr_Clear();
 }
 
