@@ -4297,13 +4297,16 @@ speedups_fold(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     Py_ssize_t pos = 0;
     PyObject *cls, *s;
     int common = 1;
-    while (common && PyDict_Next(theirs, &pos, &cls, &s)) { /* (no Python code runs here) */
-        PyObject *m = PyDict_GetItemWithError(mine, cls);
-        if (m == NULL) {
-            if (PyErr_Occurred())
+    /* (`theirs` is an ended worker's, which nobody writes: its items read borrowed) */
+    while (common && PyDict_Next(theirs, &pos, &cls, &s)) {
+        PyObject *m;
+        int found = dict_get_ref(mine, cls, &m);
+        if (found <= 0) {
+            if (found < 0)
                 goto done;
             continue;
         }
+        Py_DECREF(m); /* (`mine` keeps it: only its folder, this thread, writes it) */
         StatsBase *a = c_stats(S, m), *b = c_stats(S, s);
         common = a != NULL && b != NULL && a != b && Py_TYPE(m) == Py_TYPE(s) &&
                  a->hold_histogram != NULL && PyDict_Check(a->hold_histogram) &&
@@ -4325,13 +4328,15 @@ speedups_fold(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         goto done;
     pos = 0;
     while (PyDict_Next(theirs, &pos, &cls, &s)) {
-        PyObject *m = PyDict_GetItemWithError(mine, cls);
-        if (m == NULL) {
-            if (PyErr_Occurred() || PyDict_SetItem(mine, cls, s) < 0)
-                goto done; /* (a new key: the loop over `theirs` goes on) */
+        PyObject *m;
+        int found = dict_get_ref(mine, cls, &m);
+        if (found <= 0) {
+            if (found < 0 || PyDict_SetItem(mine, cls, s) < 0)
+                goto done; /* (a new key of `mine`: the loop over `theirs` goes on) */
             continue;
         }
         PyObject *added = holds_added((StatsBase *)m, s, 1);
+        Py_DECREF(m);
         if (added == NULL)
             goto done;
         Py_DECREF(added);
