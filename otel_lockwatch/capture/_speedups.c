@@ -37,6 +37,9 @@
  *     Re-running setup() with other classes than before while other threads take watched locks
  *     is not supported there (a slot's class and offset are two words); with the same classes,
  *     as every re-import passes, the tables are left as they are.
+ *   - a thread's registration and end (registered_state, ThreadEnd) write the recorder's tables
+ *     under the recorder's lock, as the Python path does, and count the peak's live states on
+ *     a copy of them (a start or an end on another thread may change them meanwhile).
  * The rest needs nothing: a thread's WorkerState cache is its own (a pthread key), the ended
  * threads' queue was already atomic, and a raw lock's own acquire and release order the hold's
  * notes between holders.
