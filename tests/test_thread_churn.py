@@ -85,6 +85,27 @@ def test_a_thread_per_request_keeps_one_state_per_name(watched):
     assert data["pool"]["peak_workers"] == 1  # one at a time
 
 
+def test_retired_states_do_not_count_toward_a_compaction(watched, monkeypatch):
+    """A compaction folds the ended workers' states that were not folded at their end; it
+    leaves the retired states (one a name, ``MAX_WORKERS`` + 1 at most) as they are, so they do
+    not count toward its threshold (256 states): 300 threads of distinct names, each retired at
+    its end, run none (each compaction walked every retired state before)."""
+    compactions = []
+    compact = RECORDER._compact
+    monkeypatch.setattr(RECORDER, "_compact", lambda: (compactions.append(1), compact()))
+    lock = threading.Lock()
+
+    def work():
+        with lock:
+            pass
+
+    for i in range(300):
+        _run(work, f"name-{i}")
+    assert len([name for name in RECORDER._retired if name.startswith("name-")]) == 300
+    assert compactions == []
+    assert RECORDER.snapshot()["locks"][lock._lockwatch_class.name]["acquisitions"] == 300
+
+
 def test_a_thread_that_ends_holding_a_lock_keeps_its_state(watched):
     lock = threading.Lock()
     seen = []
