@@ -483,15 +483,19 @@ def test_a_subinterpreter_runs_the_c_path_on_its_own_state():
 
 
 @needs_c
-def test_a_new_threads_first_acquisition_stays_on_the_c_path(watched):
-    """A thread's first acquisition makes its state from C (``RECORDER.new_thread_state``) and
-    goes on in C, where it used to hand the whole acquisition to the Python path: the cost a
-    thread per request pays (docs/performance.md, thread churn)."""
+def test_a_new_thread_is_registered_and_ended_without_lockwatchs_python(watched, monkeypatch):
+    """A thread's first acquisition registers its state from C (the registration of
+    ``Recorder.new_thread_state`` on the recorder's tables) and goes on in C, and its end (its
+    locals cleared) does ``Recorder._thread_ended``'s common case in C: no Python function of
+    lockwatch's runs for either (the thread's ``Thread.name`` is read), where both used to be
+    Python: the cost a thread per request pays (docs/performance.md, thread churn)."""
     called: list[str] = []
     lock = threading.Lock()
+    ended: list[Any] = []
+    monkeypatch.setattr(RECORDER, "_thread_ended", lambda *args: ended.append(args))
 
     def profile(frame: Any, event: str, arg: Any) -> None:
-        if event == "call":
+        if event == "call" and "otel_lockwatch" in frame.f_code.co_filename:
             called.append(frame.f_code.co_qualname)
 
     def work() -> None:
@@ -501,12 +505,18 @@ def test_a_new_threads_first_acquisition_stays_on_the_c_path(watched):
                 pass
         finally:
             sys.setprofile(None)
+        seen.append((RECORDER.tls.st, type(RECORDER.tls.alive)))
 
-    worker = threading.Thread(target=work)
+    seen: list[Any] = []
+    worker = threading.Thread(target=work, name="registered-in-c")
     worker.start()
     worker.join()
-    assert "Recorder.new_thread_state" in called
-    assert not [name for name in called if name.endswith(("acquire", "acquire_tracked"))], called
+    assert called == []
+    ((state, end_type),) = seen
+    assert end_type is _fast_path.speedups.ThreadEnd
+    assert state.worker == "registered-in-c" and state.thread() is None  # retired at its end
+    assert RECORDER._retired["registered-in-c"] is state and ended == []
+    assert [s.acquisitions for s in state.stats.values()] == [1]
 
 
 @needs_c
@@ -596,3 +606,54 @@ def test_c_stats_merge_adds_the_hold_histograms_as_their_dicts_add(watched):
     mine.merge(theirs)
     assert mine.hold_histogram == expected
     assert sum(expected.values()) == 12
+
+
+@needs_c
+def test_the_c_fold_folds_as_the_python_fold_does():
+    """An ended worker's fold into a retired state (``record._retired.fold``) runs its common
+    case in C (``_speedups.fold``: C Stats without contended waits, no spans, no hand-offs):
+    the same retired time, counters and holds as the Python fold. Anything else it leaves
+    unchanged, for the Python fold (False)."""
+    from otel_lockwatch.capture._fast_path import new_stats
+    from otel_lockwatch.record import _retired
+
+    def state(*holds: int, waited: bool = False, other_class: bool = False) -> WorkerState:
+        st = WorkerState("w")
+        st.first, st.last, st.retired = 100, 100 + 10 * len(holds), 7
+        for cls in ("a", "b") if other_class else ("a",):
+            s = new_stats()
+            s.acquisitions = s.hold_total_ns = 0
+            for ns in holds:
+                s.acquisitions += 1
+                s.hold_total_ns += ns
+                s.hold_min_ns, s.hold_max_ns = min(s.hold_min_ns, ns), max(s.hold_max_ns, ns)
+            s.hold_histogram = {ns.bit_length(): len(holds)} if holds else {}
+            if waited:
+                s.contentions, s.wait_histogram = 1, {3: 1}
+            st.stats[cls] = s  # type: ignore[index]
+        return st
+
+    def view(st: WorkerState) -> Any:
+        return st.retired, {
+            cls: (s.acquisitions, s.hold_total_ns, s.hold_min_ns, s.hold_max_ns, s.hold_histogram)
+            for cls, s in st.stats.items()
+        }
+
+    for other in (state(5), state(5, 70, other_class=True), state()):
+        into_c, into_py = state(3, 9), state(3, 9)
+        assert _fast_path.speedups.fold(into_c, other) is True
+        _retired.use_fold(None)
+        try:
+            _retired.fold(into_py, other)
+        finally:
+            _retired.use_fold(_fast_path.speedups.fold)
+        assert view(into_c) == view(into_py)
+        assert into_c.retired == 7 + (other.last - other.first) + 7  # its own, theirs, their folded
+    waited, into = state(5, waited=True), state(3)
+    before = view(into)
+    assert _fast_path.speedups.fold(into, waited) is False
+    assert view(into) == before
+    spans = state(5)
+    spans.spans[("lock", "span")] = 1
+    assert _fast_path.speedups.fold(into, spans) is False
+    assert view(into) == before

@@ -10,6 +10,7 @@ Functional checks only: the cost is measured by benchmarks/bench_locks.py (its t
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -82,6 +83,27 @@ def test_a_thread_per_request_keeps_one_state_per_name(watched):
     assert data["locks"][name]["acquisitions"] == 300
     assert data["workers"]["request"]["observed_ns"] > 0
     assert data["pool"]["peak_workers"] == 1  # one at a time
+
+
+def test_retired_states_do_not_count_toward_a_compaction(watched, monkeypatch):
+    """A compaction folds the ended workers' states that were not folded at their end; it
+    leaves the retired states (one a name, ``MAX_WORKERS`` + 1 at most) as they are, so they do
+    not count toward its threshold (256 states): 300 threads of distinct names, each retired at
+    its end, run none (each compaction walked every retired state before)."""
+    compactions = []
+    compact = RECORDER._compact
+    monkeypatch.setattr(RECORDER, "_compact", lambda: (compactions.append(1), compact()))
+    lock = threading.Lock()
+
+    def work():
+        with lock:
+            pass
+
+    for i in range(300):
+        _run(work, f"name-{i}")
+    assert len([name for name in RECORDER._retired if name.startswith("name-")]) == 300
+    assert compactions == []
+    assert RECORDER.snapshot()["locks"][lock._lockwatch_class.name]["acquisitions"] == 300
 
 
 def test_a_thread_that_ends_holding_a_lock_keeps_its_state(watched):
@@ -200,3 +222,124 @@ def test_the_peak_counts_the_workers_alive_that_recorded_at_each_end():
     late.stats = {"lock": 1}  # it records after its start: counted at its end
     peak.ended(*ended)
     assert peak.peak() == 1
+
+
+# A thread per request on one path, what it leaves in the recorder's tables printed as JSON:
+# names past MAX_WORKERS (so "(other)"), ended states past FOLD_BATCH (so folds), threads alive
+# together (the peak), one that ends holding a lock, one that registers and records nothing.
+_CHURN_SCRIPT = textwrap.dedent(
+    """
+    import json, threading
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.trace import TracerProvider
+    from otel_lockwatch import LockwatchInstrumentor
+    from otel_lockwatch._session import RECORDER
+    from otel_lockwatch.capture import _fast_path
+    from otel_lockwatch.record import _recorder
+
+    _recorder.MAX_WORKERS, _recorder.FOLD_BATCH = 6, 4  # read at each registration and end
+    LockwatchInstrumentor().instrument(
+        tracer_provider=TracerProvider(), meter_provider=MeterProvider(), manifest=False
+    )
+    lock, other = threading.Lock(), threading.RLock()
+    together = threading.Barrier(3)
+    kinds = []
+
+    def run(target, name):
+        t = threading.Thread(target=target, name=name)
+        t.start()
+        t.join()
+
+    def once():
+        with lock:
+            pass
+        end = type(RECORDER.tls.alive)
+        kinds.append(f"{end.__module__}.{end.__qualname__}")
+
+    def twice():
+        with lock:
+            with other:
+                pass
+        with lock:
+            pass
+
+    def pooled():
+        with lock:
+            pass
+        together.wait()
+
+    def nothing():
+        RECORDER.thread_state()  # a state, and nothing recorded
+
+    for i in range(23):
+        run(once if i % 3 else twice, f"request-{i % 9}")
+    run(nothing, "idle")
+    pool = [threading.Thread(target=pooled, name=f"pooled-{i}") for i in range(3)]
+    for t in pool:
+        t.start()
+    for t in pool:
+        t.join()
+    for i in range(2):
+        run(once, "late")
+    run(lambda: lock.acquire(), "holder")
+    states = [
+        {
+            "worker": s.worker,
+            "retired": s.thread() is None,
+            "folded": s.retired > 0,
+            "held": len(s.held),
+            "acquisitions": sorted(x.acquisitions for x in s.stats.values()),
+        }
+        for s in RECORDER.states
+        if s.worker != "otel-lockwatch-emitter"
+    ]
+    lock.release()
+    data = RECORDER.snapshot()
+    print(json.dumps({
+        "c": _fast_path.SPEEDUPS,
+        "kinds": sorted(set(kinds)),
+        "states": states,
+        "names": sorted(RECORDER._names - {"otel-lockwatch-emitter"}),
+        "retired": sorted(RECORDER._retired),
+        "ended": [s.worker for s in RECORDER._ended],
+        "peak": data["pool"]["peak_workers"],
+        "locks": {name: v["acquisitions"] for name, v in sorted(data["locks"].items())},
+        "workers": sorted(data["workers"]),
+    }))
+    """
+)
+
+
+def test_the_c_path_registers_and_ends_threads_as_the_python_path_does():
+    """The C path registers a thread and ends it itself (``_speedups.c``, a thread's
+    registration and end); the Python path (``Recorder.new_thread_state``, ``ThreadEnd``) is
+    the reference. The same threads, run on each: the same worker names ("(other)" past
+    ``MAX_WORKERS``), the same states left (retired in place, folded a batch at a time, the
+    ended ones waiting for a batch, the one ended holding a lock), the same peak and counts."""
+    runs = {}
+    for pure in (False, True):
+        env = dict(os.environ, LOCKWATCH_DISABLE_EXTENSIONS="1" if pure else "")
+        done = subprocess.run(
+            [sys.executable, "-W", "ignore", "-c", _CHURN_SCRIPT],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        assert done.returncode == 0, done.stderr[-2000:]
+        runs[pure] = json.loads(done.stdout)
+    c, python = runs[False], runs[True]
+    assert python.pop("c") is False
+    assert python.pop("kinds") == ["otel_lockwatch.record._peak.ThreadEnd"]
+    if not c.pop("c"):
+        pytest.skip("the C extension is not in use: nothing to compare")
+    # the C path's own end (no Python __del__); the first "(other)" is Python's (its warning)
+    assert c.pop("kinds") == [
+        "otel_lockwatch.capture._speedups.ThreadEnd",
+        "otel_lockwatch.record._peak.ThreadEnd",
+    ]
+    assert c == python
+    assert "(other)" in c["names"] and c["ended"] and c["peak"] == 3
+    assert any(s["folded"] for s in c["states"])
+    assert [s["held"] for s in c["states"] if s["held"]] == [1]  # the holder's (an "(other)")

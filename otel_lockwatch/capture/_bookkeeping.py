@@ -48,8 +48,10 @@ from typing import Any
 from opentelemetry import context as otel_context
 
 from .._session import OUTBOX, RECORDER, THRESHOLDS, Thresholds
+from ..record import _recorder
 from ..record._histogram import bucket_of
-from ..record._recorder import STATS_FIELDS, WORKER_FIELDS, Stats, WorkerState
+from ..record._peak import PEAK_FIELDS
+from ..record._recorder import STATS_FIELDS, THREAD_FIELDS, WORKER_FIELDS, Stats, WorkerState
 from ..record._sites import UNKNOWN
 from ..record._threads import current_thread_name
 from ._collection import defer_collection, resume_collection
@@ -422,6 +424,11 @@ if speedups is not None:
         threads=threading._active,  # type: ignore[attr-defined]
         new_state=RECORDER.new_thread_state,
         new_stats=new_stats,
+    )
+    # A thread's registration and end, in C on the recorder's own tables (a thread per request
+    # pays both once: docs/performance.md, thread churn).
+    speedups.setup_threads(
+        recorder=RECORDER, fields=THREAD_FIELDS, peak_fields=PEAK_FIELDS, limits=vars(_recorder)
     )
 
     def _fast_path_floor(thresholds: Thresholds) -> None:

@@ -33,15 +33,23 @@ The contract:
   path's ``record_wait`` appends it). A release whose hold
   is below the span threshold (not a section's, once the process's outbox has started) does not
   call back: the C path queues its record itself, the tuple of ``_outbox.RECORD_FIELDS`` that
-  ``Outbox.put`` makes. A thread's first acquisition calls ``RECORDER.new_thread_state()`` and a
-  worker's first of a lock class :func:`new_stats`, then goes on in C. Besides: a worker's
+  ``Outbox.put`` makes. A thread's first acquisition registers its state itself (what
+  ``RECORDER.new_thread_state()`` does, on the recorder's tables: ``record._recorder.THREAD_FIELDS``
+  and ``record._peak.PEAK_FIELDS`` name what it reads, ``setup_threads()`` checks they do) and
+  keeps a ``_speedups.ThreadEnd`` in the thread's locals, whose deallocation at the thread's end
+  does ``Recorder._thread_ended``'s common case; both call ``new_thread_state()``,
+  ``PeakWorkers.ended`` (the exact count) and ``Recorder._fold_ended()`` (a batch) for what
+  they leave to Python (a thread ``threading`` does not know, a compaction, the first
+  ``(other)``). A worker's first acquisition of a lock class calls :func:`new_stats`, then goes
+  on in C. Besides: a worker's
   first ``HandoffStats`` of a class (``handoff_stats(state, lock_class)``), the current
   OpenTelemetry context when it is not the SDK's ``ContextVar``, and the one error path
   (``OUTBOX.failed``: an error in its bookkeeping after the lock changed hands goes there, never
   to the host; the lock's own results and exceptions pass through unchanged). Each module passes
-  its own: ``_bookkeeping`` to ``setup()``, ``_threading`` to ``setup_locks()``, ``_sections``
-  to ``setup_sections()``, ``_handoffs`` to ``setup_handoffs()``; each call runs when its module
-  is imported, before anything of that module can be used.
+  its own: ``_bookkeeping`` to ``setup()`` and ``setup_threads()``, ``_threading`` to
+  ``setup_locks()``, ``_sections`` to ``setup_sections()``, ``_handoffs`` to
+  ``setup_handoffs()``; each call runs when its module is imported, before anything of that
+  module can be used.
 - The held stack (``WorkerState.held``): one :data:`HeldEntry` per hold, in acquisition order,
   read by field name (:data:`HELD_ENTRY_FIELDS`; the C path's is a struct sequence, the Python
   path's :class:`PyHeldEntry`, both made as ``HeldEntry((lock_class, frame, lasti, lock,
@@ -111,6 +119,7 @@ except ImportError:  # another interpreter: a property over an itemgetter (~60 %
 from .._session import at_fork
 from .._settings import extensions_disabled
 from ..record._recorder import NO_SAMPLE, STATS_FIELDS, STATS_TABLE, Stats
+from ..record._retired import use_fold
 
 __all__ = [
     "ACQUISITION_FIELDS",
@@ -217,3 +226,6 @@ def _stats_class() -> Callable[[], Stats]:
 
 #: Makes a worker's :class:`Stats` for a lock class (every path that makes one calls this).
 new_stats = _stats_class()
+if speedups is not None:
+    # An ended thread's fold into its name's retired state: its C Stats added in C.
+    use_fold(speedups.fold)

@@ -37,6 +37,9 @@
  *     Re-running setup() with other classes than before while other threads take watched locks
  *     is not supported there (a slot's class and offset are two words); with the same classes,
  *     as every re-import passes, the tables are left as they are.
+ *   - a thread's registration and end (registered_state, ThreadEnd) write the recorder's tables
+ *     under the recorder's lock, as the Python path does, and count the peak's live states on
+ *     a copy of them (a start or an end on another thread may change them meanwhile).
  * The rest needs nothing: a thread's WorkerState cache is its own (a pthread key), the ended
  * threads' queue was already atomic, and a raw lock's own acquire and release order the hold's
  * notes between holders.
@@ -137,12 +140,46 @@ typedef struct {
 
 enum {
     WORKER_HELD, WORKER_STATS, WORKER_IN_LOCKWATCH, WORKER_LAST, WORKER_HANDOFFS, WORKER_CHAIN,
-    WORKER_WAITING, WORKER_USED
+    WORKER_WAITING, WORKER_FIRST, WORKER_WORKER, WORKER_SPANS, WORKER_THREAD, WORKER_RETIRED,
+    WORKER_USED
 };
 static const char *const WORKER_NAMES[WORKER_USED] = {
     [WORKER_HELD] = "held",     [WORKER_STATS] = "stats",
     [WORKER_IN_LOCKWATCH] = "in_lockwatch", [WORKER_LAST] = "last",
     [WORKER_HANDOFFS] = "handoffs", [WORKER_CHAIN] = "chain", [WORKER_WAITING] = "waiting",
+    /* (a state made here, registered_state, and one retired, retire_state) */
+    [WORKER_FIRST] = "first", [WORKER_WORKER] = "worker", [WORKER_SPANS] = "spans",
+    [WORKER_THREAD] = "thread", [WORKER_RETIRED] = "retired",
+};
+/* What a thread's registration and end read of the recorder (record._recorder.Recorder) and of
+ * its peak (record._peak.PeakWorkers), by these names, which their THREAD_FIELDS declare
+ * (setup_threads checks), and of record._recorder's globals (LIMIT_NAMES). Attributes of
+ * ordinary instances, read generically: each may be replaced (a reset, a fork). */
+enum {
+    REC_LOCK, REC_BY_ID, REC_NAMES, REC_COMPACT_AT, REC_RETIRED, REC_RETIRED_KEYS, REC_ENDED,
+    REC_PEAK, REC_FOLD_ENDED, REC_USED
+};
+static const char *const RECORDER_NAMES[REC_USED] = {
+    [REC_LOCK] = "_lock", [REC_BY_ID] = "_by_id", [REC_NAMES] = "_names",
+    [REC_COMPACT_AT] = "_compact_at", [REC_RETIRED] = "_retired",
+    [REC_RETIRED_KEYS] = "_retired_keys", [REC_ENDED] = "_ended", [REC_PEAK] = "peak",
+    [REC_FOLD_ENDED] = "_fold_ended",
+};
+enum { PEAK_LIVE, PEAK_GENERATION, PEAK_PEAK, PEAK_KEPT, PEAK_ENDED, PEAK_USED };
+static const char *const PEAK_NAMES[PEAK_USED] = {
+    [PEAK_LIVE] = "_live", [PEAK_GENERATION] = "_generation", [PEAK_PEAK] = "_peak",
+    [PEAK_KEPT] = "_kept", [PEAK_ENDED] = "ended",
+};
+enum {
+    LIMIT_MAX_WORKERS, LIMIT_FOLD_BATCH, LIMIT_ENDED, LIMIT_NOTHING_HELD, LIMIT_NO_CHAIN,
+    LIMIT_NOTHING_WRITTEN, LIMIT_USED
+};
+static const char *const LIMIT_NAMES[LIMIT_USED] = {
+    [LIMIT_MAX_WORKERS] = "MAX_WORKERS", [LIMIT_FOLD_BATCH] = "FOLD_BATCH",
+    /* what a retired state keeps in place of what only a live worker writes (retire_state):
+     * constants, read at setup_threads(), in this order */
+    [LIMIT_ENDED] = "_ended", [LIMIT_NOTHING_HELD] = "_NOTHING_HELD",
+    [LIMIT_NO_CHAIN] = "_NO_CHAIN", [LIMIT_NOTHING_WRITTEN] = "_NOTHING_WRITTEN",
 };
 /* The Stats fields a pair and a lock proxy's wait write: StatsBase owns them on this path (C
  * integers, and the hold histogram's dense buckets). */
@@ -248,6 +285,12 @@ typedef struct ModuleState {
     PyObject *record_hold;  /* record_hold(Release) */
     PyObject *new_state;    /* RECORDER.new_thread_state(): a thread's first state */
     PyObject *new_stats;    /* _fast_path.new_stats(): a worker's first Stats of a class */
+    /* setup_threads(), from _bookkeeping: a thread's registration and end in C */
+    PyObject *recorder;       /* RECORDER, or NULL: new_state's */
+    PyObject *limits;         /* record._recorder's globals (LIMIT_NAMES) */
+    /* and what a retired state keeps in their place (retire_state), constants read from there */
+    PyObject *retired_thread, *nothing_held, *no_chain, *nothing_written;
+    PyObject *rec_names[REC_USED], *peak_names[PEAK_USED], *limit_names[LIMIT_USED];
     PyObject *outbox;       /* OUTBOX: a hold's record, queued here (hold_queued) */
     long long outbox_size;  /* Outbox.QUEUE_SIZE */
     long long hold_span_ns; /* set_thresholds(): THRESHOLDS.hold_span_ns */
@@ -304,7 +347,9 @@ typedef struct ModuleState {
     /* the types */
     PyTypeObject *held_entry_type, *acquisition_type, *release_type, *stats_base_type, *lock_base_type, *rlock_base_type,
         *section_acquire_type, *section_release_type, *semaphore_acquire_type,
-        *semaphore_release_type, *condition_notify_type, *creation_gate_type, *creation_call_type;
+        *semaphore_release_type, *condition_notify_type, *creation_gate_type, *creation_call_type,
+        *thread_end_type;
+    PyObject *str_name, *str_alive, *str_other;
 } ModuleState;
 
 static struct PyModuleDef speedups_module;
@@ -1194,9 +1239,15 @@ thread_state(ModuleState *S)
 /* A thread's first WorkerState, made by RECORDER.new_thread_state() (as the Python path makes
  * it): the thread's first acquisition stays on this path. Borrowed as thread_state's; NULL (no
  * error set) when it could not be made: the Python path tries again, and reports. */
+static PyObject *
+registered_state(ModuleState *S, PyThreadState *ts); /* (below, with the ThreadEnd) */
+
 static __attribute__((noinline)) PyObject *
 first_state(ModuleState *S)
 {
+    PyObject *st = registered_state(S, PyThreadState_Get()); /* (its common case, in C) */
+    if (st != NULL)
+        return st;
     if (S->new_state == NULL)
         return NULL;
     PyObject *made = PyObject_CallNoArgs(S->new_state);
@@ -1495,6 +1546,511 @@ discard(PyObject *held, PyObject *entry)
             return PyList_SetSlice(held, i, i + 1, NULL);
     return 0;
 }
+
+/* ==========================================================================================
+ * A thread's state registered from C, and its end
+ * ------------------------------------------------------------------------------------------
+ * A thread per request pays for its registration and its end once each; in Python
+ * (Recorder.new_thread_state, ThreadEnd.__del__ -> Recorder._thread_ended) they were three
+ * quarters of what lockwatch added to a thread that takes one lock once. Here they are the same
+ * steps on the recorder's own tables (RECORDER_NAMES, PEAK_NAMES, LIMIT_NAMES):
+ *   - registered_state: the thread's name (its Thread's); under the recorder's lock, the name
+ *     given out (past MAX_WORKERS names, "(other)") and a WorkerState made with every field as
+ *     its __init__ sets it, put in the recorder's table; the peak's start (the state among the
+ *     live ones, then its generation read); a ThreadEnd of this module and the state stored in
+ *     the thread's locals (`alive`, `st`), as the Python path stores them.
+ *   - ThreadEnd's deallocation, when the interpreter clears the locals of a thread that ends:
+ *     _thread_ended's common case. The peak's end (when the live workers that recorded may pass
+ *     the peak: the Python PeakWorkers.ended, which takes the exact count under its lock); then,
+ *     if the recorder's lock is free, the state leaves: dropped if it recorded nothing, its
+ *     name's retired state if it is the name's first ended, else put with the ended ones (a
+ *     full batch folded by the Python Recorder._fold_ended).
+ * Everything else is left to the Python path, which does all of it: a thread that threading
+ * does not know (its ForeignThread token), a compaction due, the first "(other)" (its warning),
+ * a WorkerState class with a field not at its slot. No error leaves here: a registration that
+ * fails hands the thread to new_thread_state (tests/test_thread_churn.py holds the two to the
+ * same tables), an end that fails leaves its state to a compaction. Both run with the GIL (the
+ * interpreter clears a thread's locals with it); on the free-threaded build the recorder's lock
+ * orders them against its other writers, as in Python, and the peak's live states are read on
+ * a copy, as in Python.
+ * ========================================================================================== */
+typedef struct {
+    PyObject_HEAD
+    PyObject *state;      /* the ended thread's WorkerState */
+    PyObject *generation; /* the peak's, at its start */
+} ThreadEnd;
+
+/* An ordinary instance (the recorder, its peak) whose attributes are read in its __dict__: a
+ * generic lookup costs a type lookup and a descriptor check, about 190 instructions a read,
+ * and a registration and an end read 17. */
+typedef struct {
+    PyObject *obj;
+    PyObject *dict; /* its __dict__, or NULL: the generic lookup */
+} Attrs;
+
+static Attrs
+attrs_open(PyObject *obj)
+{
+    PyObject *d = obj != NULL ? PyObject_GenericGetDict(obj, NULL) : NULL;
+    if (d != NULL && !PyDict_Check(d))
+        Py_CLEAR(d);
+    PyErr_Clear();
+    return (Attrs){obj, d};
+}
+
+static void
+attrs_close(Attrs *a)
+{
+    Py_CLEAR(a->dict);
+}
+
+/* a.obj.<name> (new reference), or NULL with an error */
+static PyObject *
+attr(Attrs *a, PyObject *name)
+{
+    PyObject *v = NULL;
+    if (a->obj == NULL) {
+        PyErr_SetObject(PyExc_AttributeError, name);
+        return NULL;
+    }
+    if (a->dict != NULL && dict_get_ref(a->dict, name, &v) < 0)
+        return NULL;
+    return v != NULL ? v : PyObject_GetAttr(a->obj, name); /* (not in it: the class's) */
+}
+
+#define REC_GET(S, i) attr(rec, (S)->rec_names[i])
+
+/* record._recorder.<name> (borrowed: the module's globals keep it), or NULL with an error. */
+static PyObject *
+limit(ModuleState *S, int i)
+{
+    PyObject *v = PyDict_GetItemWithError(S->limits, S->limit_names[i]);
+    if (v == NULL && !PyErr_Occurred())
+        PyErr_SetObject(PyExc_KeyError, S->limit_names[i]);
+    return v;
+}
+
+/* The truth of obj.<slot> (1, 0; -1 with an error). */
+static int
+slot_truth(Slot *sl, PyObject *obj)
+{
+    PyObject *v = slot_get(sl, obj);
+    if (v == NULL)
+        return -1;
+    int r = PyObject_IsTrue(v);
+    Py_DECREF(v);
+    return r;
+}
+
+/* A new WorkerState for the worker `name` of the thread `thread`, every field as
+ * WorkerState.__init__(name, None, thread) sets it (new reference; NULL with an error). */
+static PyObject *
+new_worker_state(ModuleState *S, PyObject *name, PyObject *thread)
+{
+    PyTypeObject *type = (PyTypeObject *)S->tables[TABLE_WORKER].type;
+    PyObject *st = type->tp_alloc(type, 0);
+    if (st == NULL)
+        return NULL;
+    PyObject *v[WORKER_USED] = {NULL};
+    v[WORKER_HELD] = PyList_New(0);
+    v[WORKER_STATS] = PyDict_New();
+    v[WORKER_IN_LOCKWATCH] = Py_NewRef(Py_False);
+    v[WORKER_FIRST] = PyLong_FromLongLong(now_ns());
+    v[WORKER_LAST] = Py_XNewRef(v[WORKER_FIRST]);
+    v[WORKER_WORKER] = Py_NewRef(name);
+    v[WORKER_CHAIN] = PySet_New(NULL);
+    v[WORKER_SPANS] = PyDict_New();
+    v[WORKER_THREAD] = PyWeakref_NewRef(thread, NULL);
+    v[WORKER_RETIRED] = PyLong_FromLong(0);
+    v[WORKER_WAITING] = Py_NewRef(Py_None);
+    v[WORKER_HANDOFFS] = PyDict_New();
+    int ok = 1;
+    for (int i = 0; i < WORKER_USED; i++)
+        ok = ok && v[i] != NULL && slot_set(&S->worker[i], st, v[i]) == 0;
+    for (int i = 0; i < WORKER_USED; i++)
+        Py_XDECREF(v[i]);
+    if (!ok)
+        Py_CLEAR(st);
+    return st;
+}
+
+/* Recorder.register(name, thread)'s common case, under the recorder's lock: 1 with the new
+ * state in *out; 0 when the Python path's (a compaction due, the first "(other)"); -1 error. */
+static int
+register_locked(ModuleState *S, Attrs *rec, PyObject *name, PyObject *thread, PyObject **out)
+{
+    PyObject *by_id = REC_GET(S, REC_BY_ID), *compact_at = NULL, *names = NULL, *key = NULL;
+    PyObject *retired = NULL, *worker = Py_NewRef(name), *st = NULL;
+    int r = -1;
+    if (by_id == NULL || !is_type(by_id, &PyDict_Type, "the recorder's states"))
+        goto done;
+    if ((compact_at = REC_GET(S, REC_COMPACT_AT)) == NULL ||
+        (retired = REC_GET(S, REC_RETIRED)) == NULL ||
+        !is_type(retired, &PyDict_Type, "the retired states"))
+        goto done;
+    /* (the states besides the retired ones, as Recorder.register counts them) */
+    Py_ssize_t n = PyDict_GET_SIZE(by_id) - PyDict_GET_SIZE(retired);
+    Py_ssize_t at = PyLong_AsSsize_t(compact_at);
+    if (at == -1 && PyErr_Occurred())
+        goto done;
+    if (n >= at) {
+        r = 0; /* a compaction: Python's */
+        goto done;
+    }
+    if ((names = REC_GET(S, REC_NAMES)) == NULL || !is_type(names, &PySet_Type, "the names"))
+        goto done;
+    int has = PySet_Contains(names, worker);
+    if (has < 0)
+        goto done;
+    if (!has) {
+        PyObject *most = limit(S, LIMIT_MAX_WORKERS);
+        Py_ssize_t m = most != NULL ? PyLong_AsSsize_t(most) : -1;
+        if (m == -1 && PyErr_Occurred())
+            goto done;
+        if (PySet_GET_SIZE(names) >= m) {
+            int other = PySet_Contains(names, S->str_other);
+            if (other <= 0) {
+                r = other == 0 ? 0 : -1; /* the first "(other)": its warning is Python's */
+                goto done;
+            }
+            Py_SETREF(worker, Py_NewRef(S->str_other));
+        }
+        else if (PySet_Add(names, worker) < 0)
+            goto done;
+    }
+    if ((st = new_worker_state(S, worker, thread)) == NULL ||
+        (key = PyLong_FromVoidPtr(st)) == NULL || PyDict_SetItem(by_id, key, st) < 0)
+        goto done;
+    *out = Py_NewRef(st);
+    r = 1;
+done:
+    Py_XDECREF(by_id);
+    Py_XDECREF(compact_at);
+    Py_XDECREF(retired);
+    Py_XDECREF(names);
+    Py_XDECREF(key);
+    Py_XDECREF(worker);
+    Py_XDECREF(st);
+    return r;
+}
+
+/* The recorder's lock, taken as Recorder.register takes it (blocking): 0, or -1 with an error. */
+static int
+recorder_lock_take(ModuleState *S, PyObject *lock)
+{
+    int got = try_acquire(S, lock);
+    if (got != 0)
+        return got > 0 ? 0 : -1;
+    PyObject *r = PyObject_CallMethodNoArgs(lock, S->str_acquire); /* (waits without the GIL) */
+    if (r == NULL)
+        return -1;
+    Py_DECREF(r);
+    return 0;
+}
+
+/* lock.release(), its error swallowed (the bookkeeping's own lock: nothing to report to). */
+static void
+recorder_lock_let_go(ModuleState *S, PyObject *lock)
+{
+    PyObject *r = release_lock(S, lock);
+    if (r == NULL)
+        PyErr_Clear();
+    Py_XDECREF(r);
+}
+
+/* The calling thread's first WorkerState, made and registered here (Recorder.new_thread_state
+ * in C): borrowed as thread_state's, or NULL (no error set) when it is the Python path's to
+ * make (see the section's head). `ts`: the calling thread's. */
+static PyObject *
+registered_state(ModuleState *S, PyThreadState *ts)
+{
+    if (S->recorder == NULL || S->threads == NULL || S->tls == NULL)
+        return NULL;
+    for (int i = 0; i < WORKER_USED; i++) /* (else a field WorkerState.__init__ may set otherwise) */
+        if (S->worker[i].type == NULL || S->worker[i].type != (PyTypeObject *)S->tables[TABLE_WORKER].type)
+            return NULL;
+    PyObject *ident = PyLong_FromUnsignedLong(PyThread_get_thread_ident());
+    PyObject *thread = NULL, *name = NULL, *lock = NULL, *st = NULL, *peak = NULL, *live = NULL;
+    PyObject *key = NULL, *generation = NULL, *d = NULL, *made = NULL;
+    ThreadEnd *end = NULL;
+    Attrs recorder = attrs_open(S->recorder), *rec = &recorder, pk = {NULL, NULL};
+    if (ident == NULL || dict_get_ref(S->threads, ident, &thread) <= 0)
+        goto fail; /* a thread threading does not know: Python's (its ForeignThread) */
+    if ((name = PyObject_GetAttr(thread, S->str_name)) == NULL ||
+        (lock = REC_GET(S, REC_LOCK)) == NULL || recorder_lock_take(S, lock) < 0)
+        goto fail;
+    int r = register_locked(S, &recorder, name, thread, &st);
+    recorder_lock_let_go(S, lock);
+    if (r <= 0)
+        goto fail;
+    /* PeakWorkers.started: the state among the live ones, then the generation read */
+    if ((peak = REC_GET(S, REC_PEAK)) == NULL)
+        goto fail;
+    pk = attrs_open(peak);
+    if ((live = attr(&pk, S->peak_names[PEAK_LIVE])) == NULL ||
+        !is_type(live, &PyDict_Type, "the live workers") || (key = PyLong_FromVoidPtr(st)) == NULL ||
+        PyDict_SetItem(live, key, st) < 0 ||
+        (generation = attr(&pk, S->peak_names[PEAK_GENERATION])) == NULL)
+        goto fail;
+    if ((end = PyObject_New(ThreadEnd, S->thread_end_type)) == NULL)
+        goto fail;
+    end->state = Py_NewRef(st);
+    end->generation = Py_NewRef(generation);
+    /* the thread's locals: its end, then its state (tls.alive, tls.st) */
+    d = PyObject_GetAttr(S->tls, S->str_dunder_dict);
+    if (d == NULL || !is_type(d, &PyDict_Type, "a thread's locals") ||
+        PyDict_SetItem(d, S->str_alive, (PyObject *)end) < 0 || PyDict_SetItem(d, S->str_st, st) < 0)
+        goto fail;
+    ThreadCache *c = pthread_getspecific(S->cache_key); /* (thread_state made it) */
+    if (c != NULL) {
+        Py_XSETREF(c->st, Py_NewRef(st));
+        c->tstate = ts;
+        c->tstate_id = PyThreadState_GetID(ts);
+        c->generation = FT_LOAD(S->generation);
+        made = st;
+    }
+    else
+        made = refresh_state(S, ts);
+fail:
+    if (made == NULL)
+        PyErr_Clear(); /* (a state registered without its end: a compaction's, once its thread is gone) */
+    Py_XDECREF(ident);
+    Py_XDECREF(thread);
+    Py_XDECREF(name);
+    Py_XDECREF(lock);
+    Py_XDECREF(st);
+    Py_XDECREF(peak);
+    Py_XDECREF(live);
+    Py_XDECREF(key);
+    Py_XDECREF(generation);
+    Py_XDECREF(d);
+    Py_XDECREF((PyObject *)end);
+    attrs_close(&recorder);
+    attrs_close(&pk);
+    return made;
+}
+
+/* PeakWorkers.ended(state, generation), in C while the count stays below the peak: the live
+ * workers that recorded (an upper bound: a copy of the live ones, and the kept ones unasked)
+ * counted, and the state taken from the live ones; past the peak, the Python ended (the exact
+ * count under the peak's lock). 0, or -1 with an error. */
+static int
+peak_ended(ModuleState *S, Attrs *rec, PyObject *state, PyObject *generation)
+{
+    PyObject *peak = REC_GET(S, REC_PEAK), *now = NULL, *live = NULL, *copy = NULL, *kept = NULL;
+    PyObject *most = NULL, *key = NULL;
+    Attrs pk = attrs_open(peak);
+    int r = -1;
+    if (peak == NULL || (now = attr(&pk, S->peak_names[PEAK_GENERATION])) == NULL)
+        goto done;
+    int same = PyObject_RichCompareBool(generation, now, Py_EQ);
+    if (same <= 0) {
+        r = same; /* registered before a reset: not counted */
+        goto done;
+    }
+    if ((live = attr(&pk, S->peak_names[PEAK_LIVE])) == NULL ||
+        !is_type(live, &PyDict_Type, "the live workers") ||
+#ifdef Py_GIL_DISABLED
+        (copy = PyDict_Copy(live)) == NULL || /* (a start or an end may change it meanwhile) */
+#else
+        (copy = Py_NewRef(live)) == NULL || /* (no Python code runs while it is read) */
+#endif
+        (kept = attr(&pk, S->peak_names[PEAK_KEPT])) == NULL ||
+        !is_type(kept, &PyList_Type, "the kept workers") ||
+        (most = attr(&pk, S->peak_names[PEAK_PEAK])) == NULL)
+        goto done;
+    long long n = 0, m = PyLong_AsLongLong(most);
+    if (m == -1 && PyErr_Occurred())
+        goto done;
+    Py_ssize_t pos = 0;
+    PyObject *k, *v;
+    while (PyDict_Next(copy, &pos, &k, &v)) {
+        int t = slot_truth(&S->worker[WORKER_STATS], v);
+        if (t < 0)
+            goto done;
+        n += t;
+    }
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(kept); i++) {
+        PyObject *w = list_item(kept, i);
+        int t = w != NULL ? slot_truth(&S->worker[WORKER_STATS], w) : -1;
+        Py_XDECREF(w);
+        if (t < 0)
+            goto done;
+        n += t;
+    }
+    if (n > m) { /* the peak may grow: counted exactly, in Python */
+        PyObject *args[3] = {peak, state, generation};
+        PyObject *res = PyObject_VectorcallMethod(S->peak_names[PEAK_ENDED], args,
+                                                  3 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+        Py_XDECREF(res);
+        r = res != NULL ? 0 : -1;
+        goto done;
+    }
+    if ((key = PyLong_FromVoidPtr(state)) == NULL)
+        goto done;
+    if (PyDict_DelItem(live, key) < 0) { /* _live.pop(id(state), None) */
+        if (!PyErr_ExceptionMatches(PyExc_KeyError))
+            goto done;
+        PyErr_Clear();
+    }
+    r = 0;
+done:
+    Py_XDECREF(peak);
+    Py_XDECREF(now);
+    Py_XDECREF(live);
+    Py_XDECREF(copy);
+    Py_XDECREF(kept);
+    Py_XDECREF(most);
+    Py_XDECREF(key);
+    attrs_close(&pk);
+    return r;
+}
+
+/* WorkerState.retire(), in C: what only a live worker writes goes (the shared stand-ins). */
+static int
+retire_state(ModuleState *S, PyObject *st)
+{
+    PyObject *nothing = S->nothing_written;
+    if (slot_set(&S->worker[WORKER_THREAD], st, S->retired_thread) < 0 ||
+        slot_set(&S->worker[WORKER_HELD], st, S->nothing_held) < 0 ||
+        slot_set(&S->worker[WORKER_CHAIN], st, S->no_chain) < 0)
+        return -1;
+    int fields[2] = {WORKER_SPANS, WORKER_HANDOFFS};
+    for (int i = 0; i < 2; i++) {
+        int t = slot_truth(&S->worker[fields[i]], st);
+        if (t < 0 || (t == 0 && slot_set(&S->worker[fields[i]], st, nothing) < 0))
+            return -1;
+    }
+    return 0;
+}
+
+/* Recorder._thread_ended's part under the recorder's lock (see there): 0, or -1 with an error. */
+static int
+leave_locked(ModuleState *S, Attrs *rec, PyObject *st)
+{
+    PyObject *by_id = NULL, *key = NULL, *found = NULL, *worker = NULL, *retired = NULL;
+    PyObject *keys = NULL, *ended = NULL;
+    int r = -1, t;
+    if ((t = slot_truth(&S->worker[WORKER_HELD], st)) != 0) {
+        r = t; /* it ended holding a lock: kept (to report it) until a compaction */
+        goto done;
+    }
+    if ((by_id = REC_GET(S, REC_BY_ID)) == NULL || !is_type(by_id, &PyDict_Type, "the states") ||
+        (key = PyLong_FromVoidPtr(st)) == NULL || dict_get_ref(by_id, key, &found) < 0)
+        goto done;
+    if (found != st) {
+        r = 0; /* gone already: a reset, a compaction, a fork */
+        goto done;
+    }
+    int wrote = 0, fields[3] = {WORKER_STATS, WORKER_SPANS, WORKER_HANDOFFS};
+    for (int i = 0; i < 3 && !wrote; i++)
+        if ((wrote = slot_truth(&S->worker[fields[i]], st)) < 0)
+            goto done;
+    if (!wrote) { /* it recorded nothing (lockwatch's own threads) */
+        r = PyDict_DelItem(by_id, key);
+        goto done;
+    }
+    if ((worker = slot_get(&S->worker[WORKER_WORKER], st)) == NULL ||
+        (retired = REC_GET(S, REC_RETIRED)) == NULL ||
+        !is_type(retired, &PyDict_Type, "the retired states") ||
+        (t = PyDict_Contains(retired, worker)) < 0)
+        goto done;
+    if (!t) { /* the name's first ended: its retired state, in place */
+        r = retire_state(S, st) < 0 || PyDict_SetItem(retired, worker, st) < 0 ||
+                    (keys = REC_GET(S, REC_RETIRED_KEYS)) == NULL ||
+                    PyObject_SetItem(keys, worker, st) < 0
+                ? -1
+                : 0;
+        goto done;
+    }
+    PyObject *batch = limit(S, LIMIT_FOLD_BATCH);
+    Py_ssize_t full = batch != NULL ? PyLong_AsSsize_t(batch) : -1;
+    if ((full == -1 && PyErr_Occurred()) || (ended = REC_GET(S, REC_ENDED)) == NULL ||
+        !is_type(ended, &PyList_Type, "the ended states") || PyList_Append(ended, st) < 0)
+        goto done;
+    r = 0;
+    if (PyList_GET_SIZE(ended) >= full) { /* a batch: folded in Python */
+        PyObject *res = PyObject_CallMethodNoArgs(S->recorder, S->rec_names[REC_FOLD_ENDED]);
+        r = res != NULL ? 0 : -1;
+        Py_XDECREF(res);
+    }
+done:
+    Py_XDECREF(by_id);
+    Py_XDECREF(key);
+    Py_XDECREF(found);
+    Py_XDECREF(worker);
+    Py_XDECREF(retired);
+    Py_XDECREF(keys);
+    Py_XDECREF(ended);
+    return r;
+}
+
+/* Recorder._thread_ended(state, generation), in C (errors cleared: a thread's end reports
+ * nothing; at the interpreter's end nothing is left to count). */
+static void
+thread_ended(ModuleState *S, PyObject *st, PyObject *generation)
+{
+    Attrs recorder = attrs_open(S->recorder), *rec = &recorder;
+    if (peak_ended(S, rec, st, generation) < 0)
+        PyErr_Clear();
+    PyObject *lock = REC_GET(S, REC_LOCK);
+    int got = lock != NULL ? try_acquire(S, lock) : -1;
+    if (got > 0) { /* (else another thread has the recorder: the state waits for a compaction) */
+        if (leave_locked(S, rec, st) < 0)
+            PyErr_Clear();
+        recorder_lock_let_go(S, lock);
+    }
+    Py_XDECREF(lock);
+    attrs_close(&recorder);
+    PyErr_Clear();
+}
+
+static void
+ThreadEnd_dealloc(PyObject *self)
+{
+    ThreadEnd *end = (ThreadEnd *)self;
+    PyTypeObject *type = Py_TYPE(self);
+    ModuleState *S = PyType_GetModuleState(type);
+    if (end->state != NULL && S != NULL && S->recorder != NULL) {
+        PyObject *exc_type, *exc, *tb; /* (a deallocation may run while an error is set) */
+        PyErr_Fetch(&exc_type, &exc, &tb);
+        thread_ended(S, end->state, end->generation);
+        PyErr_Restore(exc_type, exc, tb);
+    }
+    Py_CLEAR(end->state);
+    Py_CLEAR(end->generation);
+    type->tp_free(self);
+    Py_DECREF(type);
+}
+
+static PyObject *
+ThreadEnd_repr(PyObject *self)
+{
+    ThreadEnd *end = (ThreadEnd *)self;
+    return PyUnicode_FromFormat("<ThreadEnd of %R>", end->state);
+}
+
+static PyMemberDef ThreadEnd_members[] = {
+    {"state", T_OBJECT, offsetof(ThreadEnd, state), READONLY, "the thread's WorkerState"},
+    {"generation", T_OBJECT, offsetof(ThreadEnd, generation), READONLY, "the peak's, at its start"},
+    {NULL},
+};
+
+static PyType_Slot ThreadEnd_slots[] = {
+    {Py_tp_doc, "A thread's end, kept in its locals by a registration from C: its deallocation "
+                "does Recorder._thread_ended(state, generation) (no Python __del__)."},
+    {Py_tp_dealloc, ThreadEnd_dealloc},
+    {Py_tp_repr, ThreadEnd_repr},
+    {Py_tp_members, ThreadEnd_members},
+    {0, NULL},
+};
+
+static PyType_Spec ThreadEnd_spec = {
+    .name = "otel_lockwatch.capture._speedups.ThreadEnd",
+    .basicsize = sizeof(ThreadEnd),
+    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_DISALLOW_INSTANTIATION,
+    .slots = ThreadEnd_slots,
+};
 
 /* After a hold's release and its bookkeeping: the entry its lock (or section slot) keeps, at
  * `*field`, no longer keeps the frame that acquired. A frame object still alive when its call
@@ -3579,6 +4135,48 @@ speedups_setup(PyObject *module, PyObject *args, PyObject *kwds)
     Py_RETURN_NONE;
 }
 
+/* Whether every name of `names` (count n) is in `given` (a container): else a ValueError. */
+static int
+names_given(PyObject *const *names, int n, PyObject *given, const char *what)
+{
+    for (int i = 0; i < n; i++) {
+        int has = PySequence_Contains(given, names[i]);
+        if (has < 0)
+            return -1;
+        if (!has) {
+            PyErr_Format(PyExc_ValueError, "otel_lockwatch: %s has no %U, which the C path reads",
+                         what, names[i]);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+static PyObject *
+speedups_setup_threads(PyObject *module, PyObject *args, PyObject *kwds)
+{
+    ModuleState *S = module_state(module);
+    static char *kwlist[] = {"recorder", "fields", "peak_fields", "limits", NULL};
+    PyObject *recorder, *fields, *peak_fields, *limits;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "$OO!O!O!", kwlist, &recorder, &PyTuple_Type,
+                                     &fields, &PyTuple_Type, &peak_fields, &PyDict_Type, &limits))
+        return NULL;
+    if (!after_setup(S))
+        return NULL;
+    if (names_given(S->rec_names, REC_USED, fields, "the recorder") < 0 ||
+        names_given(S->peak_names, PEAK_USED, peak_fields, "the peak") < 0 ||
+        names_given(S->limit_names, LIMIT_USED, limits, "record._recorder") < 0)
+        return NULL;
+    PyObject **constants[4] = {&S->retired_thread, &S->nothing_held, &S->no_chain,
+                               &S->nothing_written};
+    for (int i = 0; i < 4; i++)
+        if (state_set(S, constants[i], PyDict_GetItem(limits, S->limit_names[LIMIT_ENDED + i])) < 0)
+            return NULL;
+    if (state_set(S, &S->limits, limits) < 0 || state_set(S, &S->recorder, recorder) < 0)
+        return NULL;
+    Py_RETURN_NONE;
+}
+
 static PyObject *
 speedups_setup_locks(PyObject *module, PyObject *args, PyObject *kwds)
 {
@@ -3670,6 +4268,89 @@ speedups_set_thresholds(PyObject *module, PyObject *const *args, Py_ssize_t narg
     Py_RETURN_NONE;
 }
 
+/* fold(into, other): record._retired.fold's common case in C (the ended worker `other` added to
+ * the retired state `into`, which no reader has yet): both WorkerStates, `other` with no spans
+ * and no hand-offs, each of its Stats either new to `into` (taken as it is) or a C Stats with no
+ * contended wait, added to `into`'s with add_owned. True: folded; False: nothing was changed
+ * (checked before anything is), the Python fold's to do. A thread per request is folded into
+ * "(other)" once past MAX_WORKERS names: about 13,000 instructions a thread in Python. */
+static PyObject *
+speedups_fold(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    ModuleState *S = module_state(module);
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "fold(into, other)");
+        return NULL;
+    }
+    PyObject *into = args[0], *other = args[1];
+    PyTypeObject *ws = (PyTypeObject *)S->tables[TABLE_WORKER].type;
+    if (ws == NULL || Py_TYPE(into) != ws || Py_TYPE(other) != ws || into == other)
+        Py_RETURN_FALSE;
+    PyObject *mine = slot_get(&S->worker[WORKER_STATS], into), *theirs = NULL, *result = NULL;
+    long long first, last, retired, into_retired;
+    int t;
+    if (mine == NULL || (theirs = slot_get(&S->worker[WORKER_STATS], other)) == NULL)
+        goto done;
+    if (!PyDict_CheckExact(mine) || !PyDict_CheckExact(theirs) || mine == theirs ||
+        (t = slot_truth(&S->worker[WORKER_SPANS], other)) != 0 ||
+        (t = slot_truth(&S->worker[WORKER_HANDOFFS], other)) != 0) {
+        result = PyErr_Occurred() ? NULL : Py_NewRef(Py_False);
+        goto done;
+    }
+    Py_ssize_t pos = 0;
+    PyObject *cls, *s;
+    int common = 1;
+    /* (`theirs` is an ended worker's, which nobody writes: its items read borrowed) */
+    while (common && PyDict_Next(theirs, &pos, &cls, &s)) {
+        PyObject *m;
+        int found = dict_get_ref(mine, cls, &m);
+        if (found <= 0) {
+            if (found < 0)
+                goto done;
+            continue;
+        }
+        Py_DECREF(m); /* (`mine` keeps it: only its folder, this thread, writes it) */
+        StatsBase *a = c_stats(S, m), *b = c_stats(S, s);
+        common = a != NULL && b != NULL && a != b && Py_TYPE(m) == Py_TYPE(s) &&
+                 a->hold_histogram != NULL && PyDict_Check(a->hold_histogram) &&
+                 b->hold_histogram != NULL && PyDict_Check(b->hold_histogram) &&
+                 b->wait_histogram != NULL && PyDict_Check(b->wait_histogram) &&
+                 PyDict_GET_SIZE(b->wait_histogram) == 0 && b->collisions == 0 &&
+                 (b->sites == NULL || b->sites == Py_None);
+    }
+    if (!common) {
+        result = Py_NewRef(Py_False);
+        goto done;
+    }
+    if (slot_get_ll(&S->worker[WORKER_FIRST], other, &first) < 0 ||
+        slot_get_ll(&S->worker[WORKER_LAST], other, &last) < 0 ||
+        slot_get_ll(&S->worker[WORKER_RETIRED], other, &retired) < 0 ||
+        slot_get_ll(&S->worker[WORKER_RETIRED], into, &into_retired) < 0 ||
+        slot_set_ll(&S->worker[WORKER_RETIRED], into,
+                    into_retired + (last > first ? last - first : 0) + retired) < 0)
+        goto done;
+    pos = 0;
+    while (PyDict_Next(theirs, &pos, &cls, &s)) {
+        PyObject *m;
+        int found = dict_get_ref(mine, cls, &m);
+        if (found <= 0) {
+            if (found < 0 || PyDict_SetItem(mine, cls, s) < 0)
+                goto done; /* (a new key of `mine`: the loop over `theirs` goes on) */
+            continue;
+        }
+        PyObject *added = holds_added((StatsBase *)m, s, 1);
+        Py_DECREF(m);
+        if (added == NULL)
+            goto done;
+        Py_DECREF(added);
+    }
+    result = Py_NewRef(Py_True);
+done:
+    Py_XDECREF(mine);
+    Py_XDECREF(theirs);
+    return result;
+}
+
 static PyObject *
 speedups_raw_lock_layout(PyObject *module, PyObject *Py_UNUSED(ignored))
 {
@@ -3753,6 +4434,11 @@ speedups_thread_frame(PyObject *module, PyObject *arg)
 static PyMethodDef speedups_methods[] = {
     {"setup", (PyCFunction)(void (*)(void))speedups_setup, METH_VARARGS | METH_KEYWORDS,
      "The recorder's tables and the shared slow paths (from _bookkeeping)."},
+    {"setup_threads", (PyCFunction)(void (*)(void))speedups_setup_threads,
+     METH_VARARGS | METH_KEYWORDS,
+     "A thread's registration and end in C, on the recorder's tables (from _bookkeeping)."},
+    {"fold", (PyCFunction)(void (*)(void))speedups_fold, METH_FASTCALL,
+     "fold(into, other): record._retired.fold's common case (True), or nothing done (False)."},
     {"setup_locks", (PyCFunction)(void (*)(void))speedups_setup_locks,
      METH_VARARGS | METH_KEYWORDS, "The lock proxies' Python paths (from _threading)."},
     {"setup_sections", (PyCFunction)(void (*)(void))speedups_setup_sections,
@@ -3802,7 +4488,8 @@ static PyMethodDef speedups_methods[] = {
     X(semaphore_release_type) X(condition_notify_type) X(creation_gate_type)                   \
     X(creation_call_type)                                                                      \
     X(outbox) X(str_accepting) X(str_started) X(str_queue) X(str_lock_hold) X(new_state)       \
-    X(str_dunder_dict) X(new_stats)
+    X(str_dunder_dict) X(new_stats) X(recorder) X(limits) X(thread_end_type) X(str_name)      \
+    X(str_alive) X(str_other) X(retired_thread) X(nothing_held) X(no_chain) X(nothing_written)
 
 static int
 speedups_traverse(PyObject *module, visitproc visit, void *arg)
@@ -3818,6 +4505,12 @@ speedups_traverse(PyObject *module, visitproc visit, void *arg)
 #endif
     for (int t = 0; t < TABLE_COUNT; t++)
         Py_VISIT(S->tables[t].type);
+    for (int i = 0; i < REC_USED; i++)
+        Py_VISIT(S->rec_names[i]);
+    for (int i = 0; i < PEAK_USED; i++)
+        Py_VISIT(S->peak_names[i]);
+    for (int i = 0; i < LIMIT_USED; i++)
+        Py_VISIT(S->limit_names[i]);
     return 0;
 }
 
@@ -3840,6 +4533,12 @@ speedups_clear(PyObject *module)
             S->tables[t].slots[i].type = NULL;
         }
     }
+    for (int i = 0; i < REC_USED; i++)
+        Py_CLEAR(S->rec_names[i]);
+    for (int i = 0; i < PEAK_USED; i++)
+        Py_CLEAR(S->peak_names[i]);
+    for (int i = 0; i < LIMIT_USED; i++)
+        Py_CLEAR(S->limit_names[i]);
     S->ready = S->locks_ready = S->sections_ready = 0;
     return 0;
 }
@@ -3912,6 +4611,20 @@ speedups_exec(PyObject *m)
     INTERN(str_dunder_dict, "__dict__");
     INTERN(str_wait_histogram, "wait_histogram");
     INTERN(str_begin, "begin");
+    INTERN(str_name, "name");
+    INTERN(str_alive, "alive");
+    INTERN(str_other, "(other)");
+    struct {
+        PyObject **names;
+        const char *const *text;
+        int n;
+    } tables[] = {{S->rec_names, RECORDER_NAMES, REC_USED},
+                  {S->peak_names, PEAK_NAMES, PEAK_USED},
+                  {S->limit_names, LIMIT_NAMES, LIMIT_USED}};
+    for (size_t t = 0; t < sizeof(tables) / sizeof(tables[0]); t++)
+        for (int i = 0; i < tables[t].n; i++)
+            if ((tables[t].names[i] = PyUnicode_InternFromString(tables[t].text[i])) == NULL)
+                return -1;
     if (pthread_key_create(&S->cache_key, cache_thread_ended) != 0) {
         PyErr_SetString(PyExc_RuntimeError, "otel_lockwatch: no thread-local key");
         return -1;
@@ -3972,7 +4685,8 @@ speedups_exec(PyObject *m)
         (S->semaphore_release_type = add_type(m, &SemaphoreRelease_spec, NULL)) == NULL ||
         (S->condition_notify_type = add_type(m, &ConditionNotify_spec, NULL)) == NULL ||
         (S->creation_gate_type = add_type(m, &CreationGate_spec, NULL)) == NULL ||
-        (S->creation_call_type = add_type(m, &CreationCall_spec, NULL)) == NULL)
+        (S->creation_call_type = add_type(m, &CreationCall_spec, NULL)) == NULL ||
+        (S->thread_end_type = add_type(m, &ThreadEnd_spec, NULL)) == NULL)
         return -1;
     /* The Stats fields StatsBase owns, by name (_fast_path gives its class the others). */
     PyObject *owned = PyTuple_New(STATS_USED);

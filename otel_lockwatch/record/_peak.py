@@ -27,7 +27,12 @@ import _thread
 from functools import partial
 from typing import Any
 
-__all__ = ["PeakWorkers", "ThreadEnd"]
+__all__ = ["PEAK_FIELDS", "PeakWorkers", "ThreadEnd"]
+
+#: What the C fast path reads of :class:`PeakWorkers` to start and end a thread it registers
+#: (``record._recorder.THREAD_FIELDS``): the same steps as :meth:`PeakWorkers.started` and
+#: :meth:`PeakWorkers.ended`, whose exact count (under the lock) it leaves to ``ended``.
+PEAK_FIELDS = ("_live", "_generation", "_peak", "_kept", "ended")
 
 
 class ThreadEnd(tuple):

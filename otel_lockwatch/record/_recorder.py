@@ -40,6 +40,7 @@ __all__ = [
     "MAX_WORKERS",
     "STATS_FIELDS",
     "STATS_TABLE",
+    "THREAD_FIELDS",
     "WORKER_FIELDS",
     "Recorder",
     "Stats",
@@ -211,6 +212,22 @@ _NO_CHAIN: Any = frozenset()
 _NOTHING_WRITTEN: Any = MappingProxyType({})  # no spans, no hand-offs
 
 
+#: What the C fast path reads of the recorder to register a thread and end it
+#: (``capture._fast_path``): the same steps as :meth:`Recorder.new_thread_state` and
+#: :meth:`Recorder._thread_ended`, on these tables; it checks at set-up that they are named here.
+THREAD_FIELDS = (
+    "_lock",  # taken to register (blocking) and to end (if free)
+    "_by_id",  # the states: a new one put in, an ended one that recorded nothing taken out
+    "_names",  # the names given out (MAX_WORKERS, then "(other)")
+    "_compact_at",  # a registration at this many states: the Python path's (a compaction)
+    "_retired",  # name -> retired state: a name's first ended, retired in place (not counted)
+    "_retired_keys",  # and its key's owner
+    "_ended",  # a later one: with the ended ones, folded a batch at a time by _fold_ended()
+    "peak",  # PeakWorkers (its own PEAK_FIELDS)
+    "_fold_ended",
+)
+
+
 class Recorder:
     """The process's recorder (``_session.RECORDER``): worker states, section arrays, pool size, the
     order graph and the distributed record. ``thresholds`` (the session's ``THRESHOLDS``, handed
@@ -231,7 +248,9 @@ class Recorder:
         self._ended: list[WorkerState] = []
         self._nothing = WorkerState("(folded)")  # a place being dropped: counts nothing
         self._names: set[str] = set()  # names given out: MAX_WORKERS at most, then "(other)"
-        self._compact_at = 256  # fold ended workers away when this many states exist
+        # Fold ended workers away when this many states exist besides the retired ones (at most
+        # one a name, MAX_WORKERS + 1: a compaction leaves them as they are).
+        self._compact_at = 256
         # tasks of a type without a __dict__ (a custom task factory's): their states, weakly
         self._task_side: weakref.WeakKeyDictionary[Any, WorkerState] = weakref.WeakKeyDictionary()
         self._arrays: list[Any] = []  # ArrayTrack of every instrumented section array
@@ -302,7 +321,7 @@ class Recorder:
         lock = self._lock  # (acquire / release: no bound __enter__ / __exit__ made per thread)
         lock.acquire()
         try:
-            if len(self._by_id) >= self._compact_at:
+            if len(self._by_id) - len(self._retired) >= self._compact_at:
                 self._compact()
             if worker not in self._names:
                 if len(self._names) >= MAX_WORKERS:
@@ -342,11 +361,17 @@ class Recorder:
                 self._retired[state.worker] = self._retired_keys[state.worker] = state
                 return
             self._ended.append(state)
-            if len(self._ended) >= FOLD_BATCH and self.waits.file(blocking=False):
-                ended, self._ended = self._ended, []
-                fold_batch(ended, self._retired, self._retired_keys, self._by_id, self._nothing)
+            if len(self._ended) >= FOLD_BATCH:
+                self._fold_ended()
         finally:
             self._lock.release()
+
+    def _fold_ended(self) -> None:
+        """Fold the ended states waiting in ``_ended`` into their names' retired states, unless a
+        filer is at work (then the next end tries again). Under ``self._lock``."""
+        if self.waits.file(blocking=False):
+            ended, self._ended = self._ended, []
+            fold_batch(ended, self._retired, self._retired_keys, self._by_id, self._nothing)
 
     def _compact(self) -> None:
         """Fold the states of ended threads and tasks into one retired state per worker name, so
@@ -356,7 +381,7 @@ class Recorder:
             return
         keep, retired = compacted(self._states, self._retired)
         self._keep(keep, retired)
-        self._compact_at = max(256, 2 * len(keep))
+        self._compact_at = max(256, 2 * (len(keep) - len(retired)))
 
     def thread_state(self) -> WorkerState:
         """The calling thread's state, created on first use."""
