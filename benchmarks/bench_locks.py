@@ -145,7 +145,7 @@ def slow_path_cost(number: int) -> float:
     lock.wait span through a BatchSpanProcessor, the wait histogram. A synthetic wait."""
     from otel_lockwatch.capture._bookkeeping import current_context, record_wait
     from otel_lockwatch.capture._naming import lock_class
-    from otel_lockwatch.record._recorder import Stats
+    from otel_lockwatch.record._stats import Stats
 
     st = RECORDER.thread_state()
     cls = lock_class("bench-contended", "threading.Lock", "bench:slow:1")

@@ -219,8 +219,12 @@ run_legs() {
         esac
         [[ $version == "$main" ]] || args+=(-m "not e2e")
         # LOCKWATCH_WORKERS=N: N pytest-xdist workers (the test extra has it); 0: serially
+        # (by file, so a module's fixture is made once; CPython's suites, one file of long
+        # tests, by test)
         workers="${LOCKWATCH_WORKERS:-$(default_workers)}"
-        [[ $workers != 0 ]] && args+=(-n "$workers" --dist loadfile)
+        if [[ $workers != 0 ]]; then
+            args+=(-n "$workers" --dist "$([[ $tests == suites ]] && echo load || echo loadfile)")
+        fi
         args+=("$@")
         base="$(find_python "$version")"
         dir="${LOCKWATCH_VENVS:-$(legs_cache)/venvs}/$version" host_dir="$dir"

@@ -124,7 +124,8 @@ h.join()
 w.join()
 # The per-thread state, the per-class statistics and a lock's hold, as this path makes them.
 from otel_lockwatch.capture._bookkeeping import HOLD_FIELDS
-from otel_lockwatch.record._recorder import STATS_FIELDS, WORKER_FIELDS
+from otel_lockwatch.record._recorder import WORKER_FIELDS
+from otel_lockwatch.record._stats import STATS_FIELDS
 
 stats = _fast_path.new_stats()
 worker = RECORDER.thread_state()
@@ -239,7 +240,8 @@ def test_state_statistics_and_holds_have_the_tables_fields(observed: dict) -> No
     from otel_lockwatch.capture._bookkeeping import HOLD_FIELDS
     from otel_lockwatch.capture._sections import ARRAY_FIELDS, TRACK_FIELDS
     from otel_lockwatch.record._handoff_stats import HANDOFF_FIELDS
-    from otel_lockwatch.record._recorder import STATS_FIELDS, WORKER_FIELDS
+    from otel_lockwatch.record._recorder import WORKER_FIELDS
+    from otel_lockwatch.record._stats import STATS_FIELDS
 
     assert observed["fields_of"] == {
         "stats": list(STATS_FIELDS),

@@ -21,7 +21,8 @@ from otel_lockwatch.manifest._model import Verdict
 from otel_lockwatch.record._data import expand_lock_workers, merge_data
 from otel_lockwatch.record._histogram import LogHistogram, bucket_of
 from otel_lockwatch.record._lock_class import lock_class
-from otel_lockwatch.record._recorder import Recorder, Stats
+from otel_lockwatch.record._recorder import Recorder
+from otel_lockwatch.record._stats import Stats
 
 MS = 1_000_000
 

@@ -20,6 +20,7 @@ import threading
 import pytest
 
 from otel_lockwatch._session import RECORDER
+from otel_lockwatch.record import _recorder
 from otel_lockwatch.record._peak import PeakWorkers
 from otel_lockwatch.record._recorder import FOLD_BATCH
 
@@ -91,8 +92,10 @@ def test_retired_states_do_not_count_toward_a_compaction(watched, monkeypatch):
     not count toward its threshold (256 states): 300 threads of distinct names, each retired at
     its end, run none (each compaction walked every retired state before)."""
     compactions = []
-    compact = RECORDER._compact
-    monkeypatch.setattr(RECORDER, "_compact", lambda: (compactions.append(1), compact()))
+    compacted = _recorder.compacted
+    monkeypatch.setattr(
+        _recorder, "compacted", lambda *args: (compactions.append(1), compacted(*args))[1]
+    )
     lock = threading.Lock()
 
     def work():
@@ -101,7 +104,8 @@ def test_retired_states_do_not_count_toward_a_compaction(watched, monkeypatch):
 
     for i in range(300):
         _run(work, f"name-{i}")
-    assert len([name for name in RECORDER._retired if name.startswith("name-")]) == 300
+    named = [state for state in RECORDER.states if state.worker.startswith("name-")]
+    assert len(named) == 300 and all(state.thread() is None for state in named)  # retired
     assert compactions == []
     assert RECORDER.snapshot()["locks"][lock._lockwatch_class.name]["acquisitions"] == 300
 

@@ -162,9 +162,9 @@ def _wait(stats, start: int = 0) -> tuple:
 def test_waits_counted_but_not_filed_when_a_snapshot_reads_are_charged_to_unknown():
     """A wait may end while a snapshot reads (it filed first): its counts are there, its sites
     not yet. The points still add up to the counters: the rest is ``(unknown)`` at both ends."""
-    from otel_lockwatch.record._recorder import Stats
     from otel_lockwatch.record._sites import SiteTable
     from otel_lockwatch.record._state_parts import stats_data
+    from otel_lockwatch.record._stats import Stats
 
     s = Stats()
     s.sites = SiteTable()

@@ -16,7 +16,7 @@ from time import perf_counter_ns as _pc
 from typing import Any
 
 from .._session import RECORDER
-from ..record._recorder import Stats
+from ..record._stats import Stats
 from ..sections import _asyncio as _array
 from ._bookkeeping import (
     check_order,

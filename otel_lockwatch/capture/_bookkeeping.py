@@ -51,8 +51,9 @@ from .._session import OUTBOX, RECORDER, THRESHOLDS, Thresholds
 from ..record import _recorder
 from ..record._histogram import bucket_of
 from ..record._peak import PEAK_FIELDS
-from ..record._recorder import STATS_FIELDS, THREAD_FIELDS, WORKER_FIELDS, Stats, WorkerState
+from ..record._recorder import THREAD_FIELDS, WORKER_FIELDS, WorkerState
 from ..record._sites import UNKNOWN
+from ..record._stats import STATS_FIELDS, Stats
 from ..record._threads import current_thread_name
 from ._collection import defer_collection, resume_collection
 from ._fast_path import HeldEntry, new_stats, speedups

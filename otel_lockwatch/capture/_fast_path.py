@@ -116,10 +116,9 @@ except ImportError:  # another interpreter: a property over an itemgetter (~60 %
         return property(itemgetter(index), doc=doc)
 
 
-from .._session import at_fork
+from .._session import RECORDER, at_fork
 from .._settings import extensions_disabled
-from ..record._recorder import NO_SAMPLE, STATS_FIELDS, STATS_TABLE, Stats
-from ..record._retired import use_fold
+from ..record._stats import NO_SAMPLE, STATS_FIELDS, STATS_TABLE, Stats
 
 __all__ = [
     "ACQUISITION_FIELDS",
@@ -228,4 +227,4 @@ def _stats_class() -> Callable[[], Stats]:
 new_stats = _stats_class()
 if speedups is not None:
     # An ended thread's fold into its name's retired state: its C Stats added in C.
-    use_fold(speedups.fold)
+    RECORDER.use_fold(speedups.fold)

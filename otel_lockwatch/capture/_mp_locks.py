@@ -31,7 +31,8 @@ from time import perf_counter_ns as _pc
 from typing import Any
 
 from .._session import OUTBOX, RECORDER, current
-from ..record._recorder import Stats, WorkerState
+from ..record._recorder import WorkerState
+from ..record._stats import Stats
 from ._bookkeeping import (
     HOLD_FIELDS,
     acquire_tracked,

@@ -25,7 +25,7 @@ from time import perf_counter_ns as _pc
 from typing import Any
 
 from .._session import RECORDER
-from ..record._recorder import Stats
+from ..record._stats import Stats
 from ..sections import _threaded as _array
 from ..sections._threaded import StripedSections
 from ._bookkeeping import (

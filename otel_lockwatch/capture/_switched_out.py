@@ -40,7 +40,8 @@ from time import sleep as _sleep
 from typing import Any
 
 from .._session import RECORDER
-from ..record._recorder import Stats, WorkerState
+from ..record._recorder import WorkerState
+from ..record._stats import Stats
 from ._bookkeeping import lock_wait
 from ._fast_path import speedups
 from ._naming import LockClass

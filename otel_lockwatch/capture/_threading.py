@@ -20,7 +20,8 @@ import threading
 from typing import TYPE_CHECKING, Any
 
 from .._session import OUTBOX, RECORDER
-from ..record._recorder import Stats, WorkerState
+from ..record._recorder import WorkerState
+from ..record._stats import Stats
 from . import _ordered
 from ._bookkeeping import (
     HOLD_FIELDS,

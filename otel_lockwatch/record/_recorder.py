@@ -28,9 +28,10 @@ from ._handoff_stats import HandoffStats, handoff_parts
 from ._live import counter_totals, live_counts
 from ._lock_class import ROLES, LockClass
 from ._peak import PeakWorkers, ThreadEnd
-from ._retired import compacted, fold_batch
-from ._sites import KEEP, SiteTable, merge_tables
+from ._retired import Fold, compacted, fold_batch
+from ._sites import KEEP
 from ._state_parts import state_parts, track_section
+from ._stats import Stats
 from ._threads import ForeignThread, current_thread_or_none
 from ._timeline import Timeline
 from ._waits import UnfiledWaits
@@ -38,12 +39,9 @@ from ._witness import utc_timestamp
 
 __all__ = [
     "MAX_WORKERS",
-    "STATS_FIELDS",
-    "STATS_TABLE",
     "THREAD_FIELDS",
     "WORKER_FIELDS",
     "Recorder",
-    "Stats",
     "WorkerState",
 ]
 
@@ -54,76 +52,6 @@ MAX_WORKERS = 1024
 #: Ended workers whose names have a retired state, folded into it together (one copy of the
 #: retired state a batch): the most ended states the recorder keeps besides the retired ones.
 FOLD_BATCH = 64
-
-
-#: The fields of :class:`Stats`, each with how two workers' values merge. The C fast path is given
-#: the class with this table; it names the fields it reads and checks that this table has them.
-STATS_TABLE: tuple[tuple[str, str], ...] = (
-    ("acquisitions", "sum"),  # successful acquisitions (blocking and try)
-    ("try_acquisitions", "sum"),  # successful try-acquires
-    ("skipped", "sum"),  # try-acquires that found the lock taken
-    ("hold_total_ns", "sum"),  # every hold, added up
-    ("hold_histogram", "buckets"),  # holds: bucket_of(ns) -> count
-    ("hold_min_ns", "min"),  # NO_SAMPLE until the first hold
-    ("hold_max_ns", "max"),
-    ("contentions", "sum"),  # blocking attempts that had to wait (including timed-out ones)
-    ("timeouts", "sum"),  # blocking attempts that gave up
-    ("wait_total_ns", "sum"),  # contended waits, added up
-    ("wait_min_ns", "min"),  # NO_SAMPLE until the first contended wait
-    ("wait_max_ns", "max"),
-    ("wait_histogram", "buckets"),  # contended waits: bucket_of(ns) -> count
-    ("collisions", "sum"),  # contended waits caused by a colliding key (sections only)
-    ("sites", "sites"),  # None until the first contended wait, then its SiteTable (_sites)
-)
-STATS_FIELDS = tuple(name for name, _ in STATS_TABLE)
-NO_SAMPLE = 1 << 62  # the minimum of no sample (more than any duration a process measures)
-
-
-class Stats:
-    """One worker's counters and histograms for one lock class (fields: :data:`STATS_TABLE`)."""
-
-    __slots__ = STATS_FIELDS
-
-    def __init__(self) -> None:
-        self.acquisitions = 0
-        self.try_acquisitions = 0
-        self.skipped = 0
-        self.hold_total_ns = 0
-        self.hold_histogram: dict[int, int] = {}
-        self.hold_min_ns = NO_SAMPLE
-        self.hold_max_ns = 0
-        self.contentions = 0
-        self.timeouts = 0
-        self.wait_total_ns = 0
-        self.wait_histogram: dict[int, int] = {}
-        self.wait_min_ns = NO_SAMPLE
-        self.wait_max_ns = 0
-        self.collisions = 0
-        self.sites: SiteTable | None = None
-
-    def merge(self, other: Stats, table: tuple[tuple[str, str], ...] = STATS_TABLE) -> None:
-        """Add another worker's statistics of the same lock class to these (the fields of
-        ``table``: the C path's Stats adds its hold histogram itself). A field ``other`` never
-        wrote (zero, empty, no sample) is left alone: an ended thread that took one lock once is
-        folded at the cost of the few it wrote (the recorder folds one per thread)."""
-        for name, how in table:
-            theirs = getattr(other, name)
-            if theirs == NO_SAMPLE if how == "min" else not theirs:
-                continue
-            mine = getattr(self, name)
-            if how == "sites":
-                self.sites = merge_tables(mine, theirs)
-            elif how == "buckets":  # a new dict, assigned (the C path's Stats reads a copy)
-                merged = dict(mine)
-                for b, n in theirs.items():
-                    merged[b] = merged.get(b, 0) + n
-                setattr(self, name, merged)
-            elif how == "min":
-                setattr(self, name, min(mine, theirs))
-            elif how == "max":
-                setattr(self, name, max(mine, theirs))
-            else:
-                setattr(self, name, mine + theirs)
 
 
 #: The fields of :class:`WorkerState`. The C fast path is given the class with this table; it names
@@ -267,6 +195,7 @@ class Recorder:
         # leases, release failures, key templates of the distributed locks (their own lock)
         self.distributed = DistributedRecord()
         self.waits = UnfiledWaits(thresholds)  # waits whose sites and records are to be filed
+        self._fold: Fold | None = None  # an ended worker's fold's faster common case: use_fold
         self.reset()
 
     # -- states ------------------------------------------------------------------------------
@@ -366,12 +295,19 @@ class Recorder:
         finally:
             self._lock.release()
 
+    def use_fold(self, common: Fold | None) -> None:
+        """Fold ended workers with ``common`` first (``_retired.Fold``: the C path gives its
+        own, which adds its C ``Stats`` in C); None: the Python fold alone."""
+        self._fold = common
+
     def _fold_ended(self) -> None:
         """Fold the ended states waiting in ``_ended`` into their names' retired states, unless a
         filer is at work (then the next end tries again). Under ``self._lock``."""
         if self.waits.file(blocking=False):
             ended, self._ended = self._ended, []
-            fold_batch(ended, self._retired, self._retired_keys, self._by_id, self._nothing)
+            fold_batch(
+                ended, self._retired, self._retired_keys, self._by_id, self._nothing, self._fold
+            )
 
     def _compact(self) -> None:
         """Fold the states of ended threads and tasks into one retired state per worker name, so
@@ -379,7 +315,7 @@ class Recorder:
         (:func:`_retired.compacted`). Under ``self._lock``; not while a filer is at work."""
         if not self.waits.file(blocking=False):
             return
-        keep, retired = compacted(self._states, self._retired)
+        keep, retired = compacted(self._states, self._retired, self._fold)
         self._keep(keep, retired)
         self._compact_at = max(256, 2 * (len(keep) - len(retired)))
 

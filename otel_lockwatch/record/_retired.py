@@ -23,25 +23,19 @@ from typing import Any
 
 from ._handoff_stats import merge_handoffs
 
-__all__ = ["compacted", "fold", "fold_batch", "folded", "folded_copies", "replaced", "use_fold"]
+__all__ = ["Fold", "compacted", "fold", "fold_batch", "folded", "folded_copies", "replaced"]
 
-# A faster fold's common case (the C path's ``_speedups.fold``), or None: see use_fold().
-_fold_common: Callable[[Any, Any], bool] | None = None
-
-
-def use_fold(common: Callable[[Any, Any], bool] | None) -> None:
-    """Have :func:`fold` try ``common(into, other)`` first, which folds and returns True, or
-    changes nothing and returns False (the C path gives its own: its ``Stats`` added in C, no
-    Python call per ended thread); None: the Python fold alone."""
-    global _fold_common
-    _fold_common = common
+#: A faster fold's common case (the C path's ``_speedups.fold``): ``common(into, other)`` folds
+#: and returns True, or changes nothing and returns False. The recorder keeps the one its path
+#: gives (``Recorder.use_fold``) and passes it to each fold; None: the Python fold alone.
+Fold = Callable[[Any, Any], bool]
 
 
-def fold(into: Any, other: Any) -> None:
+def fold(into: Any, other: Any, common: Fold | None = None) -> None:
     """Add an ended worker's statistics to a retired state that no reader has yet (a copy):
     at the cost of what the ended worker wrote (a thread that took one lock once: one
-    ``Stats``)."""
-    if _fold_common is not None and _fold_common(into, other):
+    ``Stats``); ``common`` first, when given (:data:`Fold`)."""
+    if common is not None and common(into, other):
         return
     into.retired += max(0, other.last - other.first) + other.retired
     stats = into.stats
@@ -58,7 +52,7 @@ def fold(into: Any, other: Any) -> None:
         merge_handoffs(into.handoffs, other.handoffs)
 
 
-def folded(target: Any, other: Any) -> Any:
+def folded(target: Any, other: Any, common: Fold | None = None) -> Any:
     """A new retired state: ``target``'s (a retired state) statistics and the ended worker
     ``other``'s; neither is changed. What only one of them has is shared (nobody writes an ended
     worker's statistics); what both have is merged into a copy."""
@@ -71,7 +65,7 @@ def folded(target: Any, other: Any) -> Any:
         copy.merge(new.stats[cls])
         new.stats[cls] = copy
     merge_handoffs(new.handoffs, target.handoffs)  # copies, merged into below
-    fold(new, other)
+    fold(new, other, common)
     return new
 
 
@@ -91,18 +85,19 @@ def replaced(by_id: dict[Any, Any], new: dict[Any, Any], gone: list[Any], nothin
         del by_id[id(state)]
 
 
-def folded_copies(ended: list[Any], retired: dict[str, Any]) -> dict[str, Any]:
+def folded_copies(
+    ended: list[Any], retired: dict[str, Any], common: Fold | None = None
+) -> dict[str, Any]:
     """A new retired state for each name of ``ended`` (ended states whose names have a retired
     state in ``retired``): the first of a name into a copy of its retired state (:func:`folded`),
     the rest into that copy (:func:`fold`: nobody reads it yet). Name -> copy; nothing given is
     changed."""
     copies: dict[str, Any] = {}
-    common = _fold_common  # (called here, not through fold: a Python call fewer per state)
     for state in ended:
         copy = copies.get(state.worker)
         if copy is None:
-            copies[state.worker] = folded(retired[state.worker], state)
-        elif common is None or not common(copy, state):
+            copies[state.worker] = folded(retired[state.worker], state, common)
+        elif common is None or not common(copy, state):  # (not through fold: a call fewer)
             fold(copy, state)
     return copies
 
@@ -113,17 +108,20 @@ def fold_batch(
     keys: dict[str, Any],
     by_id: dict[Any, Any],
     nothing: Any,
+    common: Fold | None = None,
 ) -> None:
     """Fold a batch of ended states (each in ``by_id``, its name's retired state in ``retired``,
     the state whose id is that retired state's key in ``keys``) into a new retired state a name
     (:func:`folded_copies`); then the copies take their names' places and the ended states
     leave, in one step for a reader (:func:`replaced`)."""
-    copies = folded_copies(ended, retired)
+    copies = folded_copies(ended, retired, common)
     replaced(by_id, {id(keys[name]): copy for name, copy in copies.items()}, ended, nothing)
     retired.update(copies)
 
 
-def compacted(states: list[Any], retired: dict[str, Any]) -> tuple[list[Any], dict[str, Any]]:
+def compacted(
+    states: list[Any], retired: dict[str, Any], common: Fold | None = None
+) -> tuple[list[Any], dict[str, Any]]:
     """The states to keep of ``states`` (the recorder's, in order) and the retired states by
     name, once every ended worker's state that holds nothing is folded away: a name's first is
     retired in place, the rest go into a new retired state (:func:`folded_copies`), which takes
@@ -142,7 +140,7 @@ def compacted(states: list[Any], retired: dict[str, Any]) -> tuple[list[Any], di
             keep.append(state)
         else:
             ended.append(state)
-    copies = folded_copies(ended, retired)
+    copies = folded_copies(ended, retired, common)
     replacing = {id(retired[name]): copy for name, copy in copies.items()}
     retired.update(copies)
     return [replacing.get(id(state), state) for state in keep], retired
