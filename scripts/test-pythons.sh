@@ -29,15 +29,17 @@
 # Where a Python comes from: pyenv's 3.N.* or python3.N on the PATH; failing both, 3.14 and 3.15
 # from the Debian sid root of scripts/provision-pythons.sh (made when missing, as root), where
 # the leg runs in a chroot (scripts/sid-root.sh); 3.13t from scripts/build-python-ft.sh (built
-# once from source into the cache, about 8 minutes on 2 cores; then instant). Each leg other than python3's has a venv of its
-# own, made once (${LOCKWATCH_VENVS:-$cache/venvs}/3.N, or ${LOCKWATCH_SID_VENVS:-/venvs}/3.N in
-# the sid root), with the checkout installed editable at each run (two checkouts running legs at
-# once each need venvs of their own: the editable install points a venv at one checkout). A
-# Python that cannot be had fails the leg under CI=true and is a printed skip otherwise. Legs run
-# one after the other, each on two pytest-xdist workers (`--dist loadfile`: a file's tests on
-# one worker, so a module's fixtures, a Jaeger or a metrics run, are made once); the tests hold
-# with another test beside them, which is what CI's shared machines give them anyway. Each leg
-# prints its wall time, and the summary repeats them.
+# once from source into the cache, about 8 minutes on 2 cores; then instant). Each leg other
+# than python3's has a venv of its own, made once (${LOCKWATCH_VENVS:-$cache/venvs}/3.N, or
+# ${LOCKWATCH_SID_VENVS:-/venvs}/3.N in the sid root), with the checkout installed editable at
+# each run (two checkouts running legs at once each need venvs of their own: the editable
+# install points a venv at one checkout). A Python that cannot be had fails the leg under
+# CI=true and is a printed skip otherwise. Legs run one after the other, each on two
+# pytest-xdist workers (this machine's python3 with `--dist loadfile`: a file's tests on one
+# worker, so that a module's fixtures, a Jaeger or a metrics run, are made once; the other
+# legs, without the end-to-end tests, by test); the tests hold with another test beside them,
+# which is what CI's shared machines give them anyway. Each leg prints its wall time, and the
+# summary repeats them.
 set -euo pipefail
 
 # The README's legs run the project's own suite; CPython's own threading, queue, futures and
@@ -199,7 +201,7 @@ expand_legs() {
 # when any leg failed or, under CI, a Python could not be had.
 run_legs() {
     local main leg name tests version base python prefix dir host_dir start status=0 result twin
-    local workers
+    local workers dist
     local summary=() args legs
     main="$(python3 -c 'import sys; print("%d.%d" % sys.version_info[:2])')"
     mapfile -t legs < <(expand_legs "$main")
@@ -219,12 +221,13 @@ run_legs() {
         esac
         [[ $version == "$main" ]] || args+=(-m "not e2e")
         # LOCKWATCH_WORKERS=N: N pytest-xdist workers (the test extra has it); 0: serially
-        # (by file, so a module's fixture is made once; CPython's suites, one file of long
-        # tests, by test)
+        # (by file where the end-to-end tests run, so that a Jaeger or a metrics run, a module's
+        # fixture, is made once; elsewhere by test, so that CPython's suites, one file of long
+        # tests, spread too)
         workers="${LOCKWATCH_WORKERS:-$(default_workers)}"
-        if [[ $workers != 0 ]]; then
-            args+=(-n "$workers" --dist "$([[ $tests == suites ]] && echo load || echo loadfile)")
-        fi
+        dist=load
+        [[ $version == "$main" && $tests != suites ]] && dist=loadfile
+        [[ $workers != 0 ]] && args+=(-n "$workers" --dist "$dist")
         args+=("$@")
         base="$(find_python "$version")"
         dir="${LOCKWATCH_VENVS:-$(legs_cache)/venvs}/$version" host_dir="$dir"
