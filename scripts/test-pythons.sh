@@ -21,8 +21,8 @@
 #   LOCKWATCH_LEGS="3.12:all"         a leg with other tests than usual (all, project, suites
 #                                     or core)
 #   LOCKWATCH_LEGS=readme | matrix    either list (the default is readme)
-#   LOCKWATCH_WORKERS=N               each leg on N pytest-xdist workers (default: 2 where the
-#                                     machine has two cores or more; 0: serially)
+#   LOCKWATCH_WORKERS=N               each leg on N pytest-xdist workers (faster; not the
+#                                     default: some timing tests still flake beside another)
 #   LOCKWATCH_PREPARE_ONLY=1          the legs' interpreters and venvs made, no test run (.ci/run
 #                                     prepares the matrix's while the README's legs run)
 #
@@ -34,12 +34,11 @@
 # ${LOCKWATCH_SID_VENVS:-/venvs}/3.N in the sid root), with the checkout installed editable at
 # each run (two checkouts running legs at once each need venvs of their own: the editable
 # install points a venv at one checkout). A Python that cannot be had fails the leg under
-# CI=true and is a printed skip otherwise. Legs run one after the other, each on two
-# pytest-xdist workers (this machine's python3 with `--dist loadfile`: a file's tests on one
-# worker, so that a module's fixtures, a Jaeger or a metrics run, are made once; the other
-# legs, without the end-to-end tests, by test); the tests hold with another test beside them,
-# which is what CI's shared machines give them anyway. Each leg prints its wall time, and the
-# summary repeats them.
+# CI=true and is a printed skip otherwise. Legs run one after the other, each serially by
+# default; with LOCKWATCH_WORKERS=N on N pytest-xdist workers (this machine's python3 with
+# `--dist loadfile`: a file's tests on one worker, so that a module's fixtures, a Jaeger or a
+# metrics run, are made once; the other legs, without the end-to-end tests, by test). Each leg
+# prints its wall time, and the summary repeats them.
 set -euo pipefail
 
 # The README's legs run the project's own suite; CPython's own threading, queue, futures and
@@ -174,13 +173,6 @@ run_leg() {
     env "${pure[@]}" $prefix "$python" -m pytest "$@"
 }
 
-# How many pytest-xdist workers a leg runs on when LOCKWATCH_WORKERS does not say: two where the
-# machine has two cores or more (more would load a small machine's timing tests past what CI's
-# shared machines do), else none.
-default_workers() {
-    if [[ $(nproc 2>/dev/null || echo 1) -ge 2 ]]; then echo 2; else echo 0; fi
-}
-
 # The legs to run, one "name:tests" a word, main standing for this machine's python3's version.
 expand_legs() {
     local main="$1" word
@@ -220,11 +212,11 @@ run_legs() {
             ;;
         esac
         [[ $version == "$main" ]] || args+=(-m "not e2e")
-        # LOCKWATCH_WORKERS=N: N pytest-xdist workers (the test extra has it); 0: serially
-        # (by file where the end-to-end tests run, so that a Jaeger or a metrics run, a module's
+        # LOCKWATCH_WORKERS=N: N pytest-xdist workers (the test extra has it); serially by
+        # default (docs/development.md says why) (by file where the end-to-end tests run, so that a Jaeger or a metrics run, a module's
         # fixture, is made once; elsewhere by test, so that CPython's suites, one file of long
         # tests, spread too)
-        workers="${LOCKWATCH_WORKERS:-$(default_workers)}"
+        workers="${LOCKWATCH_WORKERS:-0}"
         dist=load
         [[ $version == "$main" && $tests != suites ]] && dist=loadfile
         [[ $workers != 0 ]] && args+=(-n "$workers" --dist "$dist")
