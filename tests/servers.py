@@ -2,7 +2,8 @@
 
 - :func:`redis_server`: Debian's ``redis-server`` (no persistence), for redis-py's pools and locks.
 - :func:`http_server`: the standard library's ``ThreadingHTTPServer`` answering ``GET`` after a
-  fixed delay, for urllib3's and httpx's pools.
+  fixed delay, in a process of its own (``slow_http_server.py``), for urllib3's and httpx's
+  pools.
 - :func:`postgres_server`: a throwaway PostgreSQL cluster of Debian's ``postgresql`` (``initdb``
   and ``pg_ctl`` from ``/usr/lib/postgresql/*/bin``), for psycopg_pool's pool. PostgreSQL refuses
   to run as root: as root the cluster is made and run as the ``postgres`` user (made here when
@@ -16,11 +17,11 @@ from __future__ import annotations
 
 import contextlib
 import glob
-import http.server
 import os
 import shutil
 import socket
 import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -84,49 +85,37 @@ def redis_server(workdir: Path, timeout_s: float = 10.0) -> Iterator[int]:
         log.close()
 
 
-class _SlowHandler(http.server.BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-    delay_s = 0.01
-    # The headers and the body go out in two writes: with Nagle's algorithm the body waits for
-    # the client's delayed ACK (40 ms), four times the delay a request is meant to take.
-    disable_nagle_algorithm = True
-
-    def do_GET(self) -> None:
-        time.sleep(self.delay_s)  # the server's work: the client holds its connection meanwhile
-        self.send_response(200)
-        self.send_header("Content-Length", "2")
-        self.end_headers()
-        self.wfile.write(b"ok")
-
-    def log_message(self, *args: object) -> None:
-        pass
-
-
-class _Server(http.server.ThreadingHTTPServer):
-    # The listen backlog the pool tests were calibrated with, on every Python: socketserver's
-    # default was 5 until 3.15 (socket.SOMAXCONN since). With 5, a well-sized pool's 16
-    # connects do not all land at once: those past the backlog wait for a SYN retransmission
-    # (1 s), and the workers start staggered (a 16-connection httpx pool's 160 requests: 1.2 s
-    # here, 0.15 s with 3.15's backlog). Under the simultaneous load, httpcore's own pool mutex
-    # is contended (about a quarter of the workers' time without lockwatch; lockwatch reads
-    # 40-70 %, HOT_LOCK_DETECTED) and urllib3's exhausted pool supports 5 workers, not 3: the
-    # pool tests' expectations are for the staggered load until they are recalibrated.
-    request_queue_size = 5
-
-
 @contextlib.contextmanager
-def http_server(delay_s: float = 0.01) -> Iterator[int]:
-    """A threading HTTP server on a free loopback port answering every GET after ``delay_s``."""
-    handler = type("Handler", (_SlowHandler,), {"delay_s": delay_s})
-    server = _Server(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, name="test-http-server", daemon=True)
-    thread.start()
+def http_server(delay_s: float = 0.01, timeout_s: float = 10.0) -> Iterator[int]:
+    """A threading HTTP server answering every GET after ``delay_s``, in a process of its own
+    (``slow_http_server.py``: its threads do not share the tested interpreter), on a free
+    loopback port; yields the port."""
+    script = Path(__file__).with_name("slow_http_server.py")
+    proc = subprocess.Popen(
+        [sys.executable, "-I", str(script), repr(delay_s)],
+        stdout=subprocess.PIPE,
+        stdin=subprocess.DEVNULL,
+    )
     try:
-        yield server.server_address[1]
+        assert proc.stdout is not None
+        ready = threading.Timer(timeout_s, proc.kill)  # a server that never prints its port
+        ready.start()
+        try:
+            line = proc.stdout.readline()  # the port, or EOF when the server died
+        finally:
+            ready.cancel()
+        if not line.strip().isdigit():
+            raise RuntimeError(f"the HTTP server did not start (exit status {proc.poll()})")
+        yield int(line)
     finally:
-        server.shutdown()
-        server.server_close()
-        thread.join()
+        proc.terminate()
+        try:
+            proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        if proc.stdout is not None:
+            proc.stdout.close()
 
 
 def _postgres_bin() -> Path | None:
