@@ -21,8 +21,8 @@
 #   LOCKWATCH_LEGS="3.12:all"         a leg with other tests than usual (all, project, suites
 #                                     or core)
 #   LOCKWATCH_LEGS=readme | matrix    either list (the default is readme)
-#   LOCKWATCH_WORKERS=N               each leg on N pytest-xdist workers (faster; not the
-#                                     default: some timing tests still flake beside another)
+#   LOCKWATCH_WORKERS=N               each leg on N pytest-xdist workers (2 by default; 0:
+#                                     serially, one test at a time)
 #   LOCKWATCH_PREPARE_ONLY=1          the legs' interpreters and venvs made, no test run (.ci/run
 #                                     prepares the matrix's while the README's legs run)
 #
@@ -34,8 +34,8 @@
 # ${LOCKWATCH_SID_VENVS:-/venvs}/3.N in the sid root), with the checkout installed editable at
 # each run (two checkouts running legs at once each need venvs of their own: the editable
 # install points a venv at one checkout). A Python that cannot be had fails the leg under
-# CI=true and is a printed skip otherwise. Legs run one after the other, each serially by
-# default; with LOCKWATCH_WORKERS=N on N pytest-xdist workers (this machine's python3 with
+# CI=true and is a printed skip otherwise. Legs run one after the other, each on two pytest-xdist
+# workers by default (LOCKWATCH_WORKERS=N: N of them, 0 serially; this machine's python3 with
 # `--dist loadfile`: a file's tests on one worker, so that a module's fixtures, a Jaeger or a
 # metrics run, are made once; the other legs, without the end-to-end tests, by test). Each leg
 # prints its wall time, and the summary repeats them.
@@ -212,11 +212,11 @@ run_legs() {
             ;;
         esac
         [[ $version == "$main" ]] || args+=(-m "not e2e")
-        # LOCKWATCH_WORKERS=N: N pytest-xdist workers (the test extra has it); serially by
-        # default (docs/development.md says why) (by file where the end-to-end tests run, so that a Jaeger or a metrics run, a module's
-        # fixture, is made once; elsewhere by test, so that CPython's suites, one file of long
-        # tests, spread too)
-        workers="${LOCKWATCH_WORKERS:-0}"
+        # LOCKWATCH_WORKERS=N: N pytest-xdist workers (the test extra has it; 2 by default, one
+        # a core; 0 serially): by file where the end-to-end tests run, so that a Jaeger or a
+        # metrics run, a module's fixture, is made once; elsewhere by test, so that CPython's
+        # suites, one file of long tests, spread too
+        workers="${LOCKWATCH_WORKERS:-2}"
         dist=load
         [[ $version == "$main" && $tests != suites ]] && dist=loadfile
         [[ $workers != 0 ]] && args+=(-n "$workers" --dist "$dist")
