@@ -76,13 +76,18 @@ def redis_server(workdir: Path, timeout_s: float = 10.0) -> Iterator[int]:
             time.sleep(0.05)  # ok: polling the server's start, with a deadline
         yield port
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        _stop(proc)
         log.close()
+
+
+def _stop(proc: subprocess.Popen, timeout_s: float = 5.0) -> None:
+    """End a server: SIGTERM, then SIGKILL if it is still there after ``timeout_s``."""
+    proc.terminate()
+    try:
+        proc.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
 
 
 @contextlib.contextmanager
@@ -108,12 +113,7 @@ def http_server(delay_s: float = 0.01, timeout_s: float = 10.0) -> Iterator[int]
             raise RuntimeError(f"the HTTP server did not start (exit status {proc.poll()})")
         yield int(line)
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        _stop(proc)
         if proc.stdout is not None:
             proc.stdout.close()
 
