@@ -2,8 +2,8 @@
 exhausted one is flagged and named at the library, one with enough connections is not.
 
 The same load as ``test_pools_real``: 16 workers, 10 rounds each of one checkout held about
-10 ms, all starting together; 2 connections (exhausted) or 16 (enough). The pools are the
-libraries' own:
+10 ms (50 ms with enough connections: ``WELL_SIZED_HOLD_S`` says why), all starting together;
+2 connections (exhausted) or 16 (enough). The pools are the libraries' own:
 
 - httpx's ``Client`` (httpcore's sync ``ConnectionPool``: each queued request waits on a
   ``threading.Event`` of its own, set by the peer whose response closes) against a local
