@@ -296,10 +296,13 @@ def test_wait_span_is_child_of_task_span(watched):
     worker = threading.Thread(target=task, name="worker-1")
     worker.start()
     assert waiting.wait(10)
-    # Let the worker block for well over the 1 ms threshold, then free the lock.
+    # Once the worker is blocked on the lock (lockwatch's own waiting count: a fixed pause
+    # before the release once ended before the worker reached the lock, on a loaded machine),
+    # let it wait well over the 1 ms threshold, then free the lock.
     deadline = time.monotonic() + 10
-    while not lock.locked() and time.monotonic() < deadline:
-        pass
+    while RECORDER.live().get(("global_config", "threading.Lock"), (0, 0))[0] < 1:
+        assert time.monotonic() < deadline, "the worker never blocked on the lock"
+        time.sleep(0.001)  # ok: polling lockwatch's count, with a deadline
     time.sleep(0.02)  # hold: the holder keeps the lock while the worker waits
     release.set()
     holder.join()
