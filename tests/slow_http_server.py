@@ -1,5 +1,6 @@
 """A threading HTTP server answering every ``GET`` after a delay (the server's, or the request's
-``?delay_ms=N``), in a process of its own.
+``?delay_ms=N``, drawn within ``±jitter_pct`` % of it when the request gives one), in a process
+of its own.
 
 ``tests/servers.py``'s :func:`~servers.http_server` runs it as ``python -I slow_http_server.py
 DELAY_S``: it binds a free loopback port, prints it on a line of its own and serves until it is
@@ -13,6 +14,7 @@ out the environment's ``PYTHONPATH``, so lockwatch's bootstrap never watches it)
 from __future__ import annotations
 
 import http.server
+import random
 import sys
 import time
 import urllib.parse
@@ -28,6 +30,9 @@ class SlowHandler(http.server.BaseHTTPRequestHandler):
     def do_GET(self) -> None:
         query = urllib.parse.parse_qs(urllib.parse.urlsplit(self.path).query)
         delay_s = int(query["delay_ms"][0]) / 1000 if "delay_ms" in query else self.delay_s
+        if "jitter_pct" in query:
+            spread = int(query["jitter_pct"][0]) / 100
+            delay_s *= random.uniform(1 - spread, 1 + spread)
         time.sleep(delay_s)  # the server's work: the client holds its connection meanwhile
         self.send_response(200)
         self.send_header("Content-Length", "2")
