@@ -242,7 +242,10 @@ def _check_pool_waits(result: list[dict[str, Any]], run: MetricsRun) -> None:
 def _check_pool_quantile(result: list[dict[str, Any]], run: MetricsRun) -> None:
     values = _by_lock(result)
     waits = run.pool["locks"][POOL]["signal_waits"]["wait_ns"]
-    low, high = resolution(*blocked_quantile_bounds(waits, 0.95), neighbours=0)
+    # The rate over the last minute leaves out what the first scrape already held, which on a
+    # loaded machine can be some of the checkouts (at load average 10: 0.0975 against the
+    # manifest's bucket from 0.1): within one neighbouring bucket, as _check_quantiles allows.
+    low, high = resolution(*blocked_quantile_bounds(waits, 0.95), neighbours=1)
     assert list(values) == [POOL] and low <= values[POOL] <= high, (values, low, high)
     assert values[POOL] >= 0.05  # every checkout waited HOLD_S at least
 
