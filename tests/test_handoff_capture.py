@@ -13,6 +13,7 @@ import threading
 import time
 
 import pytest
+from polling import until
 
 from otel_lockwatch import LockwatchInstrumentor, name_lock
 from otel_lockwatch._session import RECORDER
@@ -36,14 +37,6 @@ def _current() -> dict[str, object]:
         "asyncio.Semaphore.release": asyncio.Semaphore.release,
         "asyncio.BoundedSemaphore.__init__": asyncio.BoundedSemaphore.__init__,
     }
-
-
-def _until(predicate, timeout_s: float = 10.0) -> None:
-    """Poll ``predicate`` until it holds (a deadline, not a sleep)."""
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.001)  # ok: polling with a deadline
 
 
 def _locks() -> dict:
@@ -90,11 +83,11 @@ def test_condition_wait_ends_at_the_wake_up_not_the_reacquire(watched):
 
     before_ns = time.perf_counter_ns()  # the waiter's wait begins after this
     t = _thread(waiter, "waiter")
-    _until(lambda: cond._waiters)
+    until(lambda: cond._waiters)
     with cond:
         ready.append(1)
         cond.notify()
-        _until(lambda: RECORDER.live().get(("cond", "threading.Condition"), (0, 0))[0] == 1)
+        until(lambda: RECORDER.live().get(("cond", "threading.Condition"), (0, 0))[0] == 1)
         woken_by_ns = time.perf_counter_ns()  # woken, and blocked on the re-acquire, by now
         time.sleep(0.2)  # hold: the woken waiter re-acquires behind it
     t.join()
@@ -227,7 +220,7 @@ def test_get_waits_are_idle_for_a_consumer_and_put_is_the_give(watched):
     jobs: queue.Queue[int] = name_lock(queue.Queue(), "jobs")
     got: list[int] = []
     consumer = _thread(lambda: got.append(jobs.get()), "consumer")
-    _until(lambda: jobs.not_empty._waiters)
+    until(lambda: jobs.not_empty._waiters)
     jobs.put(7)
     consumer.join()
     lock = _locks()["jobs"]
@@ -245,7 +238,7 @@ def test_a_put_wait_on_a_full_queue_is_ended_by_gets(watched):
     q: queue.Queue[int] = name_lock(queue.Queue(maxsize=1), "bounded")
     q.put(0)
     producer = _thread(lambda: q.put(1), "producer")
-    _until(lambda: q.not_full._waiters)
+    until(lambda: q.not_full._waiters)
     assert q.get() == 0
     producer.join()
     workers = _locks()["bounded"]["signal_waits"]["workers"]
@@ -308,7 +301,7 @@ def test_a_queue_subclass_overriding_get(watched):
 
     q = name_lock(Counting(), "counting")
     waiter = _thread(q.get, "waiter")
-    _until(lambda: q.not_empty._waiters)
+    until(lambda: q.not_empty._waiters)
     q.put(1)
     waiter.join()
     assert Counting.calls == 1  # the subclass's code ran once
@@ -320,7 +313,7 @@ def test_a_semaphore_wait_is_a_handoff_wait_and_its_permits_a_pool(watched):
     sem = name_lock(threading.BoundedSemaphore(1), "slots")
     sem.acquire()
     t = _thread(lambda: (sem.acquire(), sem.release()), "second")
-    _until(lambda: sem._cond._waiters)
+    until(lambda: sem._cond._waiters)
     time.sleep(0.002)  # hold
     sem.release()
     t.join()
@@ -388,7 +381,7 @@ def test_workers_blocked_on_a_pool_are_waiting_in_the_live_gauges(watched, kind)
                 cond.notify()
 
     threads = [_thread(take, f"taker-{i}") for i in range(3)]
-    _until(lambda: RECORDER.live().get(("pool", _locks_kind(kind)), (0, 0))[0] == 3)
+    until(lambda: RECORDER.live().get(("pool", _locks_kind(kind)), (0, 0))[0] == 3)
     for _ in threads:
         give()
     for t in threads:
@@ -414,7 +407,7 @@ def test_a_long_handoff_wait_is_a_lock_wait_span_under_the_task(watched):
             q.get()
 
     t = _thread(consumer, "consumer")
-    _until(lambda: q.not_empty._waiters)
+    until(lambda: q.not_empty._waiters)
     time.sleep(0.005)  # the wait lasts past the 1 ms span threshold
     q.put(1)
     t.join()

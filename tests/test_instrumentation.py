@@ -15,6 +15,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 from opentelemetry import trace
+from polling import until
 
 from otel_lockwatch import LockwatchInstrumentor, _session, name_lock
 from otel_lockwatch._session import OUTBOX, RECORDER
@@ -299,10 +300,10 @@ def test_wait_span_is_child_of_task_span(watched):
     # Once the worker is blocked on the lock (lockwatch's own waiting count: a fixed pause
     # before the release once ended before the worker reached the lock, on a loaded machine),
     # let it wait well over the 1 ms threshold, then free the lock.
-    deadline = time.monotonic() + 10
-    while RECORDER.live().get(("global_config", "threading.Lock"), (0, 0))[0] < 1:
-        assert time.monotonic() < deadline, "the worker never blocked on the lock"
-        time.sleep(0.001)  # ok: polling lockwatch's count, with a deadline
+    until(
+        lambda: RECORDER.live().get(("global_config", "threading.Lock"), (0, 0))[0] >= 1,
+        "the worker never blocked on the lock",
+    )
     time.sleep(0.02)  # hold: the holder keeps the lock while the worker waits
     release.set()
     holder.join()

@@ -31,6 +31,7 @@ import weakref
 from collections.abc import Callable, Iterator
 
 import pytest
+from polling import until
 from servers import http_server, postgres_server
 from test_pools_real import CONTENDED, ENOUGH, EXHAUSTED, HOLD_S, ROUNDS, WORKERS, run_workers
 
@@ -361,7 +362,7 @@ def test_a_wait_on_an_event_nobody_watches_does_not_start_a_worker(watched):
 
     waiter = threading.Thread(target=work, name="waits-then-works")
     waiter.start()
-    _until(lambda: _MADE_BEFORE._cond._waiters)
+    until(lambda: _MADE_BEFORE._cond._waiters)
     time.sleep(0.3)  # ok: a wait long enough to be told from the observed time of a `with`
     _MADE_BEFORE.set()
     waiter.join()
@@ -480,14 +481,6 @@ def _event() -> threading.Event:
     return threading.Event()
 
 
-def _until(predicate: Callable[[], object], timeout_s: float = 10.0) -> None:
-    """Poll ``predicate`` until it holds (a deadline, not a sleep-and-hope)."""
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.001)  # ok: polling with a deadline
-
-
 def test_a_hand_off_between_peers_counts_for_both(watched):
     """A worker that waited on the class sets a peer's event: a give of its own, and of the
     peer it handed to (which will hand on in turn, unseen when nobody waits); a producer that
@@ -498,7 +491,7 @@ def test_a_hand_off_between_peers_counts_for_both(watched):
     def a() -> None:
         first.wait()  # handed by the producer (which never waits): no hand-off
         ready.wait()
-        _until(lambda: second._cond._waiters)  # b waits on the second event now
+        until(lambda: second._cond._waiters)  # b waits on the second event now
         second.set()  # a waited on the class: a hand-off to b
 
     def b() -> None:
@@ -508,7 +501,7 @@ def test_a_hand_off_between_peers_counts_for_both(watched):
     threads = [threading.Thread(target=a, name="a"), threading.Thread(target=b, name="b")]
     for t in threads:
         t.start()
-    _until(lambda: first._cond._waiters)  # a waits on the first event now
+    until(lambda: first._cond._waiters)  # a waits on the first event now
     first.set()
     for t in threads:
         t.join()
@@ -609,7 +602,7 @@ def _waited_on_once(event: threading.Event) -> weakref.ref:
     """A thread waits on ``event`` until it is set: named, with a set of its own."""
     waiting = threading.Thread(target=event.wait)
     waiting.start()
-    _until(lambda: event._cond._waiters)
+    until(lambda: event._cond._waiters)
     event.set()
     waiting.join()
     assert event._lockwatch_class.name.startswith("test_pools_events:test_an_event_or_a_future")

@@ -9,18 +9,12 @@ on both legs); no wait is lost to a fold, a full queue or a filer re-entered on 
 from __future__ import annotations
 
 import threading
-import time
+
+from polling import until
 
 from otel_lockwatch._session import RECORDER
 from otel_lockwatch.record._sites import UNKNOWN
 from otel_lockwatch.record._waits import UNFILED_FIELDS, UnfiledWaits
-
-
-def _until(condition, what: str, seconds: float = 10.0) -> None:
-    deadline = time.monotonic() + seconds  # a poll with a deadline: no event says it
-    while not condition():
-        assert time.monotonic() < deadline, what
-        time.sleep(0.001)
 
 
 def _blocked_on(lock) -> bool:
@@ -39,7 +33,7 @@ def _contended_once(lock, name: str = "waiter") -> threading.Thread:
     lock.acquire()  # the site that holds
     try:
         thread.start()
-        _until(lambda: _blocked_on(lock), "the waiter never blocked")
+        until(lambda: _blocked_on(lock), "the waiter never blocked")
     finally:
         lock.release()
     thread.join()
