@@ -96,7 +96,9 @@ def test_a_finalizer_taking_a_held_lock_does_not_hang_the_cycle_check():
 
 def test_a_lock_a_live_object_keeps_still_orders():
     """The same shape, with the object that keeps the lock still referred to (a running frame's
-    local): the lock can still be released, so the edge closes a cycle and is reported."""
+    local): the lock can still be released, so the nesting is the class's first address order
+    (asked whether `first` is gone: it is not), and the nesting the other way closes a cycle,
+    reported."""
     done = _run(
         """
         def worker():
@@ -107,6 +109,9 @@ def test_a_lock_a_live_object_keeps_still_orders():
             with second.lock:
                 pass
             first.lock.release()
+            with second.lock:
+                with first.lock:  # the other address order
+                    pass
             gc.enable()
 
         t = threading.Thread(target=worker, name="w1")

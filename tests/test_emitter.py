@@ -46,6 +46,36 @@ def test_drain_yields_the_interpreter_once_a_slice(monkeypatch):
     assert emitted == list(range(12)) and yields == []
 
 
+def test_a_flush_returns_after_the_record_the_emitter_thread_is_emitting(monkeypatch):
+    """A flush on another thread than the emitter's returns only once every record queued before
+    it is emitted, the one the emitter thread has taken and is emitting included (what a test's
+    read of the metrics, or the exit's export, relies on)."""
+    entered, release, flushed = threading.Event(), threading.Event(), threading.Event()
+    emitted: list[int] = []
+
+    class Blocking(Telemetry):  # a session's emitter, not enabled: its drain alone
+        def emit(self, *record):
+            if threading.current_thread().name == "emitter":
+                entered.set()
+                release.wait(30)
+            emitted.append(record[0])
+
+    telemetry = Blocking()
+    monkeypatch.setattr(OUTBOX, "queue", collections.deque([(1,)]))
+    emitter = threading.Thread(target=telemetry.drain, args=(True,), name="emitter")
+    emitter.start()
+    assert entered.wait(30)  # the emitter thread has taken the record, and is emitting it
+    flusher = threading.Thread(target=lambda: (telemetry.drain(), flushed.set()))
+    flusher.start()
+    try:
+        assert not flushed.wait(0.2), "the flush returned before the record was emitted"
+    finally:
+        release.set()
+        emitter.join(30)
+        flusher.join(30)
+    assert flushed.is_set() and emitted == [1]
+
+
 def test_site_attributes_name_the_sites_as_the_lock_path_did():
     """The lock path queues code, not text; the emitter's attributes are those the lock path
     made before: the waiter's frame as ``site_of`` names it, the holder's acquisition as

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import http.cookiejar
+import linecache
 import os
 import queue
 import subprocess
@@ -66,6 +67,18 @@ def test_instrument_uninstrument():
 
 
 # -- conditions ------------------------------------------------------------------------------
+def _reacquiring(thread: threading.Thread) -> bool:
+    """Whether ``thread`` runs ``Condition.wait``'s re-acquire of the lock (its wait is over)."""
+    frame = sys._current_frames().get(thread.ident or -1)
+    while frame is not None and not (
+        frame.f_code.co_name == "wait" and frame.f_code.co_filename == threading.__file__
+    ):
+        frame = frame.f_back
+    return frame is not None and "_acquire_restore(" in linecache.getline(
+        frame.f_code.co_filename, frame.f_lineno
+    )
+
+
 def test_condition_wait_ends_at_the_wake_up_not_the_reacquire(watched):
     """The hand-off wait runs to the notify; the re-acquire behind the notifier's long hold is a
     mutex wait of the same class, counted once.
@@ -87,8 +100,10 @@ def test_condition_wait_ends_at_the_wake_up_not_the_reacquire(watched):
     with cond:
         ready.append(1)
         cond.notify()
-        until(lambda: RECORDER.live().get(("cond", "threading.Condition"), (0, 0))[0] == 1)
-        woken_by_ns = time.perf_counter_ns()  # woken, and blocked on the re-acquire, by now
+        # (The live gauge counts the waiter as waiting on the class in its hand-off wait as on
+        # the re-acquire: its frame tells them apart.)
+        until(lambda: _reacquiring(t), "the waiter never reached the re-acquire")
+        woken_by_ns = time.perf_counter_ns()  # woken, and at the re-acquire, by now
         time.sleep(0.2)  # hold: the woken waiter re-acquires behind it
     t.join()
     lock = _locks()["cond"]

@@ -700,8 +700,8 @@ def test_reinitialised_held_lock_leaves_the_held_stack(watched, kind):
 def test_lock_waited_on_by_its_holder_is_no_recursive_locking(watched):
     """A thread that waits on the lock it holds (a lock as a binary semaphore, released by
     another thread: CPython's test_foreign_thread and test_reacquire; or a timed wait on it:
-    test_state_after_timeout) orders nothing; two locks of one class held at once are still
-    recursive locking."""
+    test_state_after_timeout) orders nothing; two locks of one class held at once in both
+    address orders are still recursive locking."""
     handed = name_lock(threading.Lock(), "Handed")
     taken = threading.Event()
 
@@ -724,7 +724,14 @@ def test_lock_waited_on_by_its_holder_is_no_recursive_locking(watched):
     assert not t.is_alive() and not errors
     assert edge_pairs() == set()
     same = [name_lock(threading.Lock(), "Same") for _ in range(2)]
-    run("w2", lambda: [same[0].acquire(), same[1].acquire(), same[1].release(), same[0].release()])
+
+    def nest(first: Any, second: Any) -> None:
+        with first:
+            with second:
+                pass
+
+    run("w2", lambda: nest(*same))
+    run("w2", lambda: nest(*same[::-1]))
     assert edge_pairs() == {("Same", "Same")}
 
 

@@ -39,9 +39,12 @@ METHODS = [
 # also holds its start and its exit: a child forked from a large process (the whole suite's)
 # took ~300 ms to start and end, against ~20 ms of waiting with 2 ms holds; with 8 rounds of
 # 10 ms, 42 ms of waiting in 443 ms observed (9.5 %: 3.15's whole suite beside another suite).
-# 12 rounds of 20 ms: about 120 ms of waiting in 800.
-HOLD_S = 0.02
-ITERATIONS = 12
+# 12 rounds of 20 ms: about 120 ms of waiting in 800 quiet, but 123 ms in 1.9 s in the
+# free-threaded build's whole suite (load 4-6: its multiprocessing barrier's rounds took ~110 ms
+# more each, idle time the share divides by). 6 rounds of 100 ms: each round's loser waits a hold
+# in two holds and a barrier, over 15 % of the workers' time even then.
+HOLD_S = 0.1
+ITERATIONS = 6
 
 ORIGINAL_SEMLOCK = {
     name: vars(multiprocessing.synchronize.SemLock)[name]

@@ -159,6 +159,26 @@ def test_the_shortest_cycle_wins_over_a_longer_one_found_deeper_first() -> None:
     assert g.would_close_cycle("A", "B", wit("A", "B")) == cycle
 
 
+def test_nesting_orders_keep_each_class_first_address_order() -> None:
+    """A class nested in one address order answers None each time, keeping its first witness;
+    the other order answers that witness; classes past the cap are not noted; the graph records
+    no edge for any of it (the caller adds the self-edge)."""
+    g = LockOrderGraph(max_classes=2)
+    up, up_again, down = wit("A", "A", "w1", 10), wit("A", "A", "w2", 20), wit("A", "A", "w3", 30)
+    assert g.nestings.order("A") is None
+    assert g.nestings.note("A", True, up) is None
+    assert g.nestings.note("A", True, up_again) is None
+    assert g.nestings.order("A") is True
+    assert g.nestings.note("A", False, down) is up  # the first witness of the other order
+    assert g.nestings.order("A") is True  # the first order stays
+    assert g.nestings.note("B", False, wit("B", "B")) is None
+    assert g.nestings.note("C", True, wit("C", "C")) is None  # past max_classes: not noted
+    assert g.nestings.order("C") is None
+    assert recorded(g) == set()
+    with pytest.raises(ValueError, match=r"^witness is for 'A' -> 'B', not 'A' -> 'A'$"):
+        g.nestings.note("A", True, wit("A", "B"))
+
+
 def test_self_edge_is_recursive_locking() -> None:
     """Two locks of one class held at once: a cycle of length 1 with its own wording."""
     g = LockOrderGraph()

@@ -3,8 +3,10 @@ ordered, and only those.
 
 The workload is the transfer between two accounts, each with its own lock created at one site
 (so one lock class): correct when both locks are taken in ``id()`` order, whichever account is
-the source. Written by hand, the order check sees two locks of one class nested (recursive
-locking); written with ``ordered``, it sees no edge between them.
+the source. Written with ``ordered``, the order check sees no edge between them. Written by hand
+in ``id()`` order, it sees two locks of one class nested, always in one address order, which it
+takes as ordered (``record._nesting``); by hand in the accounts' order (source
+first), both address orders, and recursive locking.
 """
 
 # Nested `with` blocks are the subject here: one acquisition per line.
@@ -42,7 +44,14 @@ def transfer(src: Account, dst: Account, amount: int) -> None:
 def transfer_by_hand(src: Account, dst: Account, amount: int) -> None:
     first, second = sorted((src, dst), key=lambda account: id(account.lock))
     with first.lock:
-        with second.lock:  # correct, but the order check cannot tell
+        with second.lock:  # correct: always in one address order
+            src.balance -= amount
+            dst.balance += amount
+
+
+def transfer_source_first(src: Account, dst: Account, amount: int) -> None:
+    with src.lock:
+        with dst.lock:  # a -> b and b -> a: deadlocks when two of them meet
             src.balance -= amount
             dst.balance += amount
 
@@ -117,16 +126,50 @@ def test_ordered_transfer_from_both_sides_is_no_cycle(make_watched, on_cycle):
     assert manifest.recommended_pool_size == measured_size(manifest)
 
 
-def test_without_ordered_the_nesting_is_still_recursive_locking(watched):
-    """The same transfer by hand (correct, id()-ordered) is reported as before: two locks of one
-    class nested is recursive locking, since nothing says they are ordered."""
-    a, _ = run_transfers(transfer_by_hand)
+@pytest.mark.parametrize("on_cycle", ["warn", "raise"])
+def test_by_hand_in_id_order_the_nesting_is_ordered(make_watched, on_cycle):
+    """The same transfer by hand, in ``id()`` order from both sides: every nesting of the class
+    takes its two locks in one address order, so no edge, no cycle, nothing raised."""
+    make_watched(on_cycle=on_cycle, pool_size=THREADS)
+    run_transfers(transfer_by_hand)
+    assert edge_pairs() == set()
+    assert RECORDER.graph.cycles() == []
+    assert evaluate(pool_size=THREADS).verdict != Verdict.CYCLIC_ORDERING_DETECTED
+
+
+def test_source_first_by_hand_is_recursive_locking(watched):
+    """The transfer that takes the source's lock first, from both sides (it can deadlock): the
+    class is nested in both address orders, recursive locking, reported with the first witness
+    of each order."""
+    a, b = Account(1), Account(1)
+    low, high = sorted((a, b), key=lambda account: id(account.lock))
+    transfer_source_first(low, high, 1)
+    assert edge_pairs() == set()  # one address order so far
+    transfer_source_first(high, low, 1)
     name = a.lock._lockwatch_class.name
     assert edge_pairs() == {(name, name)}
+    [cycle] = RECORDER.graph.cycles()
+    assert cycle.locks == (name,)
     manifest = evaluate(pool_size=THREADS)
     assert manifest.verdict == Verdict.CYCLIC_ORDERING_DETECTED
     # The cycle does not size the pool: what the locks supported does (docs/sizing.md).
     assert manifest.recommended_pool_size == measured_size(manifest)
+
+
+def test_both_address_orders_are_named_in_the_report(make_watched, caplog):
+    """The warning names the nesting that closed the cycle and the first one the other way."""
+    make_watched(on_cycle="warn")
+    a, b = Account(1), Account(1)
+    low, high = sorted((a, b), key=lambda account: id(account.lock))
+    with caplog.at_level("WARNING", logger="otel_lockwatch"):
+        transfer_source_first(low, high, 1)
+        transfer_source_first(high, low, 1)
+    [report] = [r.getMessage() for r in caplog.records if "recursive locking" in r.getMessage()]
+    lines = report.splitlines()
+    assert lines[0].startswith("otel-lockwatch: possible recursive locking: ")
+    assert len(lines) == 3
+    assert lines[2].startswith("  in the other address order before: ")
+    assert "transfer_source_first" in lines[1] and "transfer_source_first" in lines[2]
 
 
 def test_ordered_locks_still_order_what_is_around_them(watched):
@@ -197,8 +240,51 @@ def test_ordered_under_raise_leaves_other_inversions_alone(make_watched):
     """Only the locks of one call are exempt: the same two account locks nested by hand in the
     other order are still refused under ``raise``."""
     make_watched(on_cycle="raise")
-    accounts = sorted((Account(1), Account(1)), key=lambda account: id(account.lock))
+    low, high = sorted((Account(1), Account(1)), key=lambda account: id(account.lock))
     run_transfers(transfer)
-    with accounts[0].lock:
+    with low.lock:
+        with high.lock:  # by hand, one address order: ordered so far
+            pass
+    with high.lock:
         with pytest.raises(PotentialDeadlockError, match=r"^possible recursive locking: "):
-            accounts[1].lock.acquire()
+            low.lock.acquire()
+
+
+def test_multidicts_pair_lock_is_ordered_from_both_sides(make_watched):
+    """A real library's address-ordered pair: the pure-Python multidict (the implementation it
+    falls back to where it has no C extension, the free-threaded build among them) takes
+    ``self._lock`` and the other dict's ``RLock`` in ``id()`` order in ``update``. Two threads
+    updating each dict from the other nest the two locks, one address order every time: no
+    cycle, nothing refused under ``raise``."""
+    from multidict._multidict_py import MultiDict  # (the pure-Python one, whatever is built)
+
+    make_watched(on_cycle="raise")
+    a, b = MultiDict(a=1), MultiDict(b=2)
+    assert a._lock._lockwatch_class is b._lock._lockwatch_class  # one class: multidict's site
+    start = threading.Barrier(2)
+    errors: list[BaseException] = []
+
+    def update(dst: Any, src: Any) -> None:
+        try:
+            start.wait(JOIN_S)
+            for _ in range(TRANSFERS):
+                dst.update(src)
+        except BaseException as exc:  # noqa: BLE001 - handed to the test thread
+            errors.append(exc)
+
+    threads = [  # (daemons: a pair left held by a refusal must not keep the run from ending)
+        threading.Thread(target=update, args=(a, b), daemon=True),
+        threading.Thread(target=update, args=(b, a), daemon=True),
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(JOIN_S)
+    assert not any(t.is_alive() for t in threads)
+    assert errors == []
+    assert dict(a) == dict(b) == {"a": 1, "b": 2}
+    name = a._lock._lockwatch_class.name
+    assert name.startswith("multidict._multidict_py:")
+    assert RECORDER.graph.nestings.order(name) is not None  # the pair was nested, and seen
+    assert edge_pairs() == set()
+    assert RECORDER.graph.cycles() == []

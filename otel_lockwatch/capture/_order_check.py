@@ -24,12 +24,20 @@ from .._session import OUTBOX, RECORDER, THRESHOLDS
 from ..exceptions import PotentialDeadlockError
 from ..record._recorder import WorkerState
 from ..record._sites import code_site
-from ..record._witness import EdgeWitness, utc_timestamp
+from ..record._witness import Cycle, EdgeWitness, utc_timestamp
 from ._collection import defer_collection, resume_collection
 from ._dropped import collected_gone, dropped
 from ._naming import LockClass, site_of
 
-__all__ = ["check_order", "discard", "entry_site"]
+__all__ = ["ADDRESS_ORDERED_KINDS", "check_order", "discard", "entry_site"]
+
+#: The kinds (prefixes) whose two distinct locks of one class, held at once, are ordered by
+#: their addresses while every nesting of the class took one address order: the in-process
+#: primitives, whose object is the lock (code that takes them in ``id()`` order, as multidict's
+#: ``_PairLock`` does, cannot deadlock on them). Not the sections of an array (a key's section
+#: follows its hash: colliding keys deadlock on one thread), nor the locks of other processes
+#: (distributed and ``multiprocessing`` locks: a lock object per call, and other address spaces).
+ADDRESS_ORDERED_KINDS = ("threading.", "asyncio.")
 
 logger = logging.getLogger("otel_lockwatch")
 
@@ -75,7 +83,25 @@ def check_order(
             if not deferred:
                 defer_collection()
                 deferred = True
-            if dropped(entry, state.held) or not _new_edge(state, entry, lock_class, frame, pair):
+            earlier = None
+            if held_class is lock_class and lock_class.kind.startswith(ADDRESS_ORDERED_KINDS):
+                ascending = id(lock) > id(entry.lock)
+                noted = RECORDER.graph.nestings.order(lock_class.name)
+                if noted == ascending:
+                    continue  # the address order of every nesting of the class so far
+                # The class's first order, kept for the life of the process, or the other one:
+                # never from a lock that is gone (only cyclic garbage may keep it: asked once).
+                if dropped(entry, state.held) or (
+                    noted is None and collected_gone(entry, state.held)
+                ):
+                    gone = [entry] if gone is None else [*gone, entry]
+                    continue
+                earlier = _note_nesting(state, entry, lock_class, frame, ascending)
+                if earlier is None:
+                    continue
+            if dropped(entry, state.held) or not _new_edge(
+                state, entry, lock_class, frame, pair, earlier
+            ):
                 gone = [entry] if gone is None else [*gone, entry]
         if gone is not None:
             _held_lock_freed(state, gone)
@@ -109,26 +135,55 @@ def _held_lock_freed(state: WorkerState, entries: list) -> None:
         state.in_lockwatch = False
 
 
-def _new_edge(
-    state: WorkerState, entry: Any, lock_class: LockClass, frame: Any, pair: tuple
-) -> bool:
-    """Add the edge from a held entry; False when, the edge closing a cycle, the collector found
-    the held lock gone (kept only by a reference cycle: see ``collected_gone``)."""
+def _witness(state: WorkerState, entry: Any, lock_class: LockClass, frame: Any) -> EdgeWitness:
+    """The witness of acquiring a lock of ``lock_class`` at ``frame`` while ``entry`` is held."""
+    span_ctx = trace.get_current_span().get_span_context()
+    return EdgeWitness(
+        entry.lock_class.name,
+        lock_class.name,
+        state.worker,
+        (entry_site(entry), site_of(frame)),
+        utc_timestamp(),
+        f"{span_ctx.trace_id:032x}" if span_ctx.is_valid else None,
+        f"{span_ctx.span_id:016x}" if span_ctx.is_valid else None,
+    )
+
+
+def _note_nesting(
+    state: WorkerState, entry: Any, lock_class: LockClass, frame: Any, ascending: bool
+) -> EdgeWitness | None:
+    """Note a lock of ``entry``'s own class acquired while ``entry`` is held (two distinct
+    locks), in ``ascending`` address order or not: the first witness of the class's nestings in
+    the other order, or None while every nesting of the class took one
+    (``record._nesting``)."""
     state.in_lockwatch = True
     try:
-        span_ctx = trace.get_current_span().get_span_context()
-        trace_id = f"{span_ctx.trace_id:032x}" if span_ctx.is_valid else None
-        span_id = f"{span_ctx.span_id:016x}" if span_ctx.is_valid else None
-        held_class = entry.lock_class
-        witness = EdgeWitness(
-            held_class.name,
-            lock_class.name,
-            state.worker,
-            (entry_site(entry), site_of(frame)),
-            utc_timestamp(),
-            trace_id,
-            span_id,
+        return RECORDER.graph.nestings.note(
+            lock_class.name, ascending, _witness(state, entry, lock_class, frame)
         )
+    except Exception as exc:  # never into the host
+        OUTBOX.failed(exc)
+        return None
+    finally:
+        state.in_lockwatch = False
+
+
+def _new_edge(
+    state: WorkerState,
+    entry: Any,
+    lock_class: LockClass,
+    frame: Any,
+    pair: tuple,
+    earlier: EdgeWitness | None = None,
+) -> bool:
+    """Add the edge from a held entry; False when, the edge closing a cycle, the collector found
+    the held lock gone (kept only by a reference cycle: see ``collected_gone``). ``earlier``: for
+    a self-edge of a class nested in both address orders, the first nesting in the other order
+    (its report names both)."""
+    state.in_lockwatch = True
+    try:
+        held_class = entry.lock_class
+        witness = _witness(state, entry, lock_class, frame)
         graph = RECORDER.graph
         cycle = graph.would_close_cycle(held_class.name, lock_class.name, witness)
         if cycle is not None:
@@ -140,11 +195,11 @@ def _new_edge(
                 # Recorded for the manifest, refused now and on every later attempt (the pair
                 # never enters the chain cache, and would_close_cycle answers every time).
                 graph.add_edge(held_class.name, lock_class.name, witness)
-                raise PotentialDeadlockError(cycle.format(), cycle.locks)
+                raise PotentialDeadlockError(_report(cycle, earlier), cycle.locks)
         cycle = graph.add_edge(held_class.name, lock_class.name, witness)
         state.chain.add(pair)
         if cycle is not None and THRESHOLDS.on_cycle == "warn":
-            text = cycle.format()
+            text = _report(cycle, earlier)
             logger.warning("otel-lockwatch: %s", text)
             OUTBOX.cycle(text, cycle.locks)
     except PotentialDeadlockError:
@@ -154,6 +209,15 @@ def _new_edge(
     finally:
         state.in_lockwatch = False
     return True
+
+
+def _report(cycle: Cycle, earlier: EdgeWitness | None) -> str:
+    """A cycle's report; for a class nested in both address orders, with the first nesting in
+    the other order than the one that closed it."""
+    text = cycle.format()
+    if earlier is None:
+        return text
+    return f"{text}\n  in the other address order before: {earlier.describe()}"
 
 
 #: What every removal from a held stack but its holder's pop of its own top entry holds (an

@@ -2,12 +2,14 @@
 
 Code that must hold two locks of one class at once orders them by a key every worker agrees on:
 ``transfer(a, b)`` takes the two account locks in ``id()`` order, so ``transfer(a, b)`` and
-``transfer(b, a)`` never deadlock. The order check sees only two locks of one creation site held
-at once, which is recursive locking in general (two workers taking them in the other order
-deadlock), and cannot tell the ordered nesting apart. lockdep has the annotation for it (nesting
-subclasses, ``mutex_lock_nested``), Guava's cycle-detecting factory its explicit orderings; the
-section arrays have ``lock_many``. For locks, :class:`ordered` is that annotation and the ordering
-in one: it sorts the locks by ``key``, takes them in that order, and releases them in reverse.
+``transfer(b, a)`` never deadlock. The order check sees two locks of one creation site held at
+once, which is recursive locking in general (two workers taking them in the other order
+deadlock); it infers an ``id()`` order (every nesting of the class in one address order:
+``_order_check.ADDRESS_ORDERED_KINDS``), but not another key's. lockdep has the annotation for it
+(nesting subclasses, ``mutex_lock_nested``), Guava's cycle-detecting factory its explicit
+orderings; the section arrays have ``lock_many``. For locks, :class:`ordered` is that annotation
+and the ordering in one: it sorts the locks by ``key``, takes them in that order, and releases
+them in reverse.
 
 The locks of one ``ordered`` call add no edge between each other, as the sections of one
 ``lock_many`` call do not: while it takes each lock, the entries of the ones it took before are

@@ -435,8 +435,8 @@ def _summary(workload: ModuleType, pool: Any, counts: dict[str, int], written: P
     rows = [
         (
             "sweeper",
-            f"{counts['sweeps']:,} sweeps of {keys} entities with try_lock (every "
-            f"{sweep_ms:g} ms), {counts['sweep_skips']:,} skipped: their section was held",
+            f"{counts['sweeps']:,} sweeps of {keys} entities with try_lock ("
+            f"{sweep_ms:g} ms apart), {counts['sweep_skips']:,} skipped: their section was held",
         ),
         (
             "publisher-NN",

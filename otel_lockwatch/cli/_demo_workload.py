@@ -11,7 +11,7 @@ size), each given a role by its index:
 
 ``sweeper`` (worker 0)
     The periodic path of the section pattern (a sweep that may skip an entity, beside an event
-    path that must not): every ``SWEEP_INTERVAL_S`` (20 ms) it walks every entity with
+    path that must not): ``SWEEP_INTERVAL_S`` (20 ms) after each sweep it walks every entity with
     ``sections.try_lock(key)``, skips an entity whose section is held (a later sweep re-reads
     state at least as new) and publishes what changed. Between sweeps it publishes events like a
     publisher.
@@ -195,7 +195,9 @@ class Pool:
             if time.monotonic() >= next_sweep:
                 with self._task("sweep"):
                     self.sweep()
-                next_sweep += SWEEP_INTERVAL_S
+                # From the sweep's end: a sweep slowed down (a loaded machine) is never followed
+                # at once by the next, and the sweeper keeps publishing between them.
+                next_sweep = time.monotonic() + SWEEP_INTERVAL_S
             with self._task("publish"):
                 self.publish_event(worker, rng.choice(self.keys))
         with self._task("sweep"):

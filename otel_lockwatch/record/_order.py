@@ -26,7 +26,7 @@ Public surface, over three modules (``otel_lockwatch.record``)::
     _cycles.merge_order_data(datas, max_cycles=1024) -> {"edges": [...], "cycles": [...]}
 
 This module is the live graph; the witness and cycle values are in ``_witness``, the offline
-search and the merge in ``_cycles``. The design notes below cover all three.
+search and the merge in ``_cycles``. The notes below cover all three.
 
 Design notes
 ============
@@ -43,8 +43,8 @@ Sources
   ``ExampleStackTrace`` (the first example only) and its disallowed ones; a new order triggers a
   search for the reverse path; the ``Policies`` ``THROW`` / ``WARN`` / ``DISABLED`` are the model of
   ``OTEL_PYTHON_LOCKWATCH_ON_CYCLE``. ``THROW`` refuses the acquisition before it blocks, which is
-  what :meth:`LockOrderGraph.would_close_cycle` serves.
-* ThreadSanitizer's deadlock detector reports the same "lock-order-inversion" from one run.
+  what :meth:`LockOrderGraph.would_close_cycle` serves. ThreadSanitizer's deadlock detector
+  reports the same "lock-order-inversion" from one run.
 
 Algorithm
 ---------
@@ -96,11 +96,11 @@ them, as lockdep and ThreadSanitizer do:
 * re-entering an RLock already held by the worker adds nothing;
 * ``Condition.wait()`` takes its lock off the stack for the duration of the wait;
 * a lock released before the next acquire is off the stack and leaves no edge;
-* two locks of one class held at once give the self-edge ``A -> A``: two ``threading.Lock``
-  created at the same site, or two sections of one array taken outside ``lock_many`` (two workers
-  with reversed or colliding keys deadlock). ``lock_many`` acquires in ascending index order, a
-  canonical order, and adds no edge between the sections of one call (a ``lock_many`` nested in
-  another is two calls: recursive locking);
+* two locks of one class held at once give the self-edge ``A -> A``: two sections of one array
+  taken outside ``lock_many`` (reversed or colliding keys deadlock), two distributed locks of one
+  key template, two ``threading.Lock`` of one site nested in both address orders (one order is
+  canonical: ``record._nesting``). ``lock_many``'s ascending index order is canonical: no edge
+  between the sections of one call (a ``lock_many`` nested in another is two calls);
 * the graph is called on a chain-cache miss only (per worker: the wrappers keep the pairs
   already sent to the graph in a plain set in the worker's state, ``WorkerState.chain``).
 
@@ -113,18 +113,16 @@ must not go into the chain cache.
 
 Complexity and bounds
 ---------------------
-``add_edge`` on an existing edge is one dict lookup; on a new edge, one BFS, O(classes + edges),
-and it happens at most ``max_edges`` times in the life of a graph. ``would_close_cycle`` is one
-BFS. ``find_cycles`` is O(E + V) for the components plus one BFS per edge inside a cyclic
-component, stopping at ``max_cycles`` distinct cycles.
+``add_edge`` on an existing edge is one dict lookup; on a new edge (at most ``max_edges`` in a
+graph's life), one BFS, O(classes + edges); ``would_close_cycle`` is one BFS. ``find_cycles`` is
+O(E + V) plus one BFS per edge inside a cyclic component, up to ``max_cycles`` distinct cycles.
 
 Memory is O(classes + edges) <= O(classes ** 2), and capped: past ``max_classes`` lock classes or
 ``max_edges`` edges, new ones are not recorded (an add that would exceed a cap returns ``None``),
 ``truncated`` becomes ``True`` and one warning per cap is logged on the ``otel_lockwatch`` logger,
 naming the cap and its value. Witnesses keep one example per edge. There is at most one cycle per
 recorded edge, and at most ``max_cycles`` are kept (a cycle is a tuple of up to ``max_classes``
-names, so they would otherwise dominate): past it, a new cycle is still returned by ``add_edge``,
-so the on-cycle policy warns or raises, but it is not kept for the manifest.
+names): past it, a new cycle is still returned by ``add_edge`` (the policy sees it), not kept.
 
 Thread safety and self-observation
 ----------------------------------
@@ -142,9 +140,9 @@ edge without its cycle, never a crash).
 Open questions
 --------------
 * An incremental topological order (Pearce and Kelly, 2006) would make most inserts cheaper than
-  a BFS; inserts happen on chain-cache misses only, so BFS has been enough so far.
-* A full enumeration of elementary cycles (Johnson, 1975) would show every cycle offline, at a
-  cost exponential in the worst case; one shortest cycle per cyclic edge is shown instead.
+  a BFS; inserts happen on chain-cache misses only, so BFS has been enough so far. Johnson's
+  enumeration of elementary cycles (1975) would show every cycle offline, at a cost exponential
+  at worst; one shortest cycle per cyclic edge is shown instead.
 """
 
 from __future__ import annotations
@@ -154,6 +152,7 @@ import logging
 from typing import Any
 
 from ._cycles import shortest_path
+from ._nesting import NestingOrders
 from ._witness import Cycle, EdgeWitness, read_order_data
 
 __all__ = ["OVERFLOW", "LockOrderGraph"]
@@ -180,6 +179,7 @@ class LockOrderGraph:
     """
 
     __slots__ = (
+        "nestings",
         "_cycle_keys",
         "_cycles",
         "_lock",
@@ -218,6 +218,7 @@ class LockOrderGraph:
         self._cycle_keys: set[tuple[str, ...]] = set()
         self._truncated = False
         self._warned: set[str] = set()  # the caps already warned about, once each
+        self.nestings = NestingOrders(max_classes)  # per process: never serialized
         # What a reader on this thread sees mid-update (a signal handler or a finalizer that
         # runs inside add_edge, or between to_json's copies): the edges being added, and a
         # count of completed additions. See to_json.

@@ -35,6 +35,7 @@ key is never an attribute.
 
 from __future__ import annotations
 
+import _thread
 import logging
 import os
 import threading
@@ -118,6 +119,10 @@ class Telemetry:
         self._emitter_pid = 0
         self._stop = threading.Event()
         self._abandoned = False
+        # Held from a record's popleft to the end of its emit (drain): a flush on another thread
+        # returns only once the record the emitter thread took is emitted too. Re-entrant: a
+        # signal handler may flush on a thread inside an emit. Never threading's: it is watched.
+        self._emitting = _thread.RLock()
 
     # -- the emitter -----------------------------------------------------------------------
     @property
@@ -211,7 +216,9 @@ class Telemetry:
         interval (5 ms) of records: under contention the holder is everyone's critical path. A
         pause, not ``sleep(0)``: a thread that lets the lock go and asks for it again at once
         takes it back before the woken holder runs (docs/performance.md). Past
-        :attr:`BACKLOG` records or waits queued the emitter does not pause: it catches up."""
+        :attr:`BACKLOG` records or waits queued the emitter does not pause: it catches up. A
+        drain returns once every record queued before it is emitted, on whichever thread took
+        it (a flush waits for the record the emitter thread is emitting)."""
         emit, clock = self.emit, self.clock
         waits, queue = RECORDER.waits, OUTBOX.queue
         slice_ends = clock() + self.SLICE_NS
@@ -220,15 +227,17 @@ class Telemetry:
             if yielding and clock() >= slice_ends:
                 self._pause(len(waits.queue) + len(queue))
                 slice_ends = clock() + self.SLICE_NS
+        emitting = self._emitting
         while not self._abandoned:
-            try:
-                record = queue.popleft()
-            except IndexError:
-                return
-            try:
-                emit(*record)
-            except Exception as exc:
-                OUTBOX.failed(exc)
+            with emitting:
+                try:
+                    record = queue.popleft()
+                except IndexError:
+                    return
+                try:
+                    emit(*record)
+                except Exception as exc:
+                    OUTBOX.failed(exc)
             if yielding and clock() >= slice_ends:
                 self._pause(len(queue))
                 slice_ends = clock() + self.SLICE_NS
