@@ -176,6 +176,49 @@ def test_a_collection_due_under_a_held_lock_waits_until_it_is_released(mode):
     assert under_the_lock == 0
 
 
+# A nested acquisition's count of tracked objects, on the thread that makes it (gc.get_count()
+# flushes the calling thread's count first, on the free-threaded build: exact there).
+BALANCE = textwrap.dedent(
+    """
+    import gc, sys, threading
+    mode = sys.argv[1]
+    if mode != "plain":
+        from opentelemetry.sdk.metrics import MeterProvider
+        from opentelemetry.sdk.trace import TracerProvider
+        from otel_lockwatch import LockwatchInstrumentor
+        from otel_lockwatch.capture import _fast_path
+        assert _fast_path.SPEEDUPS == (mode == "C"), _fast_path.SPEEDUPS
+        LockwatchInstrumentor().instrument(
+            tracer_provider=TracerProvider(), meter_provider=MeterProvider(), manifest=False
+        )
+    gc.disable()  # (counted, not collected)
+    outer, inner = threading.Lock(), threading.Lock()
+    rises = []
+    for _ in range(200):
+        with outer:
+            before = gc.get_count()[0]
+            inner.acquire()
+            rises.append(gc.get_count()[0] - before)
+            inner.release()
+    print(max(rises[10:]))  # (after the first rounds: the edge, the classes' first Stats)
+    """
+)
+
+
+@pytest.mark.skipif(
+    not sysconfig.get_config_var("Py_GIL_DISABLED"),
+    reason="the free-threaded build's collector: the GIL build's counts every allocation at once",
+)
+@pytest.mark.parametrize("mode", _paths())
+def test_a_nested_acquisition_leaves_the_threads_count_where_it_was(mode):
+    """On the free-threaded build a collection is set off where the thread's count of tracked
+    objects reaches a new high: an acquisition under a held lock leaves it where the program
+    left it (its held entry frees one object of the ballast made while nothing was held)."""
+    done = _run_script(BALANCE, mode, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert int(done.stdout) <= 0
+
+
 def _implementations() -> list[tuple]:
     python = (_collection.py_defer_collection, _collection.py_resume_collection)
     if _fast_path.speedups is None:

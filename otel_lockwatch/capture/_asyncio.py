@@ -22,13 +22,13 @@ from ._bookkeeping import (
     check_order,
     current_context,
     holder_entry,
+    new_entry,
     record_try,
     record_wait,
     stats_of,
     track_hold,
     untrack,
 )
-from ._fast_path import HeldEntry
 from ._naming import LockClass
 from ._sections import hold_section, section_release_factory, track_of
 
@@ -119,7 +119,7 @@ def lock_acquire_factory(original: Any) -> Any:
             stats.acquisitions += 1
         else:
             await _timed_wait(original(self), state, stats, lock_class, frame, None, self)
-        track_hold(self, state, stats, HeldEntry((lock_class, frame, frame.f_lasti, self, False)))
+        track_hold(self, state, stats, new_entry((lock_class, frame, frame.f_lasti, self, False)))
         return True
 
     return acquire
@@ -193,7 +193,7 @@ def async_section_acquire_factory(original: Any) -> Any:
             index,
             state,
             stats,
-            HeldEntry((lock_class, frame, frame.f_lasti, self, canonical)),
+            new_entry((lock_class, frame, frame.f_lasti, self, canonical)),
         )
         return True
 

@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import logging
 import sys
+import sysconfig
 import threading
 from _thread import get_ident as _get_ident
 from collections.abc import Callable
@@ -71,6 +72,7 @@ __all__ = [
     "entry_site",
     "holder_entry",
     "lock_wait",
+    "new_entry",
     "record_try",
     "record_wait",
     "stats_of",
@@ -90,6 +92,40 @@ try:  # the ContextVar behind opentelemetry.context.get_current(): one C call on
     current_context = _RUNTIME_CONTEXT._current_context.get  # type: ignore[attr-defined]
 except Exception:  # another runtime context: the public (slower) call
     current_context = otel_context.get_current
+
+
+#: How many held entries' worth of ballast a thread keeps on the free-threaded build (none on
+#: the others). Its collector counts each thread's allocations of tracked objects (less its
+#: frees) and may set a collection off at every 512th, on that thread: the program's short-lived
+#: objects come from free lists and are not counted, but a held entry is, and, alive for the
+#: hold, made the thread's critical sections the highs of its count, where the 512th falls: a
+#: collection set off there ran the finalizers under the program's lock, and one that takes it
+#: waited for itself forever (tests/test_finalizers.py; plain, never). So each new entry first
+#: frees one object of the thread's ballast, made while it held nothing: the count stays where
+#: the program left it; the ballast is made again after a release that leaves the thread
+#: holding nothing (:func:`untrack`), where a collection runs with no lock held. The C path
+#: keeps its own (``_speedups.c``'s ``ballast_drop``).
+BALLAST = 8 if sysconfig.get_config_var("Py_GIL_DISABLED") else 0
+
+
+def _ballasted_entry(fields: tuple) -> Any:
+    ballast = getattr(_tls, "ballast", None)  # (none made yet on this thread)
+    if ballast:
+        ballast.pop()
+    return HeldEntry(fields)
+
+
+def _fill_ballast() -> None:
+    ballast = getattr(_tls, "ballast", None)
+    if ballast is None:
+        ballast = _tls.ballast = []
+    while len(ballast) < BALLAST:
+        ballast.append(HeldEntry((None, None, 0, None, False)))
+
+
+#: ``HeldEntry((lock_class, frame, lasti, lock, canonical))``, the ballast dropped first where
+#: the build keeps one (:data:`BALLAST`): how every path in Python makes a held entry.
+new_entry = _ballasted_entry if BALLAST else HeldEntry
 
 
 def caller_frame() -> Any:
@@ -304,7 +340,7 @@ def acquire_tracked(
         stats = state.stats.get(lock_class)
         if stats is None:
             stats = state.stats[lock_class] = new_stats()
-        entry = HeldEntry((lock_class, frame, frame.f_lasti, hold, False))
+        entry = new_entry((lock_class, frame, frame.f_lasti, hold, False))
         context = current_context()
         if blocking and held:
             check_order(state, lock_class, frame, hold, False)
@@ -351,6 +387,8 @@ def untrack(
         # to discard(), which the holder's own pushes and pops meanwhile do not confuse.
         if held[-1] is entry and _tls.st is holder:
             held.pop()
+            if BALLAST and not held:
+                _fill_ballast()  # (the lock is free: a collection it sets off runs outside)
         else:
             discard(held, entry)
     except (IndexError, AttributeError):  # an empty stack; a thread lockwatch has not seen

@@ -62,12 +62,12 @@ from ._bookkeeping import (
     check_order,
     current_context,
     discard,
+    new_entry,
     record_try,
     record_wait,
     stats_of,
     untrack,
 )
-from ._fast_path import HeldEntry
 from ._key_template import key_template
 from ._naming import LockClass, lock_class
 
@@ -341,7 +341,7 @@ def finish(acquisition: DistHold, ok: bool, blocking: Any, lease_s: Any = None) 
         # track_hold's steps, the context already read: the entry on the held stack, the fields
         # the release reads; the clock last.
         frame = acquisition.frame
-        entry = HeldEntry((lock_class, frame, frame.f_lasti, acquisition, False))
+        entry = new_entry((lock_class, frame, frame.f_lasti, acquisition, False))
         state.held.append(entry)
         acquisition._lw_entry = entry
         acquisition._lw_stats = stats

@@ -32,12 +32,13 @@ from ._bookkeeping import (
     Hold,
     check_order,
     current_context,
+    new_entry,
     record_try,
     timed_wait,
     track_hold,
     untrack,
 )
-from ._fast_path import HeldEntry, new_stats, speedups
+from ._fast_path import new_stats, speedups
 from ._naming import LockClass, lock_class
 
 __all__ = [
@@ -174,7 +175,7 @@ def section_acquire_factory(original: Any) -> Any:
         # (the stack entry made, the context, the order check, the holder's ident), and between
         # the raw acquire and the return there is the entry's push, one clock read and no call
         # that would let the interpreter switch threads but the held-sections count.
-        entry = HeldEntry((lock_class, frame, frame.f_lasti, self, canonical))
+        entry = new_entry((lock_class, frame, frame.f_lasti, self, canonical))
         context = current_context()
         held = state.held
         if blocking:

@@ -21,7 +21,10 @@
  *   - a held-stack entry is never reused (reused_entry): "its reference count is 1" does not
  *     mean "nobody can reach it" when a waiter may be reading the proxy's _lw_entry at that
  *     moment. A new entry is made before the raw acquire instead, as the Python path does, so
- *     the uncontended acquisition still allocates nothing with the lock held;
+ *     the uncontended acquisition still allocates nothing with the lock held; and it first
+ *     frees an object of the thread's ballast (ballast_drop), so that the thread's count of
+ *     tracked objects, from which that build's collector sets a collection off, does not rise
+ *     inside critical sections (where it would run finalizers under the program's lock);
  *   - the collection deferral's count and the collector switch (collection_defer) run under a
  *     PyMutex of the module's state: a count and its switch are one step on every thread;
  *   - a StatsBase's counters are changed with atomic adds (a Lock may be released by a thread
@@ -254,6 +257,11 @@ typedef struct {
 struct ModuleState;
 
 /* A thread's cached WorkerState (see "the calling thread's WorkerState, cached in C"). */
+#ifdef Py_GIL_DISABLED
+/* How many held entries' worth of ballast a thread keeps (see ballast_drop). */
+#define BALLAST 8
+#endif
+
 typedef struct ThreadCache {
     PyThreadState *tstate; /* the thread state the entry was read in, and its id: a new thread */
     uint64_t tstate_id;    /* state on the same OS thread (PyGILState_Ensure) reads it anew */
@@ -261,6 +269,10 @@ typedef struct ThreadCache {
     PyObject *st;                /* strong reference, or NULL */
     struct ModuleState *owner;   /* whose queue it joins when its thread ends */
     struct ThreadCache *next;    /* on the queue of ended threads' entries */
+#ifdef Py_GIL_DISABLED
+    PyObject *ballast[BALLAST]; /* strong references: ballast_drop */
+    int nballast;
+#endif
 } ThreadCache;
 
 /* -- the module's state ---------------------------------------------------------------------
@@ -390,11 +402,60 @@ static const PyStructSequence_Desc held_entry_desc = {
 
 #define ENTRY_GET(entry, field) PyStructSequence_GET_ITEM((entry), (field))
 
+#ifdef Py_GIL_DISABLED
+/* The free-threaded build's collector counts each thread's allocations of the objects it tracks
+ * (less its frees) and, at every 512th, may set a collection off: on that thread, at its next
+ * eval-breaker check. The program's own short-lived objects come from free lists and are not
+ * counted; a held entry made per acquisition (this build reuses none: reused_entry) is, and,
+ * alive for the hold, made the thread's critical sections the highs of its count, where the
+ * 512th allocation falls: a collection set off there ran the finalizers under the program's
+ * lock, and one that takes that lock waited for itself forever (tests/test_finalizers.py; plain,
+ * never). So a thread keeps a few objects of the entries' type made while it held nothing (the
+ * ballast), and each new entry first frees one: the count stays where the program left it.
+ * The ballast is made again after a release that leaves the thread holding nothing, where the
+ * count rises and a collection it sets off runs with no lock of the program held. */
+static void
+ballast_drop(ModuleState *S)
+{
+    ThreadCache *c = pthread_getspecific(S->cache_key);
+    if (c != NULL && c->nballast > 0)
+        Py_CLEAR(c->ballast[--c->nballast]);
+}
+
+/* The calling thread's ballast made again, when `st` is its state and holds nothing. */
+static void
+ballast_fill(ModuleState *S, PyObject *st, PyObject *held)
+{
+    ThreadCache *c = pthread_getspecific(S->cache_key);
+    if (c == NULL || c->st != st || c->nballast == BALLAST || PyList_GET_SIZE(held) != 0)
+        return;
+    while (c->nballast < BALLAST) {
+        PyObject *ballast = PyStructSequence_New(S->held_entry_type); /* (items NULL) */
+        if (ballast == NULL) {
+            PyErr_Clear();
+            return;
+        }
+        c->ballast[c->nballast++] = ballast;
+    }
+}
+
+/* A thread's ballast, freed with its cache entry. */
+static void
+ballast_free(ThreadCache *c)
+{
+    while (c->nballast > 0)
+        Py_CLEAR(c->ballast[--c->nballast]);
+}
+#endif
+
 /* A new entry (what HeldEntry((cls, f, f.f_lasti, lock, canonical)) makes), or NULL with an
  * error. */
 static PyObject *
 new_entry(ModuleState *S, PyObject *cls, PyObject *f, PyObject *lock, PyObject *canonical)
 {
+#ifdef Py_GIL_DISABLED
+    ballast_drop(S);
+#endif
     PyObject *lasti = PyLong_FromLong(PyFrame_GetLasti((PyFrameObject *)f));
     if (lasti == NULL)
         return NULL;
@@ -1180,6 +1241,9 @@ release_ended(ModuleState *S)
     ThreadCache *c = atomic_exchange(&S->ended, NULL);
     while (c != NULL) {
         ThreadCache *next = c->next;
+#ifdef Py_GIL_DISABLED
+        ballast_free(c);
+#endif
         Py_XDECREF(c->st);
         PyMem_RawFree(c);
         c = next;
@@ -2176,6 +2240,10 @@ untrack(ModuleState *S, PyObject *st, PyObject *entry, PyObject *s, long long t0
     Py_END_CRITICAL_SECTION();
     if (popped < 0)
         goto fail;
+#ifdef Py_GIL_DISABLED
+    if (popped)
+        ballast_fill(S, st, held); /* (the lock is free: a collection it sets off runs outside) */
+#endif
     StatsBase *c = c_stats(S, s);
     if (c != NULL) {
         int r;
