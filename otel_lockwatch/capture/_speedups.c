@@ -21,10 +21,10 @@
  *   - a held-stack entry is never reused (reused_entry): "its reference count is 1" does not
  *     mean "nobody can reach it" when a waiter may be reading the proxy's _lw_entry at that
  *     moment. A new entry is made before the raw acquire instead, as the Python path does, so
- *     the uncontended acquisition still allocates nothing with the lock held; and it first
- *     frees an object of the thread's ballast (ballast_drop), so that the thread's count of
- *     tracked objects, from which that build's collector sets a collection off, does not rise
- *     inside critical sections (where it would run finalizers under the program's lock);
+ *     the uncontended acquisition still allocates nothing with the lock held; and it is one of
+ *     the thread's spares (spare_entry), made while it held nothing, so that the thread's count
+ *     of tracked objects, from which that build's collector sets a collection off, does not
+ *     rise inside critical sections (where it would run finalizers under the program's lock);
  *   - the collection deferral's count and the collector switch (collection_defer) run under a
  *     PyMutex of the module's state: a count and its switch are one step on every thread;
  *   - a StatsBase's counters are changed with atomic adds (a Lock may be released by a thread
@@ -258,8 +258,8 @@ struct ModuleState;
 
 /* A thread's cached WorkerState (see "the calling thread's WorkerState, cached in C"). */
 #ifdef Py_GIL_DISABLED
-/* How many held entries' worth of ballast a thread keeps (see ballast_drop). */
-#define BALLAST 8
+/* How many spare held entries a thread keeps (see spare_entry). */
+#define SPARES 8
 #endif
 
 typedef struct ThreadCache {
@@ -270,8 +270,8 @@ typedef struct ThreadCache {
     struct ModuleState *owner;   /* whose queue it joins when its thread ends */
     struct ThreadCache *next;    /* on the queue of ended threads' entries */
 #ifdef Py_GIL_DISABLED
-    PyObject *ballast[BALLAST]; /* strong references: ballast_drop */
-    int nballast;
+    PyObject *spares[SPARES]; /* strong references, never shown to anyone: spare_entry */
+    int nspare;
 #endif
 } ThreadCache;
 
@@ -410,41 +410,45 @@ static const PyStructSequence_Desc held_entry_desc = {
  * alive for the hold, made the thread's critical sections the highs of its count, where the
  * 512th allocation falls: a collection set off there ran the finalizers under the program's
  * lock, and one that takes that lock waited for itself forever (tests/test_finalizers.py; plain,
- * never). So a thread keeps a few objects of the entries' type made while it held nothing (the
- * ballast), and each new entry first frees one: the count stays where the program left it.
- * The ballast is made again after a release that leaves the thread holding nothing, where the
- * count rises and a collection it sets off runs with no lock of the program held. */
-static void
-ballast_drop(ModuleState *S)
+ * never). So a thread keeps a few spare entries, made while it held nothing and never shown to
+ * anyone, and an acquisition fills one in instead of making one: the count stays where the
+ * program left it. The spares are made again after a release that leaves the thread holding
+ * nothing, where the count rises and a collection it sets off runs with no lock of the program
+ * held: one allocation per hold, as before, moved out of the critical section. */
+static PyObject *
+spare_entry(ModuleState *S)
 {
     ThreadCache *c = pthread_getspecific(S->cache_key);
-    if (c != NULL && c->nballast > 0)
-        Py_CLEAR(c->ballast[--c->nballast]);
+    if (c == NULL || c->nspare == 0)
+        return NULL;
+    PyObject *entry = c->spares[--c->nspare];
+    c->spares[c->nspare] = NULL;
+    return entry; /* (its items NULL: new_entry fills them in) */
 }
 
-/* The calling thread's ballast made again, when `st` is its state and holds nothing. */
+/* The calling thread's spares made again, when `st` is its state and holds nothing. */
 static void
-ballast_fill(ModuleState *S, PyObject *st, PyObject *held)
+spares_fill(ModuleState *S, PyObject *st, PyObject *held)
 {
     ThreadCache *c = pthread_getspecific(S->cache_key);
-    if (c == NULL || c->st != st || c->nballast == BALLAST || PyList_GET_SIZE(held) != 0)
+    if (c == NULL || c->st != st || c->nspare == SPARES || PyList_GET_SIZE(held) != 0)
         return;
-    while (c->nballast < BALLAST) {
-        PyObject *ballast = PyStructSequence_New(S->held_entry_type); /* (items NULL) */
-        if (ballast == NULL) {
+    while (c->nspare < SPARES) {
+        PyObject *entry = PyStructSequence_New(S->held_entry_type); /* (its items NULL) */
+        if (entry == NULL) {
             PyErr_Clear();
             return;
         }
-        c->ballast[c->nballast++] = ballast;
+        c->spares[c->nspare++] = entry;
     }
 }
 
-/* A thread's ballast, freed with its cache entry. */
+/* A thread's spares, freed with its cache entry. */
 static void
-ballast_free(ThreadCache *c)
+spares_free(ThreadCache *c)
 {
-    while (c->nballast > 0)
-        Py_CLEAR(c->ballast[--c->nballast]);
+    while (c->nspare > 0)
+        Py_CLEAR(c->spares[--c->nspare]);
 }
 #endif
 
@@ -453,13 +457,16 @@ ballast_free(ThreadCache *c)
 static PyObject *
 new_entry(ModuleState *S, PyObject *cls, PyObject *f, PyObject *lock, PyObject *canonical)
 {
-#ifdef Py_GIL_DISABLED
-    ballast_drop(S);
-#endif
     PyObject *lasti = PyLong_FromLong(PyFrame_GetLasti((PyFrameObject *)f));
     if (lasti == NULL)
         return NULL;
+#ifdef Py_GIL_DISABLED
+    PyObject *entry = spare_entry(S);
+    if (entry == NULL)
+        entry = PyStructSequence_New(S->held_entry_type);
+#else
     PyObject *entry = PyStructSequence_New(S->held_entry_type);
+#endif
     if (entry == NULL) {
         Py_DECREF(lasti);
         return NULL;
@@ -1242,7 +1249,7 @@ release_ended(ModuleState *S)
     while (c != NULL) {
         ThreadCache *next = c->next;
 #ifdef Py_GIL_DISABLED
-        ballast_free(c);
+        spares_free(c);
 #endif
         Py_XDECREF(c->st);
         PyMem_RawFree(c);
@@ -2242,7 +2249,7 @@ untrack(ModuleState *S, PyObject *st, PyObject *entry, PyObject *s, long long t0
         goto fail;
 #ifdef Py_GIL_DISABLED
     if (popped)
-        ballast_fill(S, st, held); /* (the lock is free: a collection it sets off runs outside) */
+        spares_fill(S, st, held); /* (the lock is free: a collection it sets off runs outside) */
 #endif
     StatsBase *c = c_stats(S, s);
     if (c != NULL) {
