@@ -104,7 +104,8 @@ except Exception:  # another runtime context: the public (slower) call
 #: frees one object of the thread's ballast, made while it held nothing: the count stays where
 #: the program left it; the ballast is made again after a release that leaves the thread
 #: holding nothing (:func:`untrack`), where a collection runs with no lock held. The C path
-#: keeps its own (``_speedups.c``'s ``ballast_drop``).
+#: fills in spare entries made there instead (``_speedups.c``'s ``spare_entry``): this path's
+#: entries are tuples, which cannot be filled in.
 BALLAST = 8 if sysconfig.get_config_var("Py_GIL_DISABLED") else 0
 
 
