@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import collections
 import sys
+import sysconfig
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -133,6 +134,12 @@ def test_every_contended_wait_and_hold_is_emitted(watched):
         s for s in watched.finished("lock.wait") if s.attributes["lockwatch.lock.name"] == "emitted"
     ]
     assert len(waits) == over_1ms > 0
-    assert all(s.attributes["lockwatch.holder.code.function"] == "task" for s in waits)
     assert all(s.attributes["code.function"] == "task" for s in waits)
+    holders = [s.attributes.get("lockwatch.holder.code.function") for s in waits]
+    assert set(holders) <= {"task", None}
+    if not sysconfig.get_config_var("Py_GIL_DISABLED"):
+        assert None not in holders
+    else:  # threads run at once: the holder at a waiter's failed try may have released, and the
+        # next one not yet published its hold, when the waiter looks (1 to 5 in 75 to 200 here)
+        assert holders.count("task") >= 0.9 * len(holders), holders
     assert OUTBOX.dropped == dropped
