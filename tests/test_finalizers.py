@@ -35,13 +35,10 @@ prompt_collections = pytest.mark.skipif(
     reason="the free-threaded build counts allocations 512 at a time: no collection is due",
 )
 
-# 20 locks of 20 lock classes (one creation line each); objects in reference cycles whose
-# __del__ takes two of them, nested; the main loop makes garbage with no lock held, then nests
-# two locks (a new lock-order edge until every pair has been seen), allocating nothing under them.
-STRESS = textwrap.dedent(
+# What every script here runs first: on the C or the Python path (``mode``), instrumented;
+# "plain", not. (Each script's `mode` is its first argument.)
+INSTRUMENT = textwrap.dedent(
     """
-    import faulthandler, random, sys, threading
-    mode, trials = sys.argv[1], int(sys.argv[2])
     if mode != "plain":
         from opentelemetry.sdk.metrics import MeterProvider
         from opentelemetry.sdk.trace import TracerProvider
@@ -52,6 +49,19 @@ STRESS = textwrap.dedent(
         LockwatchInstrumentor().instrument(
             tracer_provider=TracerProvider(), meter_provider=MeterProvider(), manifest=False
         )
+    """
+).strip()
+
+
+# 20 locks of 20 lock classes (one creation line each); objects in reference cycles whose
+# __del__ takes two of them, nested; the main loop makes garbage with no lock held, then nests
+# two locks (a new lock-order edge until every pair has been seen), allocating nothing under them.
+STRESS = (
+    textwrap.dedent(
+        """
+    import faulthandler, random, sys, threading
+    mode, trials = sys.argv[1], int(sys.argv[2])
+    INSTRUMENT
 
     def make():
         return [
@@ -85,7 +95,10 @@ STRESS = textwrap.dedent(
         faulthandler.cancel_dump_traceback_later()
     print("trials", trials, flush=True)
     """
-).replace("LOCK_LINES", "\n".join(["        threading.Lock(),"] * 20))
+    )
+    .replace("LOCK_LINES", "\n".join(["        threading.Lock(),"] * 20))
+    .replace("INSTRUMENT", INSTRUMENT)
+)
 
 
 def _paths() -> list[str]:
@@ -126,16 +139,7 @@ DUE = textwrap.dedent(
     """
     import gc, sys, threading
     mode = sys.argv[1]
-    if mode != "plain":
-        from opentelemetry.sdk.metrics import MeterProvider
-        from opentelemetry.sdk.trace import TracerProvider
-        from otel_lockwatch import LockwatchInstrumentor
-        from otel_lockwatch.capture import _fast_path
-        from otel_lockwatch._session import RECORDER
-        assert _fast_path.SPEEDUPS == (mode == "C"), _fast_path.SPEEDUPS
-        LockwatchInstrumentor().instrument(
-            tracer_provider=TracerProvider(), meter_provider=MeterProvider(), manifest=False
-        )
+    INSTRUMENT
     outer, inner = threading.Lock(), threading.Lock()
     under = []
     MAIN = threading.get_ident()
@@ -163,7 +167,7 @@ DUE = textwrap.dedent(
     gc.collect()
     print(len(under), sum(under))
     """
-)
+).replace("INSTRUMENT", INSTRUMENT)
 
 
 @prompt_collections
@@ -182,15 +186,7 @@ BALANCE = textwrap.dedent(
     """
     import gc, sys, threading
     mode = sys.argv[1]
-    if mode != "plain":
-        from opentelemetry.sdk.metrics import MeterProvider
-        from opentelemetry.sdk.trace import TracerProvider
-        from otel_lockwatch import LockwatchInstrumentor
-        from otel_lockwatch.capture import _fast_path
-        assert _fast_path.SPEEDUPS == (mode == "C"), _fast_path.SPEEDUPS
-        LockwatchInstrumentor().instrument(
-            tracer_provider=TracerProvider(), meter_provider=MeterProvider(), manifest=False
-        )
+    INSTRUMENT
     gc.disable()  # (counted, not collected)
     outer, inner = threading.Lock(), threading.Lock()
     rises = []
@@ -202,7 +198,7 @@ BALANCE = textwrap.dedent(
             inner.release()
     print(max(rises[10:]))  # (after the first rounds: the edge, the classes' first Stats)
     """
-)
+).replace("INSTRUMENT", INSTRUMENT)
 
 
 @pytest.mark.skipif(
