@@ -14,7 +14,7 @@
 #   README_LEGS  the README's test command (scripts/test.sh): this machine's python3, the whole
 #                suite on the C path (e2e included), the core tests on the pure-Python path.
 #   MATRIX_LEGS  the rest of CI's matrix (.ci/run; `nox`): the whole suite on the newest GIL
-#                Python, the core tests on the others (the free-threaded 3.13t among them).
+#                Python and on the free-threaded 3.13t, the core tests on the others.
 #                docs/development.md says why.
 #
 #   LOCKWATCH_LEGS="3.14 3.15-pure"   those legs, with their usual tests
@@ -47,7 +47,7 @@ set -euo pipefail
 README_LEGS="main:project main-pure:core"
 # (Each C leg's tests/test_speedups.py also runs the lock path's suites on the pure-Python path,
 # in a subprocess: a pure leg of its own is kept for python3 and the newest Python only.)
-MATRIX_LEGS="main-suites:suites 3.15:all 3.15-pure:core 3.14:core 3.13:core 3.13t:core 3.12:core"
+MATRIX_LEGS="main-suites:suites 3.15:all 3.15-pure:core 3.14:core 3.13:core 3.13t:all 3.12:core"
 # The core: what the capture (both paths' lock bookkeeping), the lock-order check, the pools'
 # evaluation and the exit path do, which is where the interpreter's version shows (reference
 # counts, frames, the GIL's switch points, signals at exit).
