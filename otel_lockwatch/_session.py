@@ -208,7 +208,7 @@ FORK_ORDER = (
     "collection",  # capture._collection: the parent's threads' collector deferrals closed
     "multiprocess",  # capture._multiprocess: this process is a child
     "exit hooks",  # telemetry._exit_hooks: the child's wake-up pipe and signal deferral
-    "exporter",  # telemetry._exit: the session's exporter's write lock and checkpoints
+    "exporter",  # telemetry: the emitter's emit lock; the exporter's write lock and checkpoints
 )
 
 _in_child: dict[str, Callable[[], None]] = {}
@@ -262,7 +262,11 @@ def _after_fork_in_parent() -> None:
 
 def _exporter_after_fork_in_child() -> None:
     session = _current
-    if session is not None and session.exporter is not None:
+    if session is None:
+        return
+    if session.emitter is not None:  # its emit lock, which a parent's thread may have held
+        session.emitter.after_fork_in_child()
+    if session.exporter is not None:
         session.exporter.after_fork_in_child()
 
 

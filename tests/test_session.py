@@ -117,6 +117,44 @@ def test_an_unknown_fork_part_is_refused():
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="fork only")
+def test_a_child_forked_while_the_emitter_emits_still_flushes():
+    """The emitter thread holds its emit lock while it emits a record; a child forked meanwhile
+    (where that thread does not exist) flushes all the same: the lock is made anew there."""
+    code = """
+import os, sys, threading
+from otel_lockwatch import LockwatchInstrumentor, _session
+from otel_lockwatch.telemetry._emitter import Telemetry
+entered, release = threading.Event(), threading.Event()
+emit = Telemetry.emit
+def slow_emit(self, *record):
+    if threading.current_thread().name == "otel-lockwatch-emitter":
+        entered.set()
+        release.wait(30)
+    emit(self, *record)
+Telemetry.emit = slow_emit
+LockwatchInstrumentor().instrument(manifest=False, hold_span_threshold_ms=0)
+lock = threading.Lock()
+with lock:
+    pass
+entered.wait(30)  # the emitter thread is inside an emit, its lock held
+pid = os.fork()
+if pid == 0:
+    with lock:
+        pass
+    ok = _session.current().emitter.flush(timeout_s=10)
+    os._exit(0 if ok else 1)
+_, status = os.waitpid(pid, 0)
+release.set()
+print(os.waitstatus_to_exitcode(status))
+"""
+    env = dict(os.environ, PYTHONPATH=str(PACKAGE.parent))
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=60
+    )
+    assert out.stdout.strip() == "0", out.stderr
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="fork only")
 def test_a_forked_child_runs_every_part():
     """In the child: one worker (the forking thread, its held stack kept), nothing recorded by
     the parent's other threads, the session's exporter with no write of its own yet."""

@@ -124,6 +124,11 @@ class Telemetry:
         # signal handler may flush on a thread inside an emit. Never threading's: it is watched.
         self._emitting = _thread.RLock()
 
+    def after_fork_in_child(self) -> None:
+        """In a forked child (the session's fork handler): the emit lock made anew (the parent's
+        emitter thread, which does not exist here, may have held it at the fork)."""
+        self._emitting = _thread.RLock()
+
     # -- the emitter -----------------------------------------------------------------------
     @property
     def running(self) -> bool:
