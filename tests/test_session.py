@@ -116,6 +116,14 @@ def test_an_unknown_fork_part_is_refused():
         _session.at_fork("cache", after_in_child=lambda: None)
 
 
+def _forking_script(code: str, *args: str) -> subprocess.CompletedProcess:
+    """Run ``code`` (a script that forks, and prints its child's exit status) on this checkout."""
+    env = dict(os.environ, PYTHONPATH=str(PACKAGE.parent))
+    return subprocess.run(
+        [sys.executable, "-c", code, *args], capture_output=True, text=True, env=env, timeout=60
+    )
+
+
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="fork only")
 def test_a_child_forked_while_the_emitter_emits_still_flushes():
     """The emitter thread holds its emit lock while it emits a record; a child forked meanwhile
@@ -147,10 +155,7 @@ _, status = os.waitpid(pid, 0)
 release.set()
 print(os.waitstatus_to_exitcode(status))
 """
-    env = dict(os.environ, PYTHONPATH=str(PACKAGE.parent))
-    out = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=60
-    )
+    out = _forking_script(code)
     assert out.stdout.strip() == "0", out.stderr
 
 
@@ -180,14 +185,7 @@ _, status = os.waitpid(pid, 0)
 held.release()
 print(os.waitstatus_to_exitcode(status))
 """
-    env = dict(os.environ, PYTHONPATH=str(PACKAGE.parent))
-    out = subprocess.run(
-        [sys.executable, "-c", code, os.devnull + ".json"],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=60,
-    )
+    out = _forking_script(code, os.devnull + ".json")
     assert out.stdout.strip() == "0", out.stderr
 
 
