@@ -37,9 +37,10 @@ SCRIPT = textwrap.dedent(
 
 
 def instrument_command() -> list[str]:
-    exe = shutil.which("opentelemetry-instrument") or str(
-        Path(sys.executable).parent / "opentelemetry-instrument"
-    )
+    # This interpreter's own first: a leg run without its venv on the PATH (the matrix's) found
+    # another Python's, which cannot import this checkout.
+    own = Path(sys.executable).parent / "opentelemetry-instrument"
+    exe = str(own) if own.exists() else shutil.which("opentelemetry-instrument") or str(own)
     if not os.path.exists(exe):
         pytest.fail(
             "opentelemetry-instrument is missing (it comes with opentelemetry-instrumentation)"
