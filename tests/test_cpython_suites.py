@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -44,16 +45,25 @@ def _run(mode: str, modules: list[str], manifest: Path) -> dict:
         OTEL_LOGS_EXPORTER="none",
         PYTHONDONTWRITEBYTECODE="1",
     )
-    done = subprocess.run(
+    # In a session of its own: a run that times out is ended with its children (a suite's
+    # process pools), which subprocess.run's timeout would leave running.
+    with subprocess.Popen(
         [sys.executable, str(RUNNER), mode, str(manifest), *modules],
-        capture_output=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
         text=True,
-        timeout=900,
         env=env,
         cwd=manifest.parent,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    return json.loads(done.stdout.strip().splitlines()[-1])
+        start_new_session=True,
+    ) as proc:
+        try:
+            stdout, stderr = proc.communicate(timeout=900)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+            raise
+    assert proc.returncode == 0, stderr[-3000:]
+    return json.loads(stdout.strip().splitlines()[-1])
 
 
 def _importable(modules: list[str]) -> bool:
