@@ -99,9 +99,10 @@ def check_order(
                 earlier = _note_nesting(state, entry, lock_class, frame, ascending)
                 if earlier is None:
                     continue
-            if dropped(entry, state.held) or not _new_edge(
-                state, entry, lock_class, frame, pair, earlier
-            ):
+            elif dropped(entry, state.held):  # (a nesting of its own class: asked above)
+                gone = [entry] if gone is None else [*gone, entry]
+                continue
+            if not _new_edge(state, entry, lock_class, frame, pair, earlier):
                 gone = [entry] if gone is None else [*gone, entry]
         if gone is not None:
             _held_lock_freed(state, gone)
