@@ -60,7 +60,7 @@ def test_ended_threads_states_are_folded_a_batch_at_a_time(watched):
     (merged,) = _states_named("request")
     assert all(state not in seen for state in RECORDER.states)
     assert merged.last - merged.first == observed and not merged.alive()
-    assert merged.retired == sum(state.last - state.first for state in seen[1:]) > 0
+    assert merged.retired == sum(state.last_event_ns() - state.first for state in seen[1:]) > 0
     (stats,) = merged.stats.values()
     assert stats.acquisitions == FOLD_BATCH + 1
     assert [s.acquisitions for s in retired.stats.values()] == [1]  # the old one, unchanged

@@ -405,7 +405,7 @@ def untrack(
         stats.hold_max_ns = held_ns
     if held_ns < stats.hold_min_ns:
         stats.hold_min_ns = held_ns
-    holder.last = end_ns
+    stats.last_release_ns = end_ns  # (the holder's last event: WorkerState.last_event_ns)
     # The session's floor (one attribute read more than a global).
     if held_ns >= THRESHOLDS.hold_metric_ns:
         record_hold(holder, entry, start_ns, end_ns, context, index)

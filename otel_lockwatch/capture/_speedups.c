@@ -189,7 +189,7 @@ static const char *const LIMIT_NAMES[LIMIT_USED] = {
 enum {
     STATS_ACQUISITIONS, STATS_TRY_ACQUISITIONS, STATS_SKIPPED, STATS_HOLD_TOTAL,
     STATS_HOLD_HISTOGRAM, STATS_HOLD_MIN, STATS_HOLD_MAX, STATS_CONTENTIONS, STATS_TIMEOUTS,
-    STATS_WAIT_TOTAL, STATS_WAIT_MIN, STATS_WAIT_MAX, STATS_USED
+    STATS_WAIT_TOTAL, STATS_WAIT_MIN, STATS_WAIT_MAX, STATS_LAST_RELEASE, STATS_USED
 };
 static const char *const STATS_NAMES[STATS_USED] = {
     [STATS_ACQUISITIONS] = "acquisitions", [STATS_TRY_ACQUISITIONS] = "try_acquisitions",
@@ -198,6 +198,7 @@ static const char *const STATS_NAMES[STATS_USED] = {
     [STATS_HOLD_MAX] = "hold_max_ns",      [STATS_CONTENTIONS] = "contentions",
     [STATS_TIMEOUTS] = "timeouts",         [STATS_WAIT_TOTAL] = "wait_total_ns",
     [STATS_WAIT_MIN] = "wait_min_ns",      [STATS_WAIT_MAX] = "wait_max_ns",
+    [STATS_LAST_RELEASE] = "last_release_ns",
 };
 /* _bookkeeping.HOLD_FIELDS: what an object that keeps a hold notes (LockBase has them as
  * members of these names). */
@@ -1035,13 +1036,14 @@ StatsBase_set_histogram(StatsBase *self, PyObject *value, void *Py_UNUSED(closur
 #define STATS_NAMES_STATS_WAIT_TOTAL "wait_total_ns"
 #define STATS_NAMES_STATS_WAIT_MIN "wait_min_ns"
 #define STATS_NAMES_STATS_WAIT_MAX "wait_max_ns"
+#define STATS_NAMES_STATS_LAST_RELEASE "last_release_ns"
 static PyMemberDef StatsBase_members[] = {
     STATS_COUNTER(STATS_ACQUISITIONS), STATS_COUNTER(STATS_TRY_ACQUISITIONS),
     STATS_COUNTER(STATS_SKIPPED),      STATS_COUNTER(STATS_HOLD_TOTAL),
     STATS_COUNTER(STATS_HOLD_MIN),     STATS_COUNTER(STATS_HOLD_MAX),
     STATS_COUNTER(STATS_CONTENTIONS),  STATS_COUNTER(STATS_TIMEOUTS),
     STATS_COUNTER(STATS_WAIT_TOTAL),   STATS_COUNTER(STATS_WAIT_MIN),
-    STATS_COUNTER(STATS_WAIT_MAX),
+    STATS_COUNTER(STATS_WAIT_MAX),     STATS_COUNTER(STATS_LAST_RELEASE),
     {"wait_histogram", T_OBJECT_EX, offsetof(StatsBase, wait_histogram), 0, NULL},
     {"sites", T_OBJECT_EX, offsetof(StatsBase, sites), 0, NULL},
     {"collisions", T_LONGLONG, offsetof(StatsBase, collisions), 0, NULL},
@@ -1063,6 +1065,7 @@ counts_add(StatsBase *self, StatsBase *other)
             break;
         case STATS_HOLD_MAX:
         case STATS_WAIT_MAX:
+        case STATS_LAST_RELEASE:
             if (theirs > mine)
                 FT_STORE(self->counts[i], theirs);
             break;
@@ -1977,12 +1980,45 @@ done:
     return r;
 }
 
-/* WorkerState.retire(), in C: what only a live worker writes goes (the shared stand-ins). */
+/* WorkerState.last_event_ns() of a state not retired, in C: the later of its `last` and its
+ * Stats' last_release_ns (a release notes its time in the Stats it writes anyway). 0, or -1
+ * with an error. */
+static int
+last_event(ModuleState *S, PyObject *st, long long *out)
+{
+    long long last, t;
+    if (slot_get_ll(&S->worker[WORKER_LAST], st, &last) < 0)
+        return -1;
+    PyObject *stats = slot_get(&S->worker[WORKER_STATS], st), *cls, *s;
+    if (stats == NULL || !is_type(stats, &PyDict_Type, "a worker's stats")) {
+        Py_XDECREF(stats);
+        return -1;
+    }
+    Py_ssize_t pos = 0;
+    int r = 0;
+    while (r == 0 && PyDict_Next(stats, &pos, &cls, &s)) {
+        StatsBase *c = c_stats(S, s);
+        if (c != NULL)
+            t = FT_LOAD(c->counts[STATS_LAST_RELEASE]);
+        else if ((r = slot_get_ll(&S->stats[STATS_LAST_RELEASE], s, &t)) < 0)
+            break;
+        if (t > last)
+            last = t;
+    }
+    Py_DECREF(stats);
+    *out = last;
+    return r;
+}
+
+/* WorkerState.retire(), in C: its observed life's end fixed (last_event), and what only a live
+ * worker writes goes (the shared stand-ins). */
 static int
 retire_state(ModuleState *S, PyObject *st)
 {
     PyObject *nothing = S->nothing_written;
-    if (slot_set(&S->worker[WORKER_THREAD], st, S->retired_thread) < 0 ||
+    long long last;
+    if (last_event(S, st, &last) < 0 || slot_set_ll(&S->worker[WORKER_LAST], st, last) < 0 ||
+        slot_set(&S->worker[WORKER_THREAD], st, S->retired_thread) < 0 ||
         slot_set(&S->worker[WORKER_HELD], st, S->nothing_held) < 0 ||
         slot_set(&S->worker[WORKER_CHAIN], st, S->no_chain) < 0)
         return -1;
@@ -2260,6 +2296,7 @@ untrack(ModuleState *S, PyObject *st, PyObject *entry, PyObject *s, long long t0
             c->counts[STATS_HOLD_MAX] = h;
         if (h < c->counts[STATS_HOLD_MIN])
             c->counts[STATS_HOLD_MIN] = h;
+        c->counts[STATS_LAST_RELEASE] = t1; /* (the worker's `last`: WorkerState.last_event_ns) */
         r = hold_add(c, h);
         Py_END_CRITICAL_SECTION();
         if (r < 0)
@@ -2281,9 +2318,9 @@ untrack(ModuleState *S, PyObject *st, PyObject *entry, PyObject *s, long long t0
             goto fail;
         if (h < min && slot_set_ll(&S->stats[STATS_HOLD_MIN], s, h) < 0)
             goto fail;
+        if (slot_set_ll(&S->stats[STATS_LAST_RELEASE], s, t1) < 0)
+            goto fail;
     }
-    if (slot_set_ll(&S->worker[WORKER_LAST], st, t1) < 0)
-        goto fail;
     if (h >= FT_LOAD(S->hold_metric_ns)) {
         int queued = hold_queued(S, entry, t0, t1, ctx, index);
         if (queued < 0)
@@ -4398,7 +4435,7 @@ speedups_fold(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         goto done;
     }
     if (slot_get_ll(&S->worker[WORKER_FIRST], other, &first) < 0 ||
-        slot_get_ll(&S->worker[WORKER_LAST], other, &last) < 0 ||
+        last_event(S, other, &last) < 0 ||
         slot_get_ll(&S->worker[WORKER_RETIRED], other, &retired) < 0 ||
         slot_get_ll(&S->worker[WORKER_RETIRED], into, &into_retired) < 0 ||
         slot_set_ll(&S->worker[WORKER_RETIRED], into,

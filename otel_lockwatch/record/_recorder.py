@@ -60,7 +60,7 @@ WORKER_FIELDS = (
     "held",  # held-stack entries, in acquisition order
     "stats",  # lock class -> Stats
     "in_lockwatch",  # True while lockwatch itself runs on this worker: nothing is recorded
-    "last",  # the worker's last lock event (perf_counter_ns)
+    "last",  # its last lock event but a release (perf_counter_ns): see last_event_ns()
     "handoffs",  # lock class -> HandoffStats (record._handoff_stats)
     "first",  # its first
     "worker",  # its name
@@ -103,12 +103,26 @@ class WorkerState:
         done = getattr(owner, "done", None)
         return not done() if done is not None else owner.is_alive()
 
+    def last_event_ns(self) -> int:
+        """The end of the worker's observed life so far: its last lock event. A release notes
+        its time in the ``Stats`` it writes anyway (``last_release_ns``), not in ``last`` (a
+        new int a release: a fifth of the C path's release); a retired state's is fixed when it
+        retires (the statistics folded into it since carry other workers' releases)."""
+        last = self.last
+        if self.thread is _ended:
+            return last
+        for s in list(self.stats.values()):
+            if s.last_release_ns > last:
+                last = s.last_release_ns
+        return last
+
     def retire(self) -> None:
         """Make this ended worker's state its name's retired state, in place: the states of
         its name's later ended workers are folded into a copy of it (``_retired``: its own
         observed time stays ``last - first``; theirs adds to ``retired``). What only a live
         worker uses, and the containers it never wrote, go: each object a retired state keeps
         is one more for the cyclic collector to count and walk."""
+        self.last = self.last_event_ns()
         self.thread = _ended
         self.held = _NOTHING_HELD
         self.chain = _NO_CHAIN

@@ -37,7 +37,7 @@ def fold(into: Any, other: Any, common: Fold | None = None) -> None:
     ``Stats``); ``common`` first, when given (:data:`Fold`)."""
     if common is not None and common(into, other):
         return
-    into.retired += max(0, other.last - other.first) + other.retired
+    into.retired += max(0, other.last_event_ns() - other.first) + other.retired
     stats = into.stats
     for cls, s in other.stats.items():
         mine = stats.get(cls)

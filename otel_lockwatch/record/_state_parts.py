@@ -23,7 +23,7 @@ def state_parts(state: Any, now: int) -> Iterator[dict[str, Any]]:
     for cls, s in list(state.stats.items()):
         wait += s.wait_total_ns
         yield {"locks": {cls.name: stats_data(cls.kind, state.worker, s)}}
-    end = now if state.held else state.last
+    end = now if state.held else state.last_event_ns()
     spans: dict[str, dict[str, int]] = {}
     for (lock_name, span_name), n in list(state.spans.items()):
         spans.setdefault(lock_name, {})[span_name] = n
