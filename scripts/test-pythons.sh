@@ -42,7 +42,7 @@
 set -euo pipefail
 
 # The README's legs run the project's own suite; CPython's own threading, queue, futures and
-# asyncio suites, run plain and instrumented (tests/test_cpython_suites.py: about 2 of the C
+# asyncio suites, run instrumented (tests/test_cpython_suites.py: about 2 of the C
 # leg's 9 minutes on 3.11), are the matrix's: its main-suites leg, and 3.15's whole suite.
 README_LEGS="main:project main-pure:core"
 # (Each C leg's tests/test_speedups.py also runs the lock path's suites on the pure-Python path,
