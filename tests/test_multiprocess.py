@@ -428,25 +428,30 @@ def test_plain_fork_child_writes_its_own_file(tmp_path):
 
 
 FORK_WHILE_NAMING_SCRIPT = """
-import os, sys, threading
+import _thread, os, sys, threading
 from otel_lockwatch import LockwatchInstrumentor
 from otel_lockwatch.record import _lock_class
 LockwatchInstrumentor().instrument(manifest_path=sys.argv[1], checkpoint_interval_s=0)
-inside, leave = threading.Event(), threading.Event()
+# The script's own hand-shakes are raw locks, which lockwatch does not watch: a watched
+# Event's wait names its class once it returns, under the very lock held here (a wait that
+# blocked first waited for it for ever: the free-threaded build, one run in two).
+inside, leave = _thread.allocate_lock(), _thread.allocate_lock()
+inside.acquire()
+leave.acquire()
 
 def naming():  # another thread inside the class table's critical section at the fork
     with _lock_class._classes_lock:
-        inside.set()
-        leave.wait()
+        inside.release()
+        leave.acquire()
 
 threading.Thread(target=naming, daemon=True).start()
-inside.wait()
+inside.acquire()
 pid = os.fork()
 if pid == 0:
     with threading.Lock():  # a new creation site: a new class, under the class table's lock
         pass
     os._exit(0)
-leave.set()
+leave.release()
 _, status = os.waitpid(pid, 0)
 print(os.waitstatus_to_exitcode(status))
 """
