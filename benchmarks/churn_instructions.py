@@ -24,12 +24,10 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 import shutil
-import subprocess
-import sys
-import tempfile
 import threading
+
+from _callgrind import marked_instructions
 
 
 def run_threads(base: int, threads: int, mode: str) -> None:
@@ -70,18 +68,7 @@ def run_threads(base: int, threads: int, mode: str) -> None:
 
 def instructions(base: int, threads: int, mode: str) -> int:
     """What callgrind counts for ``threads`` threads after ``base`` ones."""
-    with tempfile.TemporaryDirectory() as out:
-        subprocess.run(
-            ["valgrind", "--tool=callgrind", "--dump-instr=no", "--dump-before=getppid",
-             f"--callgrind-out-file={out}/cg", sys.executable, __file__,
-             "--run", str(base), str(threads), mode],
-            capture_output=True, text=True, check=True,
-        )  # fmt: skip
-        with open(f"{out}/cg.2") as part:  # the second dump: the measured threads
-            found = re.search(r"^totals: (\d+)", part.read(), re.MULTILINE)
-    if found is None:
-        raise RuntimeError("callgrind wrote no totals for the measured threads")
-    return int(found.group(1))
+    return marked_instructions(__file__, "--run", str(base), str(threads), mode)
 
 
 def main() -> None:

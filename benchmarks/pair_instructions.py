@@ -19,12 +19,10 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 import shutil
-import subprocess
-import sys
-import tempfile
 import threading
+
+from _callgrind import marked_instructions
 
 #: row -> the loop's body (L, M: Locks; R: an RLock)
 STATEMENTS = {
@@ -59,18 +57,7 @@ def run_loop(mode: str, row: str, iterations: int) -> None:
 
 def instructions(mode: str, row: str, iterations: int) -> float:
     """What callgrind counts per iteration of ``row``'s loop."""
-    with tempfile.TemporaryDirectory() as out:
-        subprocess.run(
-            ["valgrind", "--tool=callgrind", "--dump-instr=no", "--dump-before=getppid",
-             f"--callgrind-out-file={out}/cg", sys.executable, __file__,
-             "--run", mode, row, str(iterations)],
-            capture_output=True, text=True, check=True,
-        )  # fmt: skip
-        with open(f"{out}/cg.2") as part:  # the second dump: the measured iterations
-            found = re.search(r"^totals: (\d+)", part.read(), re.MULTILINE)
-    if found is None:
-        raise RuntimeError("callgrind wrote no totals for the measured iterations")
-    return int(found.group(1)) / iterations
+    return marked_instructions(__file__, "--run", mode, row, str(iterations)) / iterations
 
 
 def main() -> None:
