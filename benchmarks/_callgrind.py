@@ -1,5 +1,5 @@
-"""What callgrind counts between two marks of a program: the counting half of
-``churn_instructions.py`` and ``pair_instructions.py``.
+"""What callgrind counts between two marks of a program: the half that
+``churn_instructions.py`` and ``pair_instructions.py`` share.
 
 The program calls ``os.getppid()`` before and after the part to count; run under
 ``valgrind --tool=callgrind --dump-before=getppid``, callgrind dumps its counts at each call, and
@@ -27,3 +27,19 @@ def marked_instructions(script: str, *args: str) -> int:
     if found is None:
         raise RuntimeError(f"callgrind wrote no totals between the marks of {script}")
     return int(found.group(1))
+
+
+def instrument_without_tick() -> None:
+    """Instrument the measured program as the counts do: SDK providers, no manifest, and the
+    emitter's periodic tick made an hour (it does work per unit of time, which callgrind's
+    50-100x slowdown would charge to the counted part that much more than in a real run)."""
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.trace import TracerProvider
+
+    from otel_lockwatch import LockwatchInstrumentor
+    from otel_lockwatch.telemetry._emitter import Telemetry
+
+    Telemetry.INTERVAL_S = 3600.0
+    LockwatchInstrumentor().instrument(
+        tracer_provider=TracerProvider(), meter_provider=MeterProvider(), manifest=False
+    )

@@ -27,27 +27,18 @@ import os
 import shutil
 import threading
 
-from _callgrind import marked_instructions
+from _callgrind import instrument_without_tick, marked_instructions
 
 
 def run_threads(base: int, threads: int, mode: str) -> None:
     """The measured program: ``base`` threads, then (between two marks) ``threads`` threads, one
     after the other, each taking a lock once."""
     if mode != "plain":
-        from opentelemetry.sdk.metrics import MeterProvider
-        from opentelemetry.sdk.trace import TracerProvider
-
-        from otel_lockwatch import LockwatchInstrumentor
         from otel_lockwatch.record import _recorder
-        from otel_lockwatch.telemetry._emitter import Telemetry
-
-        Telemetry.INTERVAL_S = 3600.0  # no periodic tick: see the module's doc
 
         if mode == "other":
             _recorder.MAX_WORKERS = 1  # every thread after the first is "(other)"
-        LockwatchInstrumentor().instrument(
-            tracer_provider=TracerProvider(), meter_provider=MeterProvider(), manifest=False
-        )
+        instrument_without_tick()  # (no periodic tick: see the module's doc)
     lock = threading.Lock()
 
     def work() -> None:

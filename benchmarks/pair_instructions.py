@@ -22,7 +22,7 @@ import os
 import shutil
 import threading
 
-from _callgrind import marked_instructions
+from _callgrind import instrument_without_tick, marked_instructions
 
 #: row -> the loop's body (L, M: Locks; R: an RLock)
 STATEMENTS = {
@@ -37,16 +37,7 @@ def run_loop(mode: str, row: str, iterations: int) -> None:
     """The measured program: the row's statement in a loop, ``iterations`` times between two
     marks."""
     if mode == "instrumented":
-        from opentelemetry.sdk.metrics import MeterProvider
-        from opentelemetry.sdk.trace import TracerProvider
-
-        from otel_lockwatch import LockwatchInstrumentor
-        from otel_lockwatch.telemetry._emitter import Telemetry
-
-        Telemetry.INTERVAL_S = 3600.0  # no periodic tick: see the module's doc
-        LockwatchInstrumentor().instrument(
-            tracer_provider=TracerProvider(), meter_provider=MeterProvider(), manifest=False
-        )
+        instrument_without_tick()  # (no periodic tick: see the module's doc)
     names = {"L": threading.Lock(), "M": threading.Lock(), "R": threading.RLock()}
     exec(f"def loop(n):\n    for _ in range(n):\n        {STATEMENTS[row]}\n", names)
     names["loop"](2000)

@@ -91,18 +91,16 @@ def check_order(
                     continue  # the address order of every nesting of the class so far
                 # The class's first order, kept for the life of the process, or the other one:
                 # never from a lock that is gone (only cyclic garbage may keep it: asked once).
-                if dropped(entry, state.held) or (
+                freed = dropped(entry, state.held) or (
                     noted is None and collected_gone(entry, state.held)
-                ):
-                    gone = [entry] if gone is None else [*gone, entry]
-                    continue
-                earlier = _note_nesting(state, entry, lock_class, frame, ascending)
-                if earlier is None:
-                    continue
-            elif dropped(entry, state.held):  # (a nesting of its own class: asked above)
-                gone = [entry] if gone is None else [*gone, entry]
-                continue
-            if not _new_edge(state, entry, lock_class, frame, pair, earlier):
+                )
+                if not freed:
+                    earlier = _note_nesting(state, entry, lock_class, frame, ascending)
+                    if earlier is None:
+                        continue
+            else:
+                freed = dropped(entry, state.held)
+            if freed or not _new_edge(state, entry, lock_class, frame, pair, earlier):
                 gone = [entry] if gone is None else [*gone, entry]
         if gone is not None:
             _held_lock_freed(state, gone)
