@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import _thread
 import gc
+import sys
 
 from .._session import at_fork
 from ._fast_path import speedups
@@ -38,6 +39,15 @@ _lock = _thread.RLock()
 _deferrals = 0
 _was_enabled = False
 
+# CPython 3.12 runs a collection that an allocation scheduled at the interpreter's next check
+# (a Python call, a loop's jump) even while the collector is disabled (3.11 collects inside the
+# allocation; 3.13 and later skip a scheduled collection while disabled), and lockwatch's own
+# Python code under a held lock is such a check. There a deferral also raises the thresholds, so
+# that a scheduled collection finds no generation due; the last resume puts them back.
+_RAISE_THRESHOLDS = sys.version_info[:2] == (3, 12)
+_RAISED = (2**31 - 1,) * 3
+_saved_thresholds: tuple[int, ...] | None = None
+
 
 def py_defer_collection() -> None:
     """Hold the cyclic collector off until the matching :func:`resume_collection`.
@@ -46,12 +56,15 @@ def py_defer_collection() -> None:
     ``with _lock:``, whose bound ``__exit__`` is one, and which could set off the collection
     (and a finalizer taking a lock the caller holds) this is here to hold off.
     """
-    global _deferrals, _was_enabled
+    global _deferrals, _was_enabled, _saved_thresholds
     _lock.acquire()
     try:
         if _deferrals == 0:
             _was_enabled = gc.isenabled()
             gc.disable()
+            if _RAISE_THRESHOLDS and _saved_thresholds is None:  # (inline: no Python call)
+                _saved_thresholds = gc.get_threshold()
+                gc.set_threshold(*_RAISED)
         _deferrals += 1
     finally:
         _lock.release()
@@ -65,10 +78,19 @@ def py_resume_collection() -> None:
         if _deferrals <= 0:  # a forked child closed the deferrals of its parent's threads
             return
         _deferrals -= 1
-        if _deferrals == 0 and _was_enabled:
-            gc.enable()
+        if _deferrals == 0:
+            _restore_thresholds()
+            if _was_enabled:
+                gc.enable()
     finally:
         _lock.release()
+
+
+def _restore_thresholds() -> None:
+    global _saved_thresholds
+    if _saved_thresholds is not None:
+        gc.set_threshold(*_saved_thresholds)
+        _saved_thresholds = None
 
 
 def _after_fork_in_child() -> None:
@@ -76,6 +98,7 @@ def _after_fork_in_child() -> None:
     _lock = _thread.RLock()
     if _deferrals > 0:
         _deferrals = 0
+        _restore_thresholds()
         if _was_enabled:
             gc.enable()
 

@@ -344,6 +344,9 @@ typedef struct ModuleState {
     /* the collector held off (collection_defer) */
     long deferrals;
     int collection_was_enabled;
+    /* CPython 3.12 only (SCHEDULED_COLLECTIONS_IGNORE_DISABLE): gc.get_threshold and
+     * gc.set_threshold, the thresholds a deferral raised (NULL: none), and the raised ones */
+    PyObject *gc_get_threshold, *gc_set_threshold, *saved_thresholds, *raised_thresholds;
 #ifdef Py_GIL_DISABLED
     PyMutex deferral_lock; /* a count and its switch, as one step */
     PyObject *retired;     /* the objects later setup calls replaced (a list, or NULL) */
@@ -563,12 +566,62 @@ call_with_event(PyObject *fn, PyTypeObject *type, PyObject *const *values, int n
 #define DEFERRAL_UNLOCK(S) ((void)0)
 #endif
 
+/* CPython 3.12 schedules a collection at an allocation and runs it at the interpreter's next
+ * check (a Python call, a loop's jump), and runs it there even while the collector is disabled
+ * (3.12.1: gc.disable() after the scheduling allocation, then a Python call, collects; 3.11
+ * collects inside the allocation, 3.13 and later skip a scheduled collection while disabled).
+ * A slow path's Python callback under a held lock would run it, and its finalizers, there. So
+ * on 3.12 a deferral also raises the collector's thresholds: a scheduled collection that runs
+ * meanwhile finds no generation due and collects nothing; the thresholds come back with the
+ * last resume, and the next allocation sets the collection off again. */
+#if PY_VERSION_HEX >= 0x030C0000 && PY_VERSION_HEX < 0x030D0000
+#define SCHEDULED_COLLECTIONS_IGNORE_DISABLE 1
+#endif
+
+/* fn(args...) of the gc module (a C function: no interpreter check), its error swallowed and
+ * the caller's kept; the result, or NULL. */
+static PyObject *
+gc_call(PyObject *fn, PyObject *args)
+{
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);
+    PyObject *r = args != NULL ? PyObject_Call(fn, args, NULL) : PyObject_CallNoArgs(fn);
+    if (r == NULL)
+        PyErr_Clear();
+    PyErr_Restore(type, value, tb);
+    return r;
+}
+
+/* (3.12: the first deferral's thresholds noted and raised; the last resume's put back) */
+static void
+thresholds_raise(ModuleState *S)
+{
+    if (S->gc_set_threshold == NULL || S->saved_thresholds != NULL)
+        return;
+    S->saved_thresholds = gc_call(S->gc_get_threshold, NULL);
+    if (S->saved_thresholds != NULL)
+        Py_XDECREF(gc_call(S->gc_set_threshold, S->raised_thresholds));
+}
+
+static void
+thresholds_restore(ModuleState *S)
+{
+    PyObject *saved = S->saved_thresholds;
+    if (saved == NULL)
+        return;
+    S->saved_thresholds = NULL;
+    Py_XDECREF(gc_call(S->gc_set_threshold, saved));
+    Py_DECREF(saved);
+}
+
 static __attribute__((noinline)) void
 collection_defer(ModuleState *S)
 {
     DEFERRAL_LOCK(S);
-    if (S->deferrals++ == 0)
+    if (S->deferrals++ == 0) {
         S->collection_was_enabled = PyGC_Disable();
+        thresholds_raise(S);
+    }
     DEFERRAL_UNLOCK(S);
 }
 
@@ -577,8 +630,11 @@ collection_resume(ModuleState *S)
 {
     DEFERRAL_LOCK(S);
     /* (none open: a forked child started again while a deferral was open) */
-    if (S->deferrals > 0 && --S->deferrals == 0 && S->collection_was_enabled)
-        PyGC_Enable();
+    if (S->deferrals > 0 && --S->deferrals == 0) {
+        thresholds_restore(S);
+        if (S->collection_was_enabled)
+            PyGC_Enable();
+    }
     DEFERRAL_UNLOCK(S);
 }
 
@@ -4483,6 +4539,7 @@ speedups_forget_states(PyObject *module, PyObject *Py_UNUSED(ignored))
     DEFERRAL_LOCK(S);
     if (S->deferrals > 0) {
         S->deferrals = 0;
+        thresholds_restore(S);
         if (S->collection_was_enabled)
             PyGC_Enable();
     }
@@ -4601,7 +4658,8 @@ static PyMethodDef speedups_methods[] = {
     X(creation_call_type)                                                                      \
     X(outbox) X(str_accepting) X(str_started) X(str_queue) X(str_lock_hold) X(new_state)       \
     X(str_dunder_dict) X(new_stats) X(recorder) X(limits) X(thread_end_type) X(str_name)      \
-    X(str_alive) X(str_other) X(retired_thread) X(nothing_held) X(no_chain) X(nothing_written)
+    X(str_alive) X(str_other) X(retired_thread) X(nothing_held) X(no_chain) X(nothing_written) \
+    X(gc_get_threshold) X(gc_set_threshold) X(saved_thresholds) X(raised_thresholds)
 
 static int
 speedups_traverse(PyObject *module, visitproc visit, void *arg)
@@ -4746,6 +4804,17 @@ speedups_exec(PyObject *m)
     S->minus_one = PyLong_FromLong(-1);
     if (S->one == NULL || S->minus_one == NULL)
         return -1;
+#ifdef SCHEDULED_COLLECTIONS_IGNORE_DISABLE
+    PyObject *gc = PyImport_ImportModule("gc");
+    if (gc == NULL)
+        return -1;
+    S->gc_get_threshold = PyObject_GetAttrString(gc, "get_threshold");
+    S->gc_set_threshold = PyObject_GetAttrString(gc, "set_threshold");
+    Py_DECREF(gc);
+    S->raised_thresholds = Py_BuildValue("(iii)", INT_MAX, INT_MAX, INT_MAX);
+    if (S->gc_get_threshold == NULL || S->gc_set_threshold == NULL || S->raised_thresholds == NULL)
+        return -1;
+#endif
     PyObject *thread = PyImport_ImportModule("_thread");
     if (thread == NULL)
         return -1;
