@@ -531,10 +531,13 @@ static const PyStructSequence_Desc release_desc = {
     REL_FIELDS,
 };
 
+static void python_ahead(ModuleState *S); /* (below, with the collection deferral) */
+
 /* fn(event), the event of `type` made of `values` (NULL: None); the result, or NULL. */
 static PyObject *
-call_with_event(PyObject *fn, PyTypeObject *type, PyObject *const *values, int n)
+call_with_event(ModuleState *S, PyObject *fn, PyTypeObject *type, PyObject *const *values, int n)
 {
+    python_ahead(S);
     PyObject *event = PyStructSequence_New(type);
     if (event == NULL)
         return NULL;
@@ -571,9 +574,11 @@ call_with_event(PyObject *fn, PyTypeObject *type, PyObject *const *values, int n
  * (3.12.1: gc.disable() after the scheduling allocation, then a Python call, collects; 3.11
  * collects inside the allocation, 3.13 and later skip a scheduled collection while disabled).
  * A slow path's Python callback under a held lock would run it, and its finalizers, there. So
- * on 3.12 a deferral also raises the collector's thresholds: a scheduled collection that runs
- * meanwhile finds no generation due and collects nothing; the thresholds come back with the
- * last resume, and the next allocation sets the collection off again. */
+ * on 3.12 a deferral that calls Python (python_ahead) also raises the collector's thresholds: a
+ * scheduled collection that runs meanwhile finds no generation due and collects nothing; the
+ * thresholds come back with the last resume, and the next allocation sets the collection off
+ * again. (Only then: C alone runs no check, and the two gc calls cost about 3,000 instructions,
+ * twice a nested acquisition's own.) */
 #if PY_VERSION_HEX >= 0x030C0000 && PY_VERSION_HEX < 0x030D0000
 #define SCHEDULED_COLLECTIONS_IGNORE_DISABLE 1
 #endif
@@ -592,7 +597,9 @@ gc_call(PyObject *fn, PyObject *args)
     return r;
 }
 
-/* (3.12: the first deferral's thresholds noted and raised; the last resume's put back) */
+/* (3.12: a deferral's thresholds noted and raised before Python runs; the last resume's put
+ * back) */
+#ifdef SCHEDULED_COLLECTIONS_IGNORE_DISABLE
 static void
 thresholds_raise(ModuleState *S)
 {
@@ -602,6 +609,7 @@ thresholds_raise(ModuleState *S)
     if (S->saved_thresholds != NULL)
         Py_XDECREF(gc_call(S->gc_set_threshold, S->raised_thresholds));
 }
+#endif
 
 static void
 thresholds_restore(ModuleState *S)
@@ -614,14 +622,24 @@ thresholds_restore(ModuleState *S)
     Py_DECREF(saved);
 }
 
+/* Before Python code runs from C: inside a deferral, on 3.12, the thresholds raised. */
+static inline void
+python_ahead(ModuleState *S)
+{
+#ifdef SCHEDULED_COLLECTIONS_IGNORE_DISABLE
+    if (S->deferrals > 0)
+        thresholds_raise(S);
+#else
+    (void)S;
+#endif
+}
+
 static __attribute__((noinline)) void
 collection_defer(ModuleState *S)
 {
     DEFERRAL_LOCK(S);
-    if (S->deferrals++ == 0) {
+    if (S->deferrals++ == 0)
         S->collection_was_enabled = PyGC_Disable();
-        thresholds_raise(S);
-    }
     DEFERRAL_UNLOCK(S);
 }
 
@@ -1429,6 +1447,7 @@ stats_of(ModuleState *S, PyObject *st, PyObject *cls)
         /* (only the worker's own thread adds to its stats; other locks may be held: the
          * allocations run with the collector off, _collection) */
         collection_defer(S);
+        python_ahead(S);
         s = PyObject_CallNoArgs(S->new_stats);
         if (s != NULL && PyDict_SetItem(stats, cls, s) < 0)
             Py_CLEAR(s);
@@ -2389,7 +2408,7 @@ untrack(ModuleState *S, PyObject *st, PyObject *entry, PyObject *s, long long t0
                                          [REL_START_NS] = a, [REL_END_NS] = b,
                                          [REL_CONTEXT] = ctx, [REL_INDEX] = index};
         if (a != NULL && b != NULL)
-            r = call_with_event(S->record_hold, S->release_type, release, REL_FIELDS);
+            r = call_with_event(S, S->record_hold, S->release_type, release, REL_FIELDS);
         Py_XDECREF(a);
         Py_XDECREF(b);
         if (r == NULL)
@@ -2716,6 +2735,7 @@ outbox_begun(ModuleState *S)
     int started = outbox_flag(S, S->str_started);
     if (started != 0)
         return started < 0 ? -1 : 0;
+    python_ahead(S);
     PyObject *r = PyObject_CallMethodNoArgs(S->outbox, S->str_begin);
     Py_XDECREF(r);
     return r == NULL ? -1 : 0;
@@ -2794,7 +2814,7 @@ lock_wait_here(ModuleState *S, LockBase *self, PyObject *st, PyObject *s, PyObje
                                    [ACQ_LOCK] = lock,      [ACQ_HOLD] = (PyObject *)self,
                                    [ACQ_CANONICAL] = Py_False,
                                    [ACQ_TIMEOUT] = S->minus_one};
-    PyObject *r = call_with_event(S->window, S->acquisition_type, event, ACQ_FIELDS);
+    PyObject *r = call_with_event(S, S->window, S->acquisition_type, event, ACQ_FIELDS);
     if (r == NULL) {
         if (!PyErr_ExceptionMatches(PyExc_Exception))
             return -1; /* (KeyboardInterrupt from a signal handler during a yield: the host's) */
@@ -2917,7 +2937,7 @@ lock_acquire_fast(LockBase *self, int blocking)
             PyObject *order[ACQ_FIELDS] = {[ACQ_WORKER] = st, [ACQ_LOCK_CLASS] = cls,
                                            [ACQ_FRAME] = f, [ACQ_HOLD] = (PyObject *)self,
                                            [ACQ_CANONICAL] = Py_False};
-            PyObject *r = call_with_event(S->check_order, S->acquisition_type, order, ACQ_FIELDS);
+            PyObject *r = call_with_event(S, S->check_order, S->acquisition_type, order, ACQ_FIELDS);
             if (r == NULL)
                 goto error;
             Py_DECREF(r);
@@ -3577,7 +3597,7 @@ section_acquire(ForwardingCall *fn, PyObject *const *args, size_t nargsf, PyObje
             PyObject *order[ACQ_FIELDS] = {[ACQ_WORKER] = st, [ACQ_LOCK_CLASS] = cls,
                                            [ACQ_FRAME] = f,   [ACQ_HOLD] = arr,
                                            [ACQ_CANONICAL] = canonical};
-            PyObject *r = call_with_event(S->check_order, S->acquisition_type, order, ACQ_FIELDS);
+            PyObject *r = call_with_event(S, S->check_order, S->acquisition_type, order, ACQ_FIELDS);
             if (r == NULL)
                 goto error;
             Py_DECREF(r);
@@ -3608,7 +3628,7 @@ section_acquire(ForwardingCall *fn, PyObject *const *args, size_t nargsf, PyObje
                 [ACQ_FRAME] = f,   [ACQ_HOLD] = arr,    [ACQ_CANONICAL] = canonical,
                 [ACQ_TIMEOUT] = timeout, [ACQ_INDEX] = index, [ACQ_KEY] = key,
                 [ACQ_ORIGINAL] = fn->original};
-            PyObject *r = call_with_event(S->section_wait, S->acquisition_type, wait, ACQ_FIELDS);
+            PyObject *r = call_with_event(S, S->section_wait, S->acquisition_type, wait, ACQ_FIELDS);
             if (r == NULL)
                 goto error;
             if (!consume_truth(S, r)) {
@@ -3867,6 +3887,7 @@ handoff_stats_of(ModuleState *S, PyObject *st, PyObject *cls)
     Py_DECREF(handoffs);
     if (found != 0)
         return s; /* (or NULL with the error) */
+    python_ahead(S);
     return PyObject_CallFunctionObjArgs(S->handoff_stats, st, cls, NULL);
 }
 
@@ -4552,6 +4573,7 @@ speedups_defer_collection(PyObject *module, PyObject *Py_UNUSED(ignored))
 {
     ModuleState *S = module_state(module);
     collection_defer(S);
+    python_ahead(S); /* (Python called it: Python runs next) */
     Py_RETURN_NONE;
 }
 
