@@ -56,6 +56,7 @@ CORE_TESTS=(
     tests/test_held_window.py tests/test_speedups.py tests/test_sections.py
     tests/test_async_sections.py tests/test_starvation_noise.py tests/test_handoff_capture.py
     tests/test_histogram.py tests/test_free_threaded.py tests/test_unfiled_waits.py
+    tests/test_finalizers.py
     tests/test_lock_order.py tests/test_order_graph.py tests/test_order_reentrant.py
     tests/test_ordered.py
     tests/test_pools_evaluate.py tests/test_pools_merge.py tests/test_pools_real.py
