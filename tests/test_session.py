@@ -247,6 +247,7 @@ def test_discard_forgets_every_part(watched):
 REBOUND = {
     ("capture/_collection.py", "_deferrals"): "the pure path's collector deferrals (the process's)",
     ("capture/_collection.py", "_was_enabled"): "whether the collector was on at the first one",
+    ("capture/_collection.py", "_saved_thresholds"): "(3.12) the collector's, while raised",
     ("capture/_collection.py", "_lock"): "the deferrals' lock, made anew in a forked child",
     ("record/_lock_class.py", "_classes_lock"): "the class table's lock, anew in a forked child",
 }

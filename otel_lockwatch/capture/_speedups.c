@@ -531,25 +531,6 @@ static const PyStructSequence_Desc release_desc = {
     REL_FIELDS,
 };
 
-static void python_ahead(ModuleState *S); /* (below, with the collection deferral) */
-
-/* fn(event), the event of `type` made of `values` (NULL: None); the result, or NULL. */
-static PyObject *
-call_with_event(ModuleState *S, PyObject *fn, PyTypeObject *type, PyObject *const *values, int n)
-{
-    python_ahead(S);
-    PyObject *event = PyStructSequence_New(type);
-    if (event == NULL)
-        return NULL;
-    for (int i = 0; i < n; i++)
-        PyStructSequence_SET_ITEM(event, i, Py_NewRef(values[i] != NULL ? values[i] : Py_None));
-    if (!PyObject_GC_IsTracked(event))
-        PyObject_GC_Track(event);
-    PyObject *r = PyObject_CallOneArg(fn, event);
-    Py_DECREF(event);
-    return r;
-}
-
 /* -- the cyclic collector held off while lockwatch allocates under a lock ------------------
  * (_collection.py is the reference.) A collection runs finalizers on the thread whose allocation
  * set it off; one that lockwatch's own bookkeeping set off while the thread holds a lock runs a
@@ -632,6 +613,23 @@ python_ahead(ModuleState *S)
 #else
     (void)S;
 #endif
+}
+
+/* fn(event), the event of `type` made of `values` (NULL: None); the result, or NULL. */
+static PyObject *
+call_with_event(ModuleState *S, PyObject *fn, PyTypeObject *type, PyObject *const *values, int n)
+{
+    python_ahead(S);
+    PyObject *event = PyStructSequence_New(type);
+    if (event == NULL)
+        return NULL;
+    for (int i = 0; i < n; i++)
+        PyStructSequence_SET_ITEM(event, i, Py_NewRef(values[i] != NULL ? values[i] : Py_None));
+    if (!PyObject_GC_IsTracked(event))
+        PyObject_GC_Track(event);
+    PyObject *r = PyObject_CallOneArg(fn, event);
+    Py_DECREF(event);
+    return r;
 }
 
 static __attribute__((noinline)) void
