@@ -20,7 +20,8 @@ this is the reference (:func:`py_defer_collection`, :func:`py_resume_collection`
 hold both to one behaviour), and serves the pure-Python path. A deferral open in another
 thread when the process forks is closed in the child. A ``gc.disable()`` made by another
 thread while a deferral is open is undone when it closes (the collector's switch is the
-process's).
+process's), and so, on CPython 3.12, is a ``gc.set_threshold()`` (a deferral raises the
+thresholds there: below).
 """
 
 from __future__ import annotations
