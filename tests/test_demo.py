@@ -32,6 +32,15 @@ from otel_lockwatch.cli._main import main
 
 ANSI = re.compile(r"\x1b\[")
 ERROR_LINE = re.compile(r"^otel-lockwatch: error: [^\n]+\n$")
+#: The shared demo run's workers: the sweeper, the reporter, the compactor and two publishers.
+#: Two, not one: with a single publisher, ``global_config``'s waits are its collisions with the
+#: sweeper, which publishes only between sweeps, and a sweep slowed down (a loaded machine, the
+#: pure-Python path) left too few of them to outweigh the reporter's waits on
+#: ``stats_snapshot`` (80.9 ms, on the free-threaded build's pure-Python path, December 2026);
+#: two publishers collide whatever the sweeper does.
+DEMO_WORKERS = 5
+#: Who takes ``global_config`` and the sections in that run: the sweeper and the publishers.
+DEMO_PUBLISHERS = {"sweeper", "publisher-03", "publisher-04"}
 
 
 def _one_error(capsys: pytest.CaptureFixture[str], rc: int) -> str:
@@ -55,7 +64,7 @@ def no_otlp(monkeypatch):
 
 @pytest.fixture(scope="module")
 def demo_run(tmp_path_factory):
-    """One demo run (4 workers, 1 s) shared by the tests that read what it did."""
+    """One demo run (DEMO_WORKERS workers, 1 s) shared by the tests that read what it did."""
     saved = {
         v: os.environ.pop(v, None) for v in ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_SERVICE_NAME")
     }
@@ -64,7 +73,9 @@ def demo_run(tmp_path_factory):
     saved_streams = sys.stdout, sys.stderr
     sys.stdout, sys.stderr = out, err
     try:
-        rc = main(["demo", "--workers", "4", "--seconds", "1", "--manifest", str(path)])
+        rc = main(
+            ["demo", "--workers", str(DEMO_WORKERS), "--seconds", "1", "--manifest", str(path)]
+        )
     finally:
         sys.stdout, sys.stderr = saved_streams
         for var, value in saved.items():
@@ -79,18 +90,20 @@ def test_demo_exits_0_and_its_manifest_loads_back_with_the_verdict(demo_run):
     assert rc == 0, err
     doc = load_manifest(path).to_dict()
     assert doc["verdict"] == "CYCLIC_ORDERING_DETECTED"
-    assert doc["nominal_pool_size"] == 4
+    assert doc["nominal_pool_size"] == DEMO_WORKERS
     assert doc["pool_size_source"] == "executor"
-    # The size is the measured one: 4 workers, or what global_config supports when its waits
+    # The size is the measured one: all the workers, or what global_config supports when its waits
     # cost the workers 10 % of their time (it is the only lock they queue on).
     sizing = doc["sizing"]
     assert sizing["basis"] == "measured"
     assert [b["name"] for b in sizing["bottlenecks"]] in ([], ["global_config"])
     if sizing["bottlenecks"]:
         supported = sizing["workers_supported"]
-        assert doc["recommended_pool_size"] == min(4, math.ceil(supported * 1.1 - 1e-9))
+        assert doc["recommended_pool_size"] == min(
+            DEMO_WORKERS, math.ceil(supported * 1.1 - 1e-9)
+        )
     else:
-        assert doc["recommended_pool_size"] == 4
+        assert doc["recommended_pool_size"] == DEMO_WORKERS
     assert doc["process"]["service.name"] == "otel-lockwatch-demo"
 
 
@@ -103,7 +116,7 @@ def test_demo_global_config_is_the_most_waited_on_lock(demo_run):
     observed = sum(w["observed_ns"] for w in doc["workers"].values()) / 1e6
     hot = [h["lock"] for h in doc["hot_lock_register"]]
     assert hot == (["global_config"] if waits["global_config"] >= 0.1 * observed else []), hot
-    assert doc["locks"]["global_config"]["workers"].keys() == {"sweeper", "publisher-03"}
+    assert doc["locks"]["global_config"]["workers"].keys() == DEMO_PUBLISHERS
     assert ("global_config" in doc["hold_time_distribution"]) == bool(hot)
 
 
@@ -183,7 +196,7 @@ def test_demo_sections_serialize_publishes_and_the_subscriber_never_regresses(de
     entity = doc["locks"]["entity_sections"]
     assert entity["kind"] == "section"
     assert entity["acquisitions"] > 0
-    assert set(entity["workers"]) == {"sweeper", "publisher-03"}
+    assert set(entity["workers"]) == DEMO_PUBLISHERS
     (subscriber,) = [line for line in out.splitlines() if line.startswith("  subscriber")]
     assert re.search(r"sends received for 256 entities, 0 regressions ", subscriber), subscriber
     assert re.search(r"^  sweeper +\d+ sweeps of 256 entities with try_lock", out, re.M)
@@ -225,7 +238,7 @@ def test_demo_output_is_plain_text_when_not_a_tty(demo_run):
     _, path, out, err = demo_run
     assert not ANSI.search(out) and not ANSI.search(err) and "\r" not in err
     assert err.splitlines() == [
-        f"otel-lockwatch demo: 4 workers for 1 s (the manifest goes to {path})",
+        f"otel-lockwatch demo: {DEMO_WORKERS} workers for 1 s (the manifest goes to {path})",
         "  otel-lockwatch: possible circular locking dependency: accounts -> ledger -> accounts",
         err.splitlines()[-1],
     ]

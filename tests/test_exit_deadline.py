@@ -15,10 +15,13 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
 import pytest
+
+from otel_lockwatch.telemetry._bounded import run_bounded
 
 APP = Path(__file__).parent / "data" / "unreachable_collector_app.py"
 #: The exit's budget (``exit_timeout_s``) the bounded-exit tests give the app.
@@ -167,3 +170,24 @@ def test_a_second_sigint_while_the_manifest_is_written_exits_once_it_is_on_disk(
     finally:
         proc.kill()
         proc.wait()
+
+
+def test_a_bounded_step_returns_once_its_helper_thread_has_ended():
+    """Each exit step runs on a helper thread the caller waits for; the caller goes on once the
+    helper has ended, not only its call: a thread's end runs what its thread-locals hold
+    (lockwatch's own thread-end hook), and on the free-threaded build a helper still ending
+    while the caller went on to the interpreter's finalization hung the exit (the demo, 1 exit
+    in about 15 on a loaded machine: ``telemetry/_bounded.py``)."""
+    local = threading.local()
+    ended = threading.Event()
+
+    class EndsSlowly:
+        def __del__(self) -> None:
+            time.sleep(0.05)  # ok: a thread end that takes a moment (nothing waits on a sleep)
+            ended.set()
+
+    def step() -> None:
+        local.marker = EndsSlowly()  # freed as the helper ends
+
+    assert run_bounded(step, 30.0, "test-bounded-step")
+    assert ended.is_set()
