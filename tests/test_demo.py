@@ -99,9 +99,7 @@ def test_demo_exits_0_and_its_manifest_loads_back_with_the_verdict(demo_run):
     assert [b["name"] for b in sizing["bottlenecks"]] in ([], ["global_config"])
     if sizing["bottlenecks"]:
         supported = sizing["workers_supported"]
-        assert doc["recommended_pool_size"] == min(
-            DEMO_WORKERS, math.ceil(supported * 1.1 - 1e-9)
-        )
+        assert doc["recommended_pool_size"] == min(DEMO_WORKERS, math.ceil(supported * 1.1 - 1e-9))
     else:
         assert doc["recommended_pool_size"] == DEMO_WORKERS
     assert doc["process"]["service.name"] == "otel-lockwatch-demo"

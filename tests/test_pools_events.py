@@ -23,7 +23,6 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import gc
-import random
 import sqlite3
 import threading
 import time
@@ -33,7 +32,18 @@ from collections.abc import Callable, Iterator
 import pytest
 from polling import until
 from servers import http_server, postgres_server
-from test_pools_real import CONTENDED, ENOUGH, EXHAUSTED, HOLD_S, ROUNDS, WORKERS, run_workers
+from test_pools_real import (
+    CONTENDED,
+    ENOUGH,
+    EXHAUSTED,
+    HOLD_S,
+    ROUNDS,
+    WELL_SIZED_HOLD_S,
+    WELL_SIZED_JITTER,
+    WORKERS,
+    hold_s,
+    run_workers,
+)
 
 from otel_lockwatch import LockwatchInstrumentor, evaluate
 from otel_lockwatch._session import RECORDER
@@ -72,7 +82,7 @@ def dbutils_pool(size: int, ctx: dict) -> Callable[[], None]:
             cursor.execute("select 1")
             assert cursor.fetchone() == (1,)
             cursor.close()
-            time.sleep(_hold_s(ctx))  # hold: the rest of the transaction
+            time.sleep(hold_s(ctx))  # hold: the rest of the transaction
         finally:
             conn.close()  # back to the pool
 
@@ -91,14 +101,9 @@ def psycopg_pool(size: int, ctx: dict) -> Callable[[], None]:
     def use() -> None:
         with pool.connection() as conn:
             conn.execute("select 1").fetchone()
-            time.sleep(_hold_s(ctx))  # hold: the rest of the transaction
+            time.sleep(hold_s(ctx))  # hold: the rest of the transaction
 
     return use
-
-
-def _hold_s(ctx: dict) -> float:
-    """A checkout's hold: ``hold_s``, drawn within ``±jitter`` of it."""
-    return ctx["hold_s"] * random.uniform(1 - ctx["jitter"], 1 + ctx["jitter"])
 
 
 THREAD_POOLS = {
@@ -185,9 +190,7 @@ def assert_low_contention(manifest) -> None:
 # delay the 16 requests came back together each round and queued at once for httpcore's mutex,
 # whose holds stretch on a loaded machine (82.6-88.1 % throughput, 1 run in 19 at 100 ms and
 # load average 4, 548 holds summing 484 ms in one of them; at 50 ms, once in a CI run's 3.15
-# leg).
-WELL_SIZED_HOLD_S = 0.1
-WELL_SIZED_JITTER = 0.5
+# leg). (WELL_SIZED_HOLD_S and WELL_SIZED_JITTER: test_pools_real.py.)
 
 
 @pytest.mark.parametrize("kind", sorted(THREAD_POOLS))

@@ -33,8 +33,12 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     done = _run(["git", "clone", "--quiet", "--no-hardlinks", str(ROOT), str(clone)])
     assert done.returncode == 0, done.stderr
     out = work / "dist"
+    # Built as a user builds it: the pure-Python leg's switch (LOCKWATCH_DISABLE_EXTENSIONS,
+    # which a build honours too) is the test run's, not the user's.
+    env = {k: v for k, v in os.environ.items() if k != "LOCKWATCH_DISABLE_EXTENSIONS"}
     built = _run(
-        [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "-w", str(out), str(clone)]
+        [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "-w", str(out), str(clone)],
+        env=env,
     )
     assert built.returncode == 0, built.stderr[-2000:]
     (path,) = out.glob("otel_lockwatch-*.whl")
