@@ -21,12 +21,17 @@ from __future__ import annotations
 import os
 import queue
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
 from .._session import OUTBOX, PROCESS
 
 __all__ = ["Standby", "run_bounded", "standby"]
+
+#: How long a bounded call's caller waits, once the call has returned, for its helper thread's
+#: end (:func:`run_bounded`): microseconds normally.
+HELPER_END_GRACE_S = 1.0
 
 
 class Standby:
@@ -94,7 +99,9 @@ def run_bounded(fn: Callable[[], Any], timeout_s: float, name: str) -> bool:
     started, the standby thread runs it; when there is none, the caller does, unbounded.
 
     Returns:
-        True when ``fn`` returned (or raised) in time.
+        True when ``fn`` returned (or raised) in time. The helper's end (its thread-locals
+        cleared) is then waited for too, within the deadline and at most
+        :data:`HELPER_END_GRACE_S`.
     """
     done = threading.Event()
 
@@ -106,6 +113,7 @@ def run_bounded(fn: Callable[[], Any], timeout_s: float, name: str) -> bool:
         finally:
             done.set()
 
+    deadline = time.monotonic() + max(0.0, timeout_s)
     helper = threading.Thread(target=run, name=name, daemon=True)
     try:
         helper.start()
@@ -113,11 +121,16 @@ def run_bounded(fn: Callable[[], Any], timeout_s: float, name: str) -> bool:
         if not standby().submit(run):
             run()
         return done.wait(max(0.0, timeout_s))
-    # The helper's end, not only its call's, within the deadline: a thread's end runs
-    # lockwatch's thread-end hook (``record._peak.ThreadEnd``) as its thread-locals are
-    # cleared, and on the free-threaded build a helper still ending while the caller went on to
-    # the interpreter's finalization could hang it (the hook suspends the thread-locals' critical
-    # section, the ending helper is handed it and is never let back in, and the finalization
-    # then waits for it: the demo hung so, 1 exit in 16 on a loaded machine).
-    helper.join(max(0.0, timeout_s))
-    return done.is_set()
+    if not done.wait(max(0.0, timeout_s)):
+        return False
+    # Then the helper's end, within what is left of the deadline and at most
+    # HELPER_END_GRACE_S: a thread's end runs lockwatch's thread-end hook
+    # (``record._peak.ThreadEnd``) as its thread-locals are cleared, and on the free-threaded
+    # build a helper still ending while the caller went on to the interpreter's finalization
+    # could hang it (the hook suspends the thread-locals' critical section, a second ending
+    # thread is handed it and never let back in, and the finalization waits for it: the demo's
+    # exit hung so 4 times in 40 on a loaded machine). The grace bounds the one case where the
+    # end could wait on the caller: a caller holding a recorder lock (a signal handler that
+    # interrupted the recorder), whose helper's hook would wait for it.
+    helper.join(max(0.0, min(deadline - time.monotonic(), HELPER_END_GRACE_S)))
+    return True
