@@ -113,15 +113,16 @@ def run_bounded(fn: Callable[[], Any], timeout_s: float, name: str) -> bool:
         finally:
             done.set()
 
-    deadline = time.monotonic() + max(0.0, timeout_s)
+    budget_s = max(0.0, timeout_s)
+    deadline = time.monotonic() + budget_s
     helper = threading.Thread(target=run, name=name, daemon=True)
     try:
         helper.start()
     except RuntimeError:  # the interpreter starts no thread now (shutting down on 3.12, limits)
         if not standby().submit(run):
             run()
-        return done.wait(max(0.0, timeout_s))
-    if not done.wait(max(0.0, timeout_s)):
+        return done.wait(budget_s)
+    if not done.wait(budget_s):
         return False
     # Then the helper's end, within what is left of the deadline and at most
     # HELPER_END_GRACE_S: a thread's end runs lockwatch's thread-end hook
