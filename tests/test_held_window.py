@@ -102,7 +102,7 @@ print(json.dumps(out))
 """
 
 
-def _run(code: str, pure: bool) -> dict:
+def _run(code: str, pure: bool, timeout: float = 300) -> dict:
     env = dict(os.environ)
     env.pop("LOCKWATCH_DISABLE_EXTENSIONS", None)
     if pure:
@@ -111,7 +111,7 @@ def _run(code: str, pure: bool) -> dict:
     for var in ("OTEL_TRACES_EXPORTER", "OTEL_METRICS_EXPORTER", "OTEL_LOGS_EXPORTER"):
         env[var] = "none"
     done = subprocess.run(
-        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=timeout
     )
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout.strip().splitlines()[-1])
@@ -333,3 +333,39 @@ def test_the_wrappers_own_frames_on_this_very_lock_are_the_window(scenarios):
     """The proxy's ``__exit__`` frame on the lock waited for is in the window; on another lock,
     or the program's frame around it, is not."""
     assert scenarios["releasing"] == [True, False, False]
+
+
+# A look at the holder's frame that a collection freeing a threading.local interrupts: every
+# allocation collects (threshold 1), each round leaves a local in a reference cycle, and the
+# look makes a frame object (its own frame is new at each call).
+FRAME_LOOK_UNDER_COLLECTION = r"""
+import gc, threading
+from otel_lockwatch.capture._switched_out import _frame_through_all
+
+stop = threading.Event()
+holder = threading.Thread(target=stop.wait)
+holder.start()
+gc.set_threshold(1)
+for _ in range(300):
+    cycle = [threading.local()]
+    cycle.append(cycle)
+    del cycle
+    assert _frame_through_all(holder.ident) is not None
+stop.set()
+holder.join()
+print("{}")
+"""
+
+
+def test_a_look_at_the_holder_s_frame_survives_a_collection_freeing_a_thread_local():
+    """The pure-Python path (and the free-threaded build's) reads a holder's frame through
+    ``sys._current_frames()``. On CPython 3.11 that call holds the runtime's lock of thread
+    states while it makes frame objects, and a collection set off there that frees a
+    ``threading.local`` takes that lock again: the waiter deadlocks on itself holding the GIL,
+    and the whole program stops (python/cpython#106883; seen in ``otel-lockwatch demo`` in a
+    pure-Python test run). The look holds the collector off; without that this program hangs
+    on 3.11 every time (3.12 and later hold it off themselves)."""
+    try:
+        _run(FRAME_LOOK_UNDER_COLLECTION, pure=True, timeout=60)
+    except subprocess.TimeoutExpired:
+        pytest.fail("the look at the holder's frame deadlocked under a collection")

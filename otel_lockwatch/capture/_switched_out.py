@@ -43,6 +43,7 @@ from .._session import RECORDER
 from ..record._recorder import WorkerState
 from ..record._stats import Stats
 from ._bookkeeping import lock_wait
+from ._collection import defer_collection, resume_collection
 from ._fast_path import speedups
 from ._naming import LockClass
 
@@ -71,7 +72,16 @@ _current_frames = sys._current_frames
 
 
 def _frame_through_all(ident: int) -> Any:
-    return _current_frames().get(ident)
+    # With the cyclic collector held off: up to CPython 3.11, sys._current_frames() makes the
+    # threads' frame objects while it holds the runtime's lock of thread states, and a collection
+    # set off by one of those allocations that frees a threading.local takes that lock again:
+    # the thread waits for itself, holding the interpreter, and the process stops for good
+    # (python/cpython#106883; later versions hold the collector off there themselves).
+    defer_collection()
+    try:
+        return _current_frames().get(ident)
+    finally:
+        resume_collection()
 
 
 #: The innermost frame of one thread (by ident), or None. ``sys._current_frames()`` makes a frame
