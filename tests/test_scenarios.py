@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import math
 import queue
 import threading
@@ -50,28 +51,30 @@ def test_hot_global_lock_hammered_by_eight_workers(watched):
         "waits_ms": {name: lock["wait_ms_total"] for name, lock in manifest.locks.items()},
         "workers": sorted(manifest.to_dict()["workers"]),
     }
+    # As a string: pytest shortens a dict message to a line, which cut off the figures wanted.
+    said = json.dumps(seen, default=str, sort_keys=True)
 
-    assert manifest.verdict == "HOT_LOCK_DETECTED", seen
-    assert manifest.nominal_pool_size == 8, seen
-    assert manifest.pool_size_source == "executor", seen
+    assert manifest.verdict == "HOT_LOCK_DETECTED", said
+    assert manifest.nominal_pool_size == 8, said
+    assert manifest.pool_size_source == "executor", said
     # The barrier is not watched: its wait counts as work, so the lock supports the ~4.5
     # workers the run kept busy, and the recommendation adds 10 % to that, rounded up.
     sizing = manifest.sizing
     assert sizing["basis"] == "measured"
     assert sizing["bottlenecks"][0]["name"] == "global_config"
     assert manifest.recommended_pool_size == min(8, math.ceil(sizing["workers_supported"] * 1.1))
-    assert 3 <= manifest.recommended_pool_size <= 7, seen
-    assert manifest.hot_lock_register[0]["lock"] == "global_config", seen
-    assert manifest.hot_lock_register[0]["wait_share_pct"] == 100.0, seen
+    assert 3 <= manifest.recommended_pool_size <= 7, said
+    assert manifest.hot_lock_register[0]["lock"] == "global_config", said
+    assert manifest.hot_lock_register[0]["wait_share_pct"] == 100.0, said
     dist = manifest.hold_time_distribution["global_config"]
-    assert dist["count"] == 80, seen
+    assert dist["count"] == 80, said
     assert HOLD_S * 1000 <= dist["p50_ms"] <= HOLD_S * 1000 * 3, seen  # sleep overshoots
     assert dist["p50_ms"] <= dist["p95_ms"] <= dist["max_ms"]
-    assert manifest.starvation_signatures == [], seen
-    assert manifest.pre_deadlock_ordering_witness == [], seen
-    assert manifest.locks["global_config"]["acquisitions"] == 80, seen
+    assert manifest.starvation_signatures == [], said
+    assert manifest.pre_deadlock_ordering_witness == [], said
+    assert manifest.locks["global_config"]["acquisitions"] == 80, said
     # Each round lasts 8 holds and a worker waits 3.5 of them on average: 1 - 3.5/8 = 56 %.
-    assert 35 < manifest.effective_throughput_pct < 75, seen
+    assert 35 < manifest.effective_throughput_pct < 75, said
 
 
 def test_starved_worker_on_a_lock_the_others_take_freely(watched):
