@@ -13,7 +13,16 @@ import threading
 from polling import until
 
 from otel_lockwatch._session import RECORDER
-from otel_lockwatch.record._sites import UNKNOWN
+from otel_lockwatch.record._sites import (
+    READS,
+    UNKNOWN,
+    SiteTable,
+    read_points,
+    site_points,
+    with_unfiled,
+)
+from otel_lockwatch.record._state_parts import stats_data
+from otel_lockwatch.record._stats import Stats
 from otel_lockwatch.record._waits import UNFILED_FIELDS, UnfiledWaits
 
 
@@ -173,3 +182,72 @@ def test_waits_counted_but_not_filed_when_a_snapshot_reads_are_charged_to_unknow
     assert holders[UNKNOWN] == {"count": 2, "wait_ns": 30}
     s.sites = None  # no table yet: no points (a lock entry without them is whole)
     assert "contention_points" not in stats_data("threading.Lock", "w", s)
+
+
+# -- a snapshot's read of a table a filer is writing --------------------------------------------
+
+
+# A waiter's and a holder's site: (code, instruction offset), as the lock path takes them.
+_WAITER = ((lambda: None).__code__, 2)
+_HOLDER = ((lambda: None).__code__, 4)
+
+
+class _TornOnce(Stats):
+    """A worker's statistics whose table reads torn (as a filer's add, cut between a row's
+    total and its buckets, leaves it) the first ``torn`` times, whole after that."""
+
+    def __init__(self, torn: int) -> None:
+        super().__init__()
+        self.torn, self.whole = torn, SiteTable()
+        self.whole.add(_WAITER, _HOLDER, 3_000)
+        self.whole.add(_WAITER, _HOLDER, 5_000)
+        self.contentions, self.wait_total_ns = 2, 8_000
+
+    @property  # type: ignore[override]
+    def sites(self) -> SiteTable:
+        if self.torn == 0:
+            return self.whole
+        self.torn -= 1
+        table = SiteTable()
+        table.add(_WAITER, _HOLDER, 3_000)
+        table.add(_WAITER, _HOLDER, 5_000)
+        table.waits[_WAITER][1] -= 5_000  # the second add's time not in the total yet
+        return table
+
+    @sites.setter
+    def sites(self, value: object) -> None:  # Stats() sets it
+        pass
+
+
+def _adds_up(points: dict, contentions: int, wait_total: int) -> bool:
+    waits, holders = points["contention_points"], points["contending_points"]
+    return (
+        (sum(h.count for h in waits.values()), sum(h.sum for h in waits.values()))
+        == (sum(r["count"] for r in holders.values()), sum(r["wait_ns"] for r in holders.values()))
+        == (contentions, wait_total)
+    )
+
+
+def test_a_torn_read_of_a_table_is_read_again():
+    """A read of the table in the middle of a filer's add is made again: the points are the
+    whole read's (the waits at their sites), and they add up to the counters."""
+    stats = _TornOnce(torn=1)
+    points, contentions, wait_total = read_points(stats)
+    assert (contentions, wait_total) == (2, 8_000)
+    assert stats.torn == 0  # read twice
+    assert set(points["contention_points"]) == set(site_points(stats.whole)["contention_points"])
+    assert UNKNOWN not in points["contention_points"]
+    assert _adds_up(with_unfiled(points, contentions, wait_total), contentions, wait_total)
+
+
+def test_a_table_torn_at_every_read_gives_its_counters_to_unknown():
+    """Torn at every read: the counters stand, charged to ``(unknown)`` at both ends, and the
+    recording loads back (a snapshot's own data never refused)."""
+    stats = _TornOnce(torn=READS)
+    points, contentions, wait_total = read_points(stats)
+    assert (contentions, wait_total) == (2, 8_000)
+    assert set(points["contention_points"]) == {UNKNOWN}
+    assert set(points["contending_points"]) == {UNKNOWN}
+    assert _adds_up(points, contentions, wait_total)
+    data = {"locks": {"shared": stats_data("lock", "w", stats)}}
+    assert _adds_up(data["locks"]["shared"], 2, 8_000)

@@ -52,6 +52,7 @@ __all__ = [
     "ranked",
     "site_points",
     "trim_points",
+    "read_points",
     "with_unfiled",
 ]
 
@@ -216,6 +217,48 @@ def site_points(table: SiteTable | None) -> dict[str, Any]:
         row["count"] += count
         row["wait_ns"] += wait
     return {"contention_points": waits, "contending_points": holders}
+
+
+#: How many times :func:`read_points` reads a table that a filer was writing before it gives up
+#: on its sites.
+READS = 3
+
+
+def read_points(s: Any) -> tuple[dict[str, Any], int, int]:
+    """``(points, contentions, wait_total)`` of a ``Stats``, the points read first.
+
+    A filer (the emitter, every 50 ms) may be adding a wait to the table while it is read: a
+    row's total read before the add and its buckets after it, or the waits' row after it and the
+    holders' before, is a torn read, whose points do not fit under the counters however the
+    unfiled waits are charged. Such a read is made again (a filer's add takes microseconds);
+    after :data:`READS` torn reads, the points are the counters' alone, charged to ``(unknown)``
+    (what a snapshot gives up then is where those waits were, never their count or time).
+    """
+    for _ in range(READS):
+        points = site_points(s.sites)
+        contentions, wait_total = s.contentions, s.wait_total_ns
+        if _fits(points, contentions, wait_total):
+            return points, contentions, wait_total
+    return with_unfiled(_no_points(), contentions, wait_total), contentions, wait_total
+
+
+def _fits(points: dict[str, Any], contentions: int, wait_total: int) -> bool:
+    # Whether the points are a whole read: the holders add up to the waits, and what the
+    # counters have beyond them is nothing, or waits with their time (a wait counted, and its
+    # time not added yet, is a count with a time of 0).
+    if not points:
+        return True
+    waits = points["contention_points"].values()
+    count, total = sum(h.count for h in waits), sum(h.sum for h in waits)
+    holders = points["contending_points"].values()
+    if (sum(r["count"] for r in holders), sum(r["wait_ns"] for r in holders)) != (count, total):
+        return False
+    count, total = contentions - count, wait_total - total
+    return (count, total) == (0, 0) or (count > 0 and total >= 0)
+
+
+def _no_points() -> dict[str, Any]:
+    return {"contention_points": {}, "contending_points": {}}
 
 
 def with_unfiled(points: dict[str, Any], contentions: int, wait_total: int) -> dict[str, Any]:

@@ -12,7 +12,7 @@ from typing import Any
 
 from ._data import WorkerTotals
 from ._histogram import from_buckets
-from ._sites import site_points, with_unfiled
+from ._sites import read_points, with_unfiled
 
 __all__ = ["state_parts", "stats_data", "track_section"]
 
@@ -44,9 +44,8 @@ def stats_data(kind: str, worker: str, s: Any) -> dict[str, Any]:
     Every blocking attempt is a wait sample; the uncontended ones (``acq - tryok + tmo``
     attempts minus ``cont`` contended ones) are samples of 0, which the hot path never wrote.
     """
-    points = site_points(s.sites)  # before the counters: they are never behind it
+    points, contentions, wait_total = read_points(s)  # the points first: never ahead
     blocking = s.acquisitions - s.try_acquisitions + s.timeouts
-    contentions, wait_total = s.contentions, s.wait_total_ns
     return {
         "kind": kind,
         "acquisitions": s.acquisitions,
