@@ -50,9 +50,9 @@ __all__ = [
     "merge_points",
     "merge_tables",
     "ranked",
+    "read_points",
     "site_points",
     "trim_points",
-    "read_points",
     "with_unfiled",
 ]
 
