@@ -239,7 +239,7 @@ def read_points(s: Any) -> tuple[dict[str, Any], int, int]:
         contentions, wait_total = s.contentions, s.wait_total_ns
         if _fits(points, contentions, wait_total):
             return points, contentions, wait_total
-    return with_unfiled(_no_points(), contentions, wait_total), contentions, wait_total
+    return with_unfiled(site_points(SiteTable()), contentions, wait_total), contentions, wait_total
 
 
 def _fits(points: dict[str, Any], contentions: int, wait_total: int) -> bool:
@@ -248,17 +248,18 @@ def _fits(points: dict[str, Any], contentions: int, wait_total: int) -> bool:
     # time not added yet, is a count with a time of 0).
     if not points:
         return True
-    waits = points["contention_points"].values()
-    count, total = sum(h.count for h in waits), sum(h.sum for h in waits)
     holders = points["contending_points"].values()
+    count, total = _filed(points)
     if (sum(r["count"] for r in holders), sum(r["wait_ns"] for r in holders)) != (count, total):
         return False
     count, total = contentions - count, wait_total - total
     return (count, total) == (0, 0) or (count > 0 and total >= 0)
 
 
-def _no_points() -> dict[str, Any]:
-    return {"contention_points": {}, "contending_points": {}}
+def _filed(points: dict[str, Any]) -> tuple[int, int]:
+    # The count and the time of the waits the points hold.
+    waits = points["contention_points"].values()
+    return sum(h.count for h in waits), sum(h.sum for h in waits)
 
 
 def with_unfiled(points: dict[str, Any], contentions: int, wait_total: int) -> dict[str, Any]:
@@ -271,8 +272,8 @@ def with_unfiled(points: dict[str, Any], contentions: int, wait_total: int) -> d
     if not points:
         return points
     waits = points["contention_points"]
-    count = contentions - sum(h.count for h in waits.values())
-    total = wait_total - sum(h.sum for h in waits.values())
+    count, total = _filed(points)
+    count, total = contentions - count, wait_total - total
     if count <= 0 or total < 0:  # nothing unfiled (or a counter read mid-update: as read)
         return points
     mean = total // count
