@@ -11,6 +11,7 @@ and publisher-03 take ``accounts`` and ``ledger`` in opposite orders, one after 
 from __future__ import annotations
 
 import io
+import json
 import math
 import os
 import re
@@ -111,7 +112,22 @@ def test_demo_global_config_is_the_most_waited_on_lock(demo_run):
     ``stats_snapshot``; with one publisher it was about 9 %, hot in some runs only)."""
     doc = load_manifest(demo_run[1]).to_dict()
     waits = {name: lock["wait_ms_total"] for name, lock in doc["locks"].items()}
-    assert max(waits, key=waits.__getitem__) == "global_config", waits
+    # What a failure shows (it failed once on the free-threaded build's pure-Python path in a
+    # whole run with no wait on any lock but stats_snapshot): each lock's counts and workers, the
+    # window's yields (taken without a wait), the run's own counts.
+    said = json.dumps(
+        {
+            "locks": {
+                name: [lock["acquisitions"], lock["contentions"], lock["wait_ms_total"]]
+                + [sorted(lock["workers"])]
+                for name, lock in doc["locks"].items()
+            },
+            "window_yields": RECORDER.window_yields,
+            "out": demo_run[2][-600:],
+        },
+        sort_keys=True,
+    )
+    assert max(waits, key=waits.__getitem__) == "global_config", said
     observed = sum(w["observed_ns"] for w in doc["workers"].values()) / 1e6
     hot = [h["lock"] for h in doc["hot_lock_register"]]
     assert hot == (["global_config"] if waits["global_config"] >= 0.1 * observed else []), hot
