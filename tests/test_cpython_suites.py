@@ -71,7 +71,9 @@ def _run(mode: str, modules: list[str], manifest: Path) -> dict:
             proc.communicate()
             raise
     assert proc.returncode == 0, stderr[-3000:]
-    return json.loads(stdout.strip().splitlines()[-1])
+    # With the run's stderr: what lockwatch logged there (a manifest it could not write) is
+    # what a failure needs to show.
+    return {**json.loads(stdout.strip().splitlines()[-1]), "stderr": stderr[-3000:]}
 
 
 def _importable(modules: list[str]) -> bool:
@@ -110,6 +112,9 @@ def test_cpython_suite_passes_instrumented_as_plain(suite, tmp_path):
         again = _run("instrumented", new, tmp_path / f"rerun-{attempt}.json")
         new = sorted(set(new) & set(again["failed"]))
     assert new == [], "\n\n".join(f"{t}:\n{watched['details'].get(t, '')}" for t in new)
+    # (Once, on the free-threaded build's pure-Python path, December 2026, the run passed and
+    # left no manifest; its stderr was not kept then.)
+    assert (tmp_path / "manifest.json").is_file(), watched["stderr"]
     manifest = json.loads((tmp_path / "manifest.json").read_text())
     # Correct code makes no cycle: a lock dropped, reinitialised or handed over while held (as
     # these suites do) orders nothing.

@@ -12,6 +12,7 @@ from __future__ import annotations
 import gc
 import hashlib
 import json
+import logging
 import threading
 
 import pytest
@@ -138,6 +139,36 @@ def test_a_failing_logger_provider_never_reaches_the_host(make_watched, tmp_path
     assert _session.current().exporter.write(final=False) == path
     assert OUTBOX.errors == before + 1
     load_manifest(path)
+
+
+def test_a_lost_final_manifest_is_said_even_after_an_earlier_internal_error(
+    make_watched, tmp_path, monkeypatch, caplog
+):
+    """Internal errors are logged once a process; a final write that fails is said whatever
+    came before it: the manifest is the run's last word, and its absence needs a reason."""
+    from otel_lockwatch.telemetry import _exit
+
+    class Broken:
+        def get_logger(self, *args, **kwargs):
+            raise RuntimeError("no logs today")
+
+    path = tmp_path / "manifest.json"
+    make_watched(manifest=True, manifest_path=str(path), logger_provider=Broken())
+    writer = _session.current().exporter
+    with caplog.at_level(logging.WARNING, logger="otel_lockwatch"):
+        assert writer.write(final=False) == path  # the first internal error: logged
+        assert sum("internal error" in r.getMessage() for r in caplog.records) == 1
+
+        def refused(*args, **kwargs):
+            raise ValueError("a recording the manifest refuses")
+
+        monkeypatch.setattr(_exit, "evaluate_recording", refused)
+        caplog.clear()
+        assert writer.write(final=True) is None
+    assert [r.getMessage() for r in caplog.records] == [
+        "otel-lockwatch: the manifest was not written: "
+        "ValueError('a recording the manifest refuses')"
+    ]
 
 
 # ---------------------------------------------------------------------------------------------

@@ -306,7 +306,10 @@ class ManifestExporter(SpanExporter):
             logger.warning("otel-lockwatch: could not write the manifest: %s", exc)
             return None
         except Exception as exc:  # never into the host: the one error path
-            OUTBOX.failed(exc)
+            logged_before = OUTBOX.errors > 0
+            OUTBOX.failed(exc)  # logged if it is the first
+            if final and logged_before:  # a lost manifest is always said
+                logger.warning("otel-lockwatch: the manifest was not written: %r", exc)
             return None
         finally:
             st.in_lockwatch = was_in_lockwatch
