@@ -38,13 +38,17 @@ def _env() -> dict[str, str]:
 @pytest.mark.parametrize("mode", ["handler-evaluates", "signals", "finalizers"])
 def test_reentry_never_hangs(mode, tmp_path):
     manifest = tmp_path / "m.json"
-    done = subprocess.run(
-        [sys.executable, str(STRESS), mode, "3", str(manifest)],
-        capture_output=True,
-        text=True,
-        timeout=90,  # a hang ends here, as a failure
-        env=_env(),
-    )
+    try:
+        done = subprocess.run(
+            [sys.executable, str(STRESS), mode, "3", str(manifest)],
+            capture_output=True,
+            text=True,
+            timeout=90,  # a hang ends here, as a failure
+            env=_env(),
+        )
+    except subprocess.TimeoutExpired as hung:  # with the stacks the script dumped at 60 s
+        stderr = hung.stderr.decode(errors="replace") if isinstance(hung.stderr, bytes) else ""
+        pytest.fail(f"{mode}: still running after 90 s\n{stderr[-6000:]}")
     assert done.returncode == 0, done.stderr[-3000:]
     last = done.stdout.strip().splitlines()[-1].split()
     assert last[0] == "done"

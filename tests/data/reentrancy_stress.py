@@ -21,6 +21,7 @@ It prints ``ready`` once the loop runs and, unless killed, ``done N`` at the end
 
 from __future__ import annotations
 
+import faulthandler
 import gc
 import random
 import signal
@@ -32,6 +33,9 @@ import time
 from otel_lockwatch import LockwatchInstrumentor, evaluate, write_manifest
 
 mode, seconds, manifest = sys.argv[1], float(sys.argv[2]), sys.argv[3]
+# A run that hangs says where, on stderr, before the test's deadline ends it (a C thread's
+# timer: no signal, no lock of this process).
+faulthandler.dump_traceback_later(max(60.0, seconds + 30))
 LockwatchInstrumentor().instrument(manifest_path=manifest, checkpoint_interval_s=0.01)
 
 stop = threading.Event()
