@@ -134,8 +134,11 @@ from otel_lockwatch import LockwatchInstrumentor, _session
 from otel_lockwatch.telemetry._emitter import Telemetry
 entered, release = threading.Event(), threading.Event()
 emit = Telemetry.emit
+parent = os.getpid()
 def slow_emit(self, *record):
-    if threading.current_thread().name == "otel-lockwatch-emitter":
+    # The parent's emitter thread only: the child's own emitter (started by its first record)
+    # must not wait for a release that only the parent sets, or its flush would wait for it.
+    if threading.current_thread().name == "otel-lockwatch-emitter" and os.getpid() == parent:
         entered.set()
         release.wait(30)
     emit(self, *record)
