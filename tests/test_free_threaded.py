@@ -61,7 +61,8 @@ for t in threads:
 stats = [v for k, v in RECORDER.snapshot()["locks"].items() if k.startswith("__main__:")][0]
 gil = sys._is_gil_enabled() if hasattr(sys, "_is_gil_enabled") else True
 print(json.dumps({{"n": n, "acquisitions": stats["acquisitions"], "holds": stats["hold_ns"].count,
-                  "contentions": stats["contentions"], "gil": gil, "c": _fast_path.SPEEDUPS}}))
+                  "contentions": stats["contentions"], "yielded": RECORDER.window_yields,
+                  "gil": gil, "c": _fast_path.SPEEDUPS}}))
 """
 
 # The sections of one array, taken by more threads than cores (more threads than sections).
@@ -184,6 +185,8 @@ def test_counts_are_exact_with_more_threads_than_cores(pure):
     assert got["holds"] == THREADS * ITERATIONS  # every release recorded too
     assert 0 <= got["contentions"] <= got["acquisitions"]
     assert got["gil"] is not FREE_THREADED  # the GIL stayed off where the build has none
+    if FREE_THREADED:  # no held window without the GIL: every failed try is a wait, recorded
+        assert got["yielded"] == 0, got  # (129 to 2,592 on the pure path while it had one)
 
 
 @pytest.mark.parametrize("pure", [False, True], ids=["default path", "pure path"])
