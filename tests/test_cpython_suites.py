@@ -68,8 +68,9 @@ def _run(mode: str, modules: list[str], manifest: Path) -> dict:
             stdout, stderr = proc.communicate(timeout=900)
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
-            proc.communicate()
-            raise
+            _, stderr = proc.communicate()
+            # With every thread's stack, which the runner dumps at 720 s.
+            pytest.fail(f"{mode} {modules}: still running after 900 s\n{stderr[-8000:]}")
     assert proc.returncode == 0, stderr[-3000:]
     # With the run's stderr: what lockwatch logged there (a manifest it could not write) is
     # what a failure needs to show.

@@ -29,11 +29,6 @@ gil_only = pytest.mark.skipif(
     bool(sysconfig.get_config_var("Py_GIL_DISABLED")),
     reason="the free-threaded build: threads run at once, so the program's contention is real",
 )
-# ...and there is no window without the GIL (capture/_switched_out.py): a failed try waits.
-window_only = pytest.mark.skipif(
-    bool(sysconfig.get_config_var("Py_GIL_DISABLED")),
-    reason="the free-threaded build: no held window without the GIL, a failed try waits",
-)
 
 # 8 threads, each 25,000 times `with L: n += 1` on one lock: no contention of its own.
 CONVOY = """
@@ -300,7 +295,6 @@ def test_a_holder_before_its_notes_is_in_the_window(scenarios):
     assert scenarios["none_in_window"] is True
 
 
-@window_only
 def test_the_waiter_yields_to_a_holder_in_the_window_and_records_no_wait(scenarios):
     """The acquisition is counted; it is no contention (the raw lock would not have waited)."""
     assert scenarios["yielded"] == {
