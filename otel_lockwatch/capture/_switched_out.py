@@ -30,21 +30,18 @@ path). So the C path's failed try comes here too, and a holder whose innermost f
 acquisition's site, still at the call that acquired (the entry's frame and offset), is inside
 the window.
 
-Without the GIL (the free-threaded build, unless an extension turned it back on) there is no
-window: a holder runs on a core of its own whatever its code, so no convoy forms behind it, and a
-failed try found the lock taken as the raw lock's would have, a wait of the program's. There the
-waiter blocks, on both paths, and the look is not made: reading another thread's frame stops
-every thread of the process there (``sys._current_frames()``), on each contended acquisition. It
-only gives a holder that has taken the lock and not published its hold yet a few yields of the
-processor first (:data:`HOLDER_LOOKS`), so that the wait is charged to that holder's site. (With
-the window, 5 threads x 20,000 ``with L: n += 1`` on 3.13t counted 21-498 contentions and 129 to
-2,592 acquisitions taken by yielding on the pure-Python path, 4-22 and 6-80 on the C path,
-against 5-6 contended tries in most plain runs; without it 21-30 and 3-8, and none yielded.)
+Without the GIL (the free-threaded build, unless an extension turned it back on) the window is
+only a holder that has taken the lock and not noted its hold yet: lockwatch's own code, which
+holds the lock where the program's would not, on both paths alike. A holder that has noted its
+hold runs on a core of its own whatever its code, so no convoy forms behind it, and a failed try
+then is the program's wait; its frame is not looked at there, since reading another thread's
+frame stops every thread of the process (``sys._current_frames()``), on each contended
+acquisition. (The look gone, 8 threads x 50,000 ``with L: n += 1`` on 3.13t, the C path:
+24 contentions and no acquisition taken by yielding, against 46-177 and 122-520 with it.)
 """
 
 from __future__ import annotations
 
-import os
 import sys
 import sysconfig
 from time import perf_counter_ns as _pc
@@ -54,13 +51,12 @@ from typing import Any
 from .._session import RECORDER
 from ..record._recorder import WorkerState
 from ..record._stats import Stats
-from ._bookkeeping import holder_entry, lock_wait
+from ._bookkeeping import lock_wait
 from ._collection import defer_collection, resume_collection
 from ._fast_path import speedups
 from ._naming import LockClass
 
 __all__ = [
-    "HOLDER_LOOKS",
     "WINDOW_POLLS",
     "in_window",
     "window_code",
@@ -85,11 +81,6 @@ _current_frames = sys._current_frames
 # Whether the GIL is on now (3.13 and later; it can be turned on at run time, by an extension
 # that does not declare it unused); before 3.13, always.
 _gil_enabled = getattr(sys, "_is_gil_enabled", None)
-#: Without the GIL, how many times a waiter gives up the processor to a holder that has taken
-#: the lock and not published its hold yet, so that the wait is charged to the holder's site
-#: (the C path's ``HOLDER_LOOKS``, in ``lock_wait_here``).
-HOLDER_LOOKS = 16
-_sched_yield = getattr(os, "sched_yield", lambda: _sleep(0))
 
 
 def _gil_on() -> bool:
@@ -135,6 +126,8 @@ def in_window(hold: Any) -> bool:
     holder: WorkerState | None = hold._lw_holder
     if holder is None:
         return True
+    if not _gil_on():  # no look at another thread's frame without the GIL (module docstring)
+        return False
     owner = holder.thread() if holder.thread is not None else None
     ident = getattr(owner, "ident", None)
     if ident is None:
@@ -160,10 +153,7 @@ def window_yields(lock: Any, stats: Stats, hold: Any, deadline: float | None = N
     """Yield to a holder of ``hold``'s lock inside the window, trying ``lock`` again after each
     yield, until the holder is seen in the program's own code, :data:`WINDOW_POLLS` yields to
     one hold, or ``deadline`` (perf_counter ns). True: taken that way (counted: an acquisition,
-    and ``RECORDER.window_yields``); False: the caller waits, as the program would have (at
-    once without the GIL: the module docstring)."""
-    if not _gil_on():
-        return False
+    and ``RECORDER.window_yields``); False: the caller waits, as the program would have."""
     polls = 0
     seen = None
     while in_window(hold):
@@ -206,11 +196,6 @@ def window_wait(
     deadline = None if timeout < 0 else t0 + timeout * 1e9
     if window_yields(lock, stats, hold, deadline):
         return True
-    if not _gil_on():
-        for _ in range(HOLDER_LOOKS):  # part of the wait: timed from the failed try
-            if holder_entry(hold) is not None:
-                break
-            _sched_yield()
     if deadline is not None:
         timeout = max(0.0, (deadline - _pc()) / 1e9)
     return lock_wait(lock, state, stats, lock_class, frame, timeout, hold, t0)
