@@ -16,8 +16,10 @@
  *     its wait to the holder; its class, which a rename replaces; a slot of WorkerState, Stats,
  *     Hold, ArrayTrack, HandoffStats) is read and written as CPython's own members are:
  *     PyMember_GetOne / PyMember_SetOne (an atomic load with a checked incref; a store under the
- *     object's critical section), an atomic exchange for a proxy's hold (field_set), the old
- *     value released after the store;
+ *     object's critical section), and a proxy's hold as well: its stores exchanged under the
+ *     proxy's critical section (hold_set, entry_released), a waiter's read under it too
+ *     (field_get: a plain load and incref once took a reference to an entry freed between the
+ *     two), the old value released after the store;
  *   - a held-stack entry is never reused (reused_entry): "its reference count is 1" does not
  *     mean "nobody can reach it" when a waiter may be reading the proxy's _lw_entry at that
  *     moment. A new entry is made before the raw acquire instead, as the Python path does, so
@@ -111,19 +113,25 @@ dict_get_ref(PyObject *d, PyObject *key, PyObject **out)
 #endif
 }
 
-/* *p = v (a new reference, stolen), the old value released after: Py_XSETREF, where another
- * thread may read *p meanwhile (as a member descriptor reads it: an atomic load and an incref
- * checked against the field) or store into it (an exchange: one of two stores gets the old). */
-static inline void
-field_set(PyObject **p, PyObject *v)
+/* *p (a new reference, or NULL), read by a thread that does not hold the lock whose hold `owner`
+ * keeps. On the free-threaded build the hold's stores (hold_set, entry_released, the release's
+ * exchange of the holder) take `owner`'s critical section, as CPython's own member stores do, and
+ * so does this load and incref: it never increfs a value whose release by a store has freed it
+ * between the two. (A member descriptor's read is safe the same way: its checked incref falls
+ * back to that section.) */
+static inline PyObject *
+field_get(PyObject *owner, PyObject **p)
 {
+    PyObject *v;
 #ifdef Py_GIL_DISABLED
-    PyObject *old = __atomic_exchange_n(p, v, __ATOMIC_ACQ_REL);
+    Py_BEGIN_CRITICAL_SECTION(owner);
+    v = Py_XNewRef(__atomic_load_n(p, __ATOMIC_ACQUIRE));
+    Py_END_CRITICAL_SECTION();
 #else
-    PyObject *old = *p;
-    *p = v;
+    (void)owner;
+    v = Py_XNewRef(*p);
 #endif
-    Py_XDECREF(old);
+    return v;
 }
 
 /* -- slots read like the interpreter reads them -------------------------------------------
@@ -2241,14 +2249,19 @@ static PyType_Spec ThreadEnd_spec = {
  * entry (a waiter that arrived during the hold keeps its own reference, and so the holder's
  * site), and holds None. A hold taken since (the bookkeeping may switch threads) is left alone. */
 static void
-entry_released(ModuleState *S, PyObject **field, PyObject *entry)
+entry_released(ModuleState *S, PyObject *owner, PyObject **field, PyObject *entry)
 {
 #ifdef Py_GIL_DISABLED
     PyObject *expected = entry;
-    if (__atomic_compare_exchange_n(field, &expected, Py_None, 0, __ATOMIC_ACQ_REL,
-                                    __ATOMIC_ACQUIRE)) /* (None is immortal: no reference) */
+    int swapped;
+    Py_BEGIN_CRITICAL_SECTION(owner); /* (a waiter may be reading the field: field_get) */
+    swapped = __atomic_compare_exchange_n(field, &expected, Py_None, 0, __ATOMIC_ACQ_REL,
+                                          __ATOMIC_ACQUIRE); /* (None is immortal: no reference) */
+    Py_END_CRITICAL_SECTION();
+    if (swapped)
         Py_DECREF(entry); /* the field's reference */
 #else
+    (void)owner;
     if (*field != entry)
         return;
     if (Py_TYPE(entry) == S->held_entry_type && Py_REFCNT(entry) == 2) {
@@ -2631,6 +2644,41 @@ static const PyMemberDef CLASS_MEMBER = {"_lockwatch_class", T_OBJECT_EX, offset
                                          NULL};
 #endif
 
+/* The proxy's hold's entry (a new reference, or NULL), read by a waiter, which does not hold the
+ * lock: on the free-threaded build the holder's release lets go of that entry meanwhile, so it is
+ * read under the proxy's critical section, which the stores take (hold_set, entry_released); a
+ * plain load and incref took a reference to an entry freed between the two, and reused (once a
+ * builtin method, whose `frame` the wait's filing then asked for). */
+static inline PyObject *
+hold_entry(LockBase *self)
+{
+    return field_get((PyObject *)self, &self->entry);
+}
+
+/* The hold noted on the proxy (each a new reference, stolen; the old values released after), which
+ * a waiter may read meanwhile: four stores in one critical section on the free-threaded build
+ * (field_get). */
+static inline void
+hold_set(LockBase *self, PyObject *entry, PyObject *stats, PyObject *context, PyObject *holder)
+{
+    PyObject *old[4];
+#ifdef Py_GIL_DISABLED
+    Py_BEGIN_CRITICAL_SECTION(self);
+    old[0] = __atomic_exchange_n(&self->entry, entry, __ATOMIC_ACQ_REL);
+    old[1] = __atomic_exchange_n(&self->stats, stats, __ATOMIC_ACQ_REL);
+    old[2] = __atomic_exchange_n(&self->context, context, __ATOMIC_ACQ_REL);
+    old[3] = __atomic_exchange_n(&self->holder, holder, __ATOMIC_ACQ_REL);
+    Py_END_CRITICAL_SECTION();
+#else
+    old[0] = self->entry, self->entry = entry;
+    old[1] = self->stats, self->stats = stats;
+    old[2] = self->context, self->context = context;
+    old[3] = self->holder, self->holder = holder;
+#endif
+    for (int i = 0; i < 4; i++)
+        Py_XDECREF(old[i]);
+}
+
 /* -- a lock proxy's wait (_bookkeeping.timed_wait and record_wait, for a lock's own blocking
  * acquire) -----------------------------------------------------------------------------------
  * The waiter runs this with the lock it waited for held, on everyone's critical path under
@@ -2825,7 +2873,7 @@ lock_wait_here(ModuleState *S, LockBase *self, PyObject *st, PyObject *s, PyObje
         swallow(S);
         ctx = Py_NewRef(Py_None);
     }
-    PyObject *held_by = Py_XNewRef(FT_LOAD(self->entry)); /* the holder at the arrival */
+    PyObject *held_by = hold_entry(self); /* the holder at the arrival */
 #ifdef Py_GIL_DISABLED
     /* Without the GIL a holder runs beside its waiters: one that has taken the lock but not yet
      * published its entry (a few microseconds of bookkeeping, or a preemption right there) is
@@ -2836,7 +2884,7 @@ lock_wait_here(ModuleState *S, LockBase *self, PyObject *st, PyObject *s, PyObje
         Py_BEGIN_ALLOW_THREADS
         sched_yield();
         Py_END_ALLOW_THREADS
-        Py_XSETREF(held_by, Py_XNewRef(FT_LOAD(self->entry)));
+        Py_XSETREF(held_by, hold_entry(self));
     }
 #endif
     PyObject *before = slot_get(&S->worker[WORKER_WAITING], st);
@@ -2994,12 +3042,8 @@ lock_acquire_fast(LockBase *self, int blocking)
                 swallow(S);
                 ctx = Py_NewRef(Py_None);
             }
-            /* (a waiter may read these meanwhile: field_set) */
-            field_set(&self->entry, entry);
+            hold_set(self, entry, Py_NewRef(s), ctx, Py_NewRef(st));
             entry = NULL;
-            field_set(&self->stats, Py_NewRef(s));
-            field_set(&self->context, ctx);
-            field_set(&self->holder, Py_NewRef(st));
             FT_STORE(self->start_ns, now_ns());
         }
     }
@@ -3086,7 +3130,9 @@ LockBase_release(LockBase *self, PyObject *Py_UNUSED(ignored))
     /* Everything the bookkeeping needs, read before the lock is free. */
 #ifdef Py_GIL_DISABLED
     /* (two releases at once, one of them wrong: one takes the holder, the other finds None) */
+    Py_BEGIN_CRITICAL_SECTION(self); /* (a waiter may be reading _lw_holder: field_get) */
     st = __atomic_exchange_n(&self->holder, Py_NewRef(Py_None), __ATOMIC_ACQ_REL);
+    Py_END_CRITICAL_SECTION();
     if (st == NULL || st == Py_None) {
         Py_XDECREF(st);
         return release_lock(S, self->lock);
@@ -3102,7 +3148,7 @@ LockBase_release(LockBase *self, PyObject *Py_UNUSED(ignored))
     if (r != NULL && entry != NULL && s != NULL)
         untrack(S, st, entry, s, t0, ctx ? ctx : Py_None, NULL);
     if (r != NULL && entry != NULL)
-        entry_released(S, &self->entry, entry);
+        entry_released(S, (PyObject *)self, &self->entry, entry);
     Py_DECREF(st);
     Py_XDECREF(entry);
     Py_XDECREF(s);
@@ -3818,7 +3864,7 @@ section_release(ForwardingCall *fn, PyObject *const *args, size_t nargsf, PyObje
     }
     untrack(S, st, entry, s, t0, ctx, index);
     if (Py_TYPE(slot) == S->hold[HOLD_ENTRY].type) /* (a subclass's slot keeps its entry) */
-        entry_released(S, (PyObject **)((char *)slot + S->hold[HOLD_ENTRY].offset), entry);
+        entry_released(S, slot, (PyObject **)((char *)slot + S->hold[HOLD_ENTRY].offset), entry);
     result = Py_NewRef(Py_None);
     goto done;
 untracked: /* not tracked here: after the cleanup, the array's own release */
