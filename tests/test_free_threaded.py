@@ -35,34 +35,44 @@ C_BUILT = (
     and sys.platform.startswith("linux")
 )
 
-PARALLEL = f"""
+
+def parallel(threads: int, iterations: int) -> str:
+    """A program: ``threads`` threads, each ``iterations`` times ``with lock: n += 1`` on one
+    watched lock, starting together; it prints what was kept and recorded, the internal errors
+    included (its waits filed first, as the emitter files them: each one's holder read)."""
+    return f"""
 import json, sys, threading
 from otel_lockwatch import LockwatchInstrumentor
-from otel_lockwatch._session import RECORDER
+from otel_lockwatch._session import OUTBOX, RECORDER
 from otel_lockwatch.capture import _fast_path
 
 LockwatchInstrumentor().instrument(manifest=False)
 lock = threading.Lock()
 n = 0
-start = threading.Barrier({THREADS})
+start = threading.Barrier({threads})
 
 def work():
     global n
     start.wait()
-    for _ in range({ITERATIONS}):
+    for _ in range({iterations}):
         with lock:
             n += 1
 
-threads = [threading.Thread(target=work) for _ in range({THREADS})]
+threads = [threading.Thread(target=work) for _ in range({threads})]
 for t in threads:
     t.start()
 for t in threads:
     t.join()
+RECORDER.waits.file()
 stats = [v for k, v in RECORDER.snapshot()["locks"].items() if k.startswith("__main__:")][0]
 gil = sys._is_gil_enabled() if hasattr(sys, "_is_gil_enabled") else True
 print(json.dumps({{"n": n, "acquisitions": stats["acquisitions"], "holds": stats["hold_ns"].count,
-                  "contentions": stats["contentions"], "gil": gil, "c": _fast_path.SPEEDUPS}}))
+                  "contentions": stats["contentions"], "errors": OUTBOX.errors, "gil": gil,
+                  "c": _fast_path.SPEEDUPS}}))
 """
+
+
+PARALLEL = parallel(THREADS, ITERATIONS)
 
 # The sections of one array, taken by more threads than cores (more threads than sections).
 SECTIONS = f"""
@@ -183,6 +193,7 @@ def test_counts_are_exact_with_more_threads_than_cores(pure):
     assert got["acquisitions"] == THREADS * ITERATIONS
     assert got["holds"] == THREADS * ITERATIONS  # every release recorded too
     assert 0 <= got["contentions"] <= got["acquisitions"]
+    assert got["errors"] == 0
     assert got["gil"] is not FREE_THREADED  # the GIL stayed off where the build has none
 
 
@@ -283,36 +294,6 @@ def test_without_the_gil_a_noted_holder_is_not_looked_at(pure):
     assert got == {"in_window": False, "reads": 0, "c": C_BUILT and not pure, "gil": False}
 
 
-# 8 threads x 50,000 `with L: n += 1`: waiters that charge their wait to the holder read the
-# proxy's entry while the holder's release lets go of it.
-CONVOY = """
-import json, threading
-from otel_lockwatch import LockwatchInstrumentor
-from otel_lockwatch._session import OUTBOX, RECORDER
-from otel_lockwatch.capture import _fast_path
-
-LockwatchInstrumentor().instrument(manifest=False)
-lock = threading.Lock()
-n = 0
-start = threading.Barrier(8)
-
-def work():
-    global n
-    start.wait()
-    for _ in range(50_000):
-        with lock:
-            n += 1
-
-threads = [threading.Thread(target=work) for _ in range(8)]
-for t in threads:
-    t.start()
-for t in threads:
-    t.join()
-RECORDER.waits.file()  # each wait's holder read, as the emitter files it
-print(json.dumps({"n": n, "errors": OUTBOX.errors, "c": _fast_path.SPEEDUPS}))
-"""
-
-
 @pytest.mark.parametrize("pure", [False, True], ids=["default path", "pure path"])
 def test_a_waiter_reads_its_holder_s_entry_whole(pure):
     """A waiter takes a reference to the holder's held-stack entry while the holder's release
@@ -321,5 +302,5 @@ def test_a_waiter_reads_its_holder_s_entry_whole(pure):
     error, "'builtin_function_or_method' object has no attribute 'frame'", in 3 of 5 runs of
     this program on 3.13t); the read is now made under the proxy's critical section, which the
     stores take too."""
-    got = _run(CONVOY, pure)
-    assert got == {"n": 400_000, "errors": 0, "c": C_BUILT and not pure}
+    got = _run(parallel(8, 50_000), pure)  # waiters read the entries releases let go of
+    assert (got["n"], got["errors"], got["c"]) == (400_000, 0, C_BUILT and not pure)
