@@ -171,6 +171,35 @@ def test_a_lost_final_manifest_is_said_even_after_an_earlier_internal_error(
     ]
 
 
+def test_a_timeline_ahead_of_the_totals_costs_the_timeline_not_the_manifest(
+    make_watched, tmp_path, monkeypatch, caplog
+):
+    """The exit's evaluation of the process's own recording: a timeline that passes its lock's
+    totals (which the data refuses) is left out, said in one line, and the manifest written."""
+    from otel_lockwatch._session import RECORDER
+
+    path = tmp_path / "manifest.json"
+    make_watched(manifest=True, manifest_path=str(path))
+    lock = name_lock(threading.Lock(), "ahead")
+    with lock:
+        pass
+    snapshot = RECORDER.snapshot
+
+    def ahead():
+        data = snapshot()
+        data["timeline"]["locks"]["ahead"]["hold_ns"][-1] += 10**12
+        return data
+
+    monkeypatch.setattr(RECORDER, "snapshot", ahead)
+    with caplog.at_level(logging.WARNING, logger="otel_lockwatch"):
+        assert _session.current().exporter.write(final=True) == path
+    (said,) = [r.getMessage() for r in caplog.records]
+    assert said.startswith("otel-lockwatch: the manifest leaves its timeline out: timeline.locks")
+    written = load_manifest(path).to_dict()
+    assert written["locks"]["ahead"]["acquisitions"] == 1
+    assert "timeline" not in written
+
+
 # ---------------------------------------------------------------------------------------------
 # The Collector's file
 
