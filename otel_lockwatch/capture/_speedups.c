@@ -18,7 +18,7 @@
  *     PyMember_GetOne / PyMember_SetOne (an atomic load with a checked incref; a store under the
  *     object's critical section), and a proxy's hold as well: its stores exchanged under the
  *     proxy's critical section (hold_set, entry_released), a waiter's read under it too
- *     (field_get: a plain load and incref once took a reference to an entry freed between the
+ *     (hold_entry: a plain load and incref once took a reference to an entry freed between the
  *     two), the old value released after the store;
  *   - a held-stack entry is never reused (reused_entry): "its reference count is 1" does not
  *     mean "nobody can reach it" when a waiter may be reading the proxy's _lw_entry at that
@@ -111,27 +111,6 @@ dict_get_ref(PyObject *d, PyObject *key, PyObject **out)
     *out = Py_XNewRef(PyDict_GetItemWithError(d, key));
     return *out != NULL ? 1 : PyErr_Occurred() ? -1 : 0;
 #endif
-}
-
-/* *p (a new reference, or NULL), read by a thread that does not hold the lock whose hold `owner`
- * keeps. On the free-threaded build the hold's stores (hold_set, entry_released, the release's
- * exchange of the holder) take `owner`'s critical section, as CPython's own member stores do, and
- * so does this load and incref: it never increfs a value whose release by a store has freed it
- * between the two. (A member descriptor's read is safe the same way: its checked incref falls
- * back to that section.) */
-static inline PyObject *
-field_get(PyObject *owner, PyObject **p)
-{
-    PyObject *v;
-#ifdef Py_GIL_DISABLED
-    Py_BEGIN_CRITICAL_SECTION(owner);
-    v = Py_XNewRef(__atomic_load_n(p, __ATOMIC_ACQUIRE));
-    Py_END_CRITICAL_SECTION();
-#else
-    (void)owner;
-    v = Py_XNewRef(*p);
-#endif
-    return v;
 }
 
 /* -- slots read like the interpreter reads them -------------------------------------------
@@ -2254,7 +2233,7 @@ entry_released(ModuleState *S, PyObject *owner, PyObject **field, PyObject *entr
 #ifdef Py_GIL_DISABLED
     PyObject *expected = entry;
     int swapped;
-    Py_BEGIN_CRITICAL_SECTION(owner); /* (a waiter may be reading the field: field_get) */
+    Py_BEGIN_CRITICAL_SECTION(owner); /* (a waiter may be reading the field: hold_entry) */
     swapped = __atomic_compare_exchange_n(field, &expected, Py_None, 0, __ATOMIC_ACQ_REL,
                                           __ATOMIC_ACQUIRE); /* (None is immortal: no reference) */
     Py_END_CRITICAL_SECTION();
@@ -2652,12 +2631,20 @@ static const PyMemberDef CLASS_MEMBER = {"_lockwatch_class", T_OBJECT_EX, offset
 static inline PyObject *
 hold_entry(LockBase *self)
 {
-    return field_get((PyObject *)self, &self->entry);
+    PyObject *entry;
+#ifdef Py_GIL_DISABLED
+    Py_BEGIN_CRITICAL_SECTION(self);
+    entry = Py_XNewRef(__atomic_load_n(&self->entry, __ATOMIC_ACQUIRE));
+    Py_END_CRITICAL_SECTION();
+#else
+    entry = Py_XNewRef(self->entry);
+#endif
+    return entry;
 }
 
 /* The hold noted on the proxy (each a new reference, stolen; the old values released after), which
- * a waiter may read meanwhile: four stores in one critical section on the free-threaded build
- * (field_get). */
+ * a waiter may read meanwhile (hold_entry; a member descriptor, whose checked incref falls back
+ * to the same section): four stores in one critical section on the free-threaded build. */
 static inline void
 hold_set(LockBase *self, PyObject *entry, PyObject *stats, PyObject *context, PyObject *holder)
 {
@@ -3130,7 +3117,7 @@ LockBase_release(LockBase *self, PyObject *Py_UNUSED(ignored))
     /* Everything the bookkeeping needs, read before the lock is free. */
 #ifdef Py_GIL_DISABLED
     /* (two releases at once, one of them wrong: one takes the holder, the other finds None) */
-    Py_BEGIN_CRITICAL_SECTION(self); /* (a waiter may be reading _lw_holder: field_get) */
+    Py_BEGIN_CRITICAL_SECTION(self); /* (a waiter may be reading _lw_holder) */
     st = __atomic_exchange_n(&self->holder, Py_NewRef(Py_None), __ATOMIC_ACQ_REL);
     Py_END_CRITICAL_SECTION();
     if (st == NULL || st == Py_None) {

@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import sys
 import sysconfig
+from collections.abc import Callable
 from time import perf_counter_ns as _pc
 from time import sleep as _sleep
 from typing import Any
@@ -79,13 +80,10 @@ _YIELD_MAX_S = 1e-3
 # innermost frame runs one of them on the lock waited for is inside the window.
 _WINDOW_CODES: set[Any] = set()
 _current_frames = sys._current_frames
-# Whether the GIL is on now (3.13 and later; it can be turned on at run time, by an extension
-# that does not declare it unused); before 3.13, always.
-_gil_enabled = getattr(sys, "_is_gil_enabled", None)
-
-
-def _gil_on() -> bool:
-    return _gil_enabled is None or _gil_enabled()
+# The free-threaded build, where the GIL may be off (an extension that does not declare it
+# unused turns it on at run time: _gil_enabled() says which, now); a GIL build has it on.
+_FREE_THREADED = bool(sysconfig.get_config_var("Py_GIL_DISABLED"))
+_gil_enabled: Callable[[], bool] = getattr(sys, "_is_gil_enabled", lambda: True)  # (3.13 on)
 
 
 def _frame_through_all(ident: int) -> Any:
@@ -107,9 +105,7 @@ def _frame_through_all(ident: int) -> Any:
 #: free-threaded build, where only the interpreter's stop of the world reads another thread's
 #: frames safely.
 thread_frame = (
-    speedups.thread_frame
-    if speedups is not None and not sysconfig.get_config_var("Py_GIL_DISABLED")
-    else _frame_through_all
+    speedups.thread_frame if speedups is not None and not _FREE_THREADED else _frame_through_all
 )
 
 
@@ -127,8 +123,8 @@ def in_window(hold: Any) -> bool:
     holder: WorkerState | None = hold._lw_holder
     if holder is None:
         return True
-    if not _gil_on():  # no look at another thread's frame without the GIL (module docstring)
-        return False
+    if _FREE_THREADED and not _gil_enabled():  # without the GIL, no look at another thread's
+        return False  # frame (module docstring)
     owner = holder.thread() if holder.thread is not None else None
     ident = getattr(owner, "ident", None)
     if ident is None:
