@@ -110,9 +110,13 @@ def test_a_mutex_s_wake_ups_count_as_its_service():
     8 that ran, and the pool kept at 8 though the lock let fewer than 6 work)."""
     run = _mutex_run(8, 2 * MS, 20 * MS, 2 * MS)
     data = mutex_data(run)
-    [b] = evaluate(data, pool_size=8).sizing["bottlenecks"]
+    manifest = evaluate(data, pool_size=8)
+    [b] = manifest.sizing["bottlenecks"]
     assert b["wake_ms"] == 2.0 * 8 * TASKS  # the mean wake-up, once per acquisition
     assert b["workers_supported"] == 5.5
+    assert "(held 18.2 % of a worker's busy time, 50 % of it hand-offs, capacity 1)" in (
+        render_text(manifest.to_dict(), width=200)
+    )
     del data["locks"]["app.cache:lock"]["wake_ns"]  # as a manifest of before, or of the GIL
     [b] = evaluate(data, pool_size=8).sizing["bottlenecks"]
     assert b["wake_ms"] is None and b["workers_supported"] == 11.0
