@@ -50,12 +50,11 @@ class PoolRun:
 
     ``workers`` workers start together; each runs ``tasks`` tasks of ``think_ns`` outside the
     pool then ``hold_ns`` holding one slot. A worker that finds no slot free waits for the
-    first one given back (first come, first served), and takes it ``handoff_ns`` after it was
-    given back (its wake-up: the slot is nobody's meanwhile, and no one else's to take). The
-    result is what the recorder would count, with the exact ground truth.
+    first one given back (first come, first served). The result is what the recorder would
+    count, with the exact ground truth.
 
     Attributes:
-        waits: ``{worker: [wait_ns, ...]}``, one per checkout that blocked (its wake-up included).
+        waits: ``{worker: [wait_ns, ...]}``, one per checkout that blocked.
         holds: every checkout -> checkin time.
         observed: ``{worker: ns}``, from its first to its last event.
         in_use_peak: the most slots held at once.
@@ -69,7 +68,6 @@ class PoolRun:
         tasks: int = 10,
         hold_ns: int = 10_000_000,
         think_ns: int = 0,
-        handoff_ns: int = 0,
         prefix: str = "w",
     ) -> None:
         import heapq
@@ -78,7 +76,6 @@ class PoolRun:
         self.names = names
         self.capacity = capacity
         self.tasks = tasks
-        self.handoff_ns = handoff_ns
         self.waits: dict[str, list[int]] = {w: [] for w in names}
         self.holds: list[int] = []
         self.observed: dict[str, int] = {}
@@ -113,8 +110,8 @@ class PoolRun:
                 self.observed[w] = now
             if queue:  # the slot goes straight to the first waiter
                 nxt, asked = queue.pop(0)
-                self.waits[nxt].append(now + handoff_ns - asked)
-                heapq.heappush(events, (now + handoff_ns + hold_ns, seq, "done", nxt))
+                self.waits[nxt].append(now - asked)
+                heapq.heappush(events, (now + hold_ns, seq, "done", nxt))
                 seq += 1
             else:
                 free += 1
@@ -145,42 +142,6 @@ class PoolRun:
     def workers(self) -> dict:
         """The ``workers`` part: observed from the start, no mutex wait."""
         return {w: {"observed_ns": self.observed[w], "wait_ns": 0} for w in self.names}
-
-
-def mutex_data(run: PoolRun, name: str = "app.cache:lock") -> dict:
-    """The data part a :class:`PoolRun` of one slot leaves as a ``threading.Lock`` held for each
-    task (``wake_ns``: its waits' wake-ups, ``handoff_ns`` each), its workers' waits on it."""
-    assert run.capacity == 1
-    waits = [v for vs in run.waits.values() for v in vs]
-    n = len(run.holds)
-    wait = LogHistogram(waits)
-    wait.add_n(0, n - len(waits))
-    entry = {
-        "kind": "threading.Lock",
-        "acquisitions": n,
-        "contentions": len(waits),
-        "skipped": 0,
-        "timeouts": 0,
-        "wait_ns": wait,
-        "hold_ns": LogHistogram(run.holds),
-        "workers": {
-            w: {
-                "acquisitions": run.tasks,
-                "contentions": len(vs),
-                "wait_ns": sum(vs),
-                "hold_ns": run.tasks * run.holds[0],
-            }
-            for w, vs in run.waits.items()
-        },
-    }
-    if waits and run.handoff_ns:
-        entry["wake_ns"] = len(waits) * run.handoff_ns
-    return {
-        "locks": {name: entry},
-        "workers": {
-            w: {"observed_ns": run.observed[w], "wait_ns": sum(vs)} for w, vs in run.waits.items()
-        },
-    }
 
 
 def lock_entry(kind: str, per_worker: dict | None = None, hold_ns: int = 0) -> dict:

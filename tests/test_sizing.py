@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 
-from _snapshots import PoolRun, locks_and_workers, mutex_data, pool_data
+from _snapshots import PoolRun, locks_and_workers, pool_data
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -65,61 +65,6 @@ def test_following_the_recommendation_keeps_the_throughput_and_is_a_fixed_point(
         assert _recommended(again, capacity, hold, think, kind) == again
     else:
         assert again == r  # Little's law: u does not change with the number of workers
-
-
-def _mutex_run(workers: int, hold_ns: int, think_ns: int, handoff_ns: int) -> PoolRun:
-    return PoolRun(
-        workers, 1, tasks=TASKS, hold_ns=hold_ns, think_ns=think_ns, handoff_ns=handoff_ns
-    )
-
-
-def _mutex_recommended(workers: int, hold_ns: int, think_ns: int, handoff_ns: int) -> int:
-    data = mutex_data(_mutex_run(workers, hold_ns, think_ns, handoff_ns))
-    return evaluate(data, pool_size=workers).recommended_pool_size
-
-
-@settings(max_examples=40)
-@given(
-    hold_ms=st.integers(1, 10),
-    think_ms=st.integers(0, 40),
-    handoff_ms=st.integers(0, 10),
-)
-def test_a_mutex_whose_hand_offs_take_time_is_sized_by_its_hold_and_its_wake_ups(
-    hold_ms, think_ms, handoff_ms
-):
-    """A mutex whose waiter takes it some time after its release (the operating system's
-    wake-up: without the GIL, on a loaded machine, as long as the holds) serves a task for its
-    hold and its hand-off. Sized from a run at 16, the recommendation keeps 90 % of the run's
-    throughput, stays near the knee and is a fixed point, hand-offs or not."""
-    hold, think, handoff = hold_ms * MS, think_ms * MS, handoff_ms * MS
-
-    def xput(n: int) -> float:
-        return n * TASKS / max(_mutex_run(n, hold, think, handoff).observed.values())
-
-    through = {n: xput(n) for n in range(1, NOMINAL + 1)}
-    knee = min(n for n, x in through.items() if x >= 0.9 * max(through.values()))
-    r = _mutex_recommended(NOMINAL, hold, think, handoff)
-    assert through[r] >= 0.9 * through[NOMINAL]
-    assert r <= max(knee + 1, math.floor(1.5 * knee))
-    assert _mutex_recommended(r, hold, think, handoff) == r
-
-
-def test_a_mutex_s_wake_ups_count_as_its_service():
-    """8 workers, 2 ms held of every 20 ms of work, each hand-off 2 ms: the lock serves a task in
-    4 ms, so it supports 22 / 4 = 5.5 workers (by the hold alone it would be 11: more than the
-    8 that ran, and the pool kept at 8 though the lock let fewer than 6 work)."""
-    run = _mutex_run(8, 2 * MS, 20 * MS, 2 * MS)
-    data = mutex_data(run)
-    manifest = evaluate(data, pool_size=8)
-    [b] = manifest.sizing["bottlenecks"]
-    assert b["wake_ms"] == 2.0 * 8 * TASKS  # the mean wake-up, once per acquisition
-    assert b["workers_supported"] == 5.5
-    assert "(held 18.2 % of a worker's busy time, 50 % of it hand-offs, capacity 1)" in (
-        render_text(manifest.to_dict(), width=200)
-    )
-    del data["locks"]["app.cache:lock"]["wake_ns"]  # as a manifest of before, or of the GIL
-    [b] = evaluate(data, pool_size=8).sizing["bottlenecks"]
-    assert b["wake_ms"] is None and b["workers_supported"] == 11.0
 
 
 def test_the_old_fractions_spiral_and_the_model_does_not():

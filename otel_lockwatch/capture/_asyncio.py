@@ -28,7 +28,6 @@ from ._bookkeeping import (
     stats_of,
     track_hold,
     untrack,
-    wake_ns,
 )
 from ._naming import LockClass
 from ._sections import hold_section, section_release_factory, track_of
@@ -96,9 +95,7 @@ async def _timed_wait(
         raise
     finally:
         state.waiting = before
-    t1 = _pc()
-    wake = wake_ns(t0, hold, t1) if ok else 0
-    record_wait(state, stats, lock_class, t0, t1, ok, context, frame, extra, held_by, wake)
+    record_wait(state, stats, lock_class, t0, _pc(), ok, context, frame, extra, held_by)
     return ok
 
 
@@ -140,7 +137,6 @@ def lock_release_factory(original: Any) -> Any:
             entry = attributes["_lw_entry"]
             self._lw_holder = self._lw_entry = None  # nothing of the holder outlives the hold
             untrack(
-                self,
                 holder,
                 entry,
                 attributes["_lw_stats"],

@@ -79,7 +79,6 @@ __all__ = [
     "timed_wait",
     "track_hold",
     "untrack",
-    "wake_ns",
 ]
 
 logger = logging.getLogger("otel_lockwatch")
@@ -186,18 +185,14 @@ def record_wait(
     frame: Any,
     extra: dict[str, Any] | None,
     held_by: Any = None,
-    wake: int = 0,
 ) -> None:
-    """Count a blocking attempt that had to wait from ``t0`` to ``t1`` (``ok``: it got the lock;
-    ``wake``: the part of the wait after the lock's release, :func:`wake_ns`) at its site
-    (``frame``) while the held-stack entry ``held_by`` held the lock (None: unknown); its sites
-    and its record for OpenTelemetry (``extra``: more span attributes) are filed later, off the
-    lock path (``record._waits``)."""
+    """Count a blocking attempt that had to wait from ``t0`` to ``t1`` (``ok``: it got the lock)
+    at its site (``frame``) while the held-stack entry ``held_by`` held the lock (None:
+    unknown); its sites and its record for OpenTelemetry (``extra``: more span attributes) are
+    filed later, off the lock path (``record._waits``)."""
     waited_ns = t1 - t0
     stats.contentions += 1
     stats.wait_total_ns += waited_ns
-    if wake:
-        stats.wake_total_ns += wake
     histogram = stats.wait_histogram
     bucket = bucket_of(waited_ns)
     histogram[bucket] = histogram.get(bucket, 0) + 1
@@ -236,15 +231,6 @@ def record_wait(
         state.in_lockwatch = False
 
 
-def wake_ns(t0: int, hold: Any, t1: int) -> int:
-    """The wake-up of a wait from ``t0`` that got the lock at ``t1``: from the release noted on
-    ``hold`` (the object that keeps the lock's hold) to ``t1``, which the sizing adds to a
-    mutex's holds (``manifest._sizing``). 0 when that release was noted before the wait began
-    (its releaser had not noted this one yet: a quick wake-up) or after ``t1``, or none was."""
-    released = getattr(hold, "_lw_released_ns", 0)
-    return t1 - released if t0 <= released < t1 else 0
-
-
 def timed_wait(
     acquire: Callable[..., Any],
     args: tuple,
@@ -268,9 +254,7 @@ def timed_wait(
         ok = acquire(*args)
     finally:
         state.waiting = before
-    t1 = _pc()
-    wake = wake_ns(t0, hold, t1) if ok else 0
-    record_wait(state, stats, lock_class, t0, t1, ok, context, frame, extra, held_by, wake)
+    record_wait(state, stats, lock_class, t0, _pc(), ok, context, frame, extra, held_by)
     return ok
 
 
@@ -301,7 +285,6 @@ HOLD_FIELDS = (
     "_lw_stats",  # the holder's Stats for the lock's class
     "_lw_start_ns",  # when the hold began (perf_counter_ns)
     "_lw_context",  # the OpenTelemetry context at the acquisition (the hold span's parent)
-    "_lw_released_ns",  # when its last tracked hold ended (a waiter's wake-up is from it)
 )
 
 
@@ -392,14 +375,12 @@ def acquire_tracked(
 
 # -- the release -----------------------------------------------------------------------------
 def untrack(
-    hold: Any, holder: WorkerState, entry: Any, stats: Stats, t0: int, context: Any, index: Any
+    holder: WorkerState, entry: Any, stats: Stats, start_ns: int, context: Any, index: int | None
 ) -> None:
-    """The bookkeeping of a release, after it: note its time on ``hold`` (the object that keeps
-    the hold) for a waiter's wake-up (:func:`wake_ns`), pop the held entry, record the hold
-    (with what the hold noted, read before). ``index``: the section's, for a section."""
+    """The bookkeeping of a release, after it (with what the hold noted, read before): pop the
+    held entry, record the hold. ``index``: the section's, for a section."""
     end_ns = _pc()
-    hold._lw_released_ns = end_ns  # first: a waiter woken by the release reads it
-    held_ns = end_ns - t0
+    held_ns = end_ns - start_ns
     held = holder.held
     try:
         # The holder's own release, in order: its entry is on top, where no other thread
@@ -427,7 +408,7 @@ def untrack(
     stats.last_release_ns = end_ns  # (the holder's last event: WorkerState.last_event_ns)
     # The session's floor (one attribute read more than a global).
     if held_ns >= THRESHOLDS.hold_metric_ns:
-        record_hold(holder, entry, t0, end_ns, context, index)
+        record_hold(holder, entry, start_ns, end_ns, context, index)
 
 
 def record_hold(

@@ -446,7 +446,7 @@ def released(lock: Any, hold: DistHold, record: bool = True, own: bool = True) -
         entry = hold._lw_entry
         if record:
             hold._lw_entry = ()  # the entry holds the hold: no cycle left for the collector
-            untrack(hold, holder, entry, hold._lw_stats, hold._lw_start_ns, hold._lw_context, None)
+            untrack(holder, entry, hold._lw_stats, hold._lw_start_ns, hold._lw_context, None)
         elif own:
             hold._lw_entry = ()
             discard(holder.held, entry)

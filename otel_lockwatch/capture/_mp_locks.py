@@ -128,7 +128,7 @@ class _LockTrack:
         except BaseException:  # released too many times: nothing changed
             self._lw_holder, self._lw_entry = holder, entry
             raise
-        untrack(self, holder, entry, stats, t0, context, None)
+        untrack(holder, entry, stats, t0, context, None)
 
 
 class _RLockTrack(_LockTrack):

@@ -253,7 +253,7 @@ def section_release_factory(original: Any, mirror: bool = True) -> Any:
         held = track.held_sections
         if held:
             held.pop()
-        untrack(slot, holder, entry, stats, t0, context, index)
+        untrack(holder, entry, stats, t0, context, index)
 
     if speedups is not None:  # the same steps in C; unusual calls come back to _release
         return speedups.SectionRelease(original, _release, None, mirror)

@@ -176,8 +176,7 @@ static const char *const LIMIT_NAMES[LIMIT_USED] = {
 enum {
     STATS_ACQUISITIONS, STATS_TRY_ACQUISITIONS, STATS_SKIPPED, STATS_HOLD_TOTAL,
     STATS_HOLD_HISTOGRAM, STATS_HOLD_MIN, STATS_HOLD_MAX, STATS_CONTENTIONS, STATS_TIMEOUTS,
-    STATS_WAIT_TOTAL, STATS_WAIT_MIN, STATS_WAIT_MAX, STATS_LAST_RELEASE, STATS_WAKE_TOTAL,
-    STATS_USED
+    STATS_WAIT_TOTAL, STATS_WAIT_MIN, STATS_WAIT_MAX, STATS_LAST_RELEASE, STATS_USED
 };
 static const char *const STATS_NAMES[STATS_USED] = {
     [STATS_ACQUISITIONS] = "acquisitions", [STATS_TRY_ACQUISITIONS] = "try_acquisitions",
@@ -186,15 +185,14 @@ static const char *const STATS_NAMES[STATS_USED] = {
     [STATS_HOLD_MAX] = "hold_max_ns",      [STATS_CONTENTIONS] = "contentions",
     [STATS_TIMEOUTS] = "timeouts",         [STATS_WAIT_TOTAL] = "wait_total_ns",
     [STATS_WAIT_MIN] = "wait_min_ns",      [STATS_WAIT_MAX] = "wait_max_ns",
-    [STATS_LAST_RELEASE] = "last_release_ns", [STATS_WAKE_TOTAL] = "wake_total_ns",
+    [STATS_LAST_RELEASE] = "last_release_ns",
 };
 /* _bookkeeping.HOLD_FIELDS: what an object that keeps a hold notes (LockBase has them as
  * members of these names). */
-enum { HOLD_HOLDER, HOLD_ENTRY, HOLD_STATS, HOLD_START, HOLD_CONTEXT, HOLD_RELEASED, HOLD_USED };
+enum { HOLD_HOLDER, HOLD_ENTRY, HOLD_STATS, HOLD_START, HOLD_CONTEXT, HOLD_USED };
 static const char *const HOLD_NAMES[HOLD_USED] = {
     [HOLD_HOLDER] = "_lw_holder", [HOLD_ENTRY] = "_lw_entry", [HOLD_STATS] = "_lw_stats",
     [HOLD_START] = "_lw_start_ns", [HOLD_CONTEXT] = "_lw_context",
-    [HOLD_RELEASED] = "_lw_released_ns",
 };
 enum { TRACK_SLOTS, TRACK_HELD_SECTIONS, TRACK_MAX_HELD, TRACK_LOCK_CLASS, TRACK_NAME, TRACK_USED };
 static const char *const TRACK_NAMES[TRACK_USED] = {
@@ -1098,7 +1096,6 @@ StatsBase_set_histogram(StatsBase *self, PyObject *value, void *Py_UNUSED(closur
 #define STATS_NAMES_STATS_WAIT_MIN "wait_min_ns"
 #define STATS_NAMES_STATS_WAIT_MAX "wait_max_ns"
 #define STATS_NAMES_STATS_LAST_RELEASE "last_release_ns"
-#define STATS_NAMES_STATS_WAKE_TOTAL "wake_total_ns"
 static PyMemberDef StatsBase_members[] = {
     STATS_COUNTER(STATS_ACQUISITIONS), STATS_COUNTER(STATS_TRY_ACQUISITIONS),
     STATS_COUNTER(STATS_SKIPPED),      STATS_COUNTER(STATS_HOLD_TOTAL),
@@ -1106,7 +1103,6 @@ static PyMemberDef StatsBase_members[] = {
     STATS_COUNTER(STATS_CONTENTIONS),  STATS_COUNTER(STATS_TIMEOUTS),
     STATS_COUNTER(STATS_WAIT_TOTAL),   STATS_COUNTER(STATS_WAIT_MIN),
     STATS_COUNTER(STATS_WAIT_MAX),     STATS_COUNTER(STATS_LAST_RELEASE),
-    STATS_COUNTER(STATS_WAKE_TOTAL),
     {"wait_histogram", T_OBJECT_EX, offsetof(StatsBase, wait_histogram), 0, NULL},
     {"sites", T_OBJECT_EX, offsetof(StatsBase, sites), 0, NULL},
     {"collisions", T_LONGLONG, offsetof(StatsBase, collisions), 0, NULL},
@@ -2331,12 +2327,10 @@ done:
     return r;
 }
 
-/* The bookkeeping of a release that ended a hold begun at t0 at t1 (read right after the raw
- * release, and noted on the object that keeps the hold, for a waiter's wake-up: the caller). */
 static void
-untrack(ModuleState *S, PyObject *st, PyObject *entry, PyObject *s, long long t0, long long t1,
-        PyObject *ctx, PyObject *index)
+untrack(ModuleState *S, PyObject *st, PyObject *entry, PyObject *s, long long t0, PyObject *ctx, PyObject *index)
 {
+    long long t1 = now_ns();
     long long h = t1 - t0;
     PyObject *held = slot_get(&S->worker[WORKER_HELD], st);
     PyObject *hist = NULL;
@@ -2435,7 +2429,6 @@ typedef struct {
     PyObject *stats;    /* the holder's Stats for this class */
     long long start_ns; /* when the hold began */
     PyObject *context;  /* the OpenTelemetry context at the acquisition */
-    long long released_ns; /* when its last tracked hold ended (a waiter's wake-up is from it) */
     PyObject *weakreflist;
 } LockBase;
 
@@ -2681,10 +2674,9 @@ hold_set(LockBase *self, PyObject *entry, PyObject *stats, PyObject *context, Py
  * once: the counts of the worker's Stats, and one tuple for record._waits (UNFILED_FIELDS),
  * whose sites and record for OpenTelemetry are filed off the lock path. */
 
-/* A wait of w ns that got the lock, wake ns of it after the lock's release, counted on the
- * worker's Stats (record_wait's counts). */
+/* A wait of w ns that got the lock, counted on the worker's Stats (record_wait's counts). */
 static int
-wait_counted(ModuleState *S, PyObject *s, long long w, long long wake)
+wait_counted(ModuleState *S, PyObject *s, long long w)
 {
     PyObject *hist = PyObject_GetAttr(s, S->str_wait_histogram); /* (a dict slot: in place) */
     int r = hist == NULL || !PyDict_Check(hist) ? -1 : hist_add(hist, w);
@@ -2696,20 +2688,9 @@ wait_counted(ModuleState *S, PyObject *s, long long w, long long wake)
     }
     if (stats_add(S, s, STATS_CONTENTIONS, 1) < 0 || stats_add(S, s, STATS_WAIT_TOTAL, w) < 0 ||
         stats_bound(S, s, STATS_WAIT_MAX, w, 0) < 0 || stats_bound(S, s, STATS_WAIT_MIN, w, 1) < 0 ||
-        stats_add(S, s, STATS_ACQUISITIONS, 1) < 0 ||
-        (wake > 0 && stats_add(S, s, STATS_WAKE_TOTAL, wake) < 0))
+        stats_add(S, s, STATS_ACQUISITIONS, 1) < 0)
         return -1;
     return 0;
-}
-
-/* The wake-up of a wait from t0 that got the lock at t1: from the release the waiter woke to
- * (`released`, the release's time the lock's hold keeps) to t1; 0 when that release was before
- * the wait began (the releaser has not noted it yet: a prompt wake-up) or after t1 (the clock
- * read after the raw release, late). _bookkeeping.wake_ns, which says why. */
-static inline long long
-wake_ns(long long t0, long long released, long long t1)
-{
-    return released >= t0 && released < t1 ? t1 - released : 0;
 }
 
 /* (code, lasti) of a frame, or NULL with an error. */
@@ -2913,7 +2894,7 @@ lock_wait_here(ModuleState *S, LockBase *self, PyObject *st, PyObject *s, PyObje
     int ok = got == NULL ? -1 : PyObject_IsTrue(got);
     Py_XDECREF(got);
     if (ok > 0) {
-        if (wait_counted(S, s, t1 - t0, wake_ns(t0, FT_LOAD(self->released_ns), t1)) < 0)
+        if (wait_counted(S, s, t1 - t0) < 0)
             swallow(S);
         PyObject *in_lockwatch = slot_get(&S->worker[WORKER_IN_LOCKWATCH], st);
         collection_defer(S); /* it allocates under the lock it took: _collection */
@@ -3151,12 +3132,8 @@ LockBase_release(LockBase *self, PyObject *Py_UNUSED(ignored))
     PyObject *ctx = Py_XNewRef(FT_LOAD(self->context));
     long long t0 = FT_LOAD(self->start_ns);
     PyObject *r = release_lock(S, self->lock);
-    if (r != NULL) {
-        long long t1 = now_ns();
-        FT_STORE(self->released_ns, t1); /* (first: a waiter woken by the release reads it) */
-        if (entry != NULL && s != NULL)
-            untrack(S, st, entry, s, t0, t1, ctx ? ctx : Py_None, NULL);
-    }
+    if (r != NULL && entry != NULL && s != NULL)
+        untrack(S, st, entry, s, t0, ctx ? ctx : Py_None, NULL);
     if (r != NULL && entry != NULL)
         entry_released(S, (PyObject *)self, &self->entry, entry);
     Py_DECREF(st);
@@ -3199,7 +3176,6 @@ static PyMemberDef LockBase_members[] = {
     {"_lw_stats", T_OBJECT_EX, offsetof(LockBase, stats), 0, NULL},
     {"_lw_start_ns", T_LONGLONG, offsetof(LockBase, start_ns), 0, NULL},
     {"_lw_context", T_OBJECT_EX, offsetof(LockBase, context), 0, NULL},
-    {"_lw_released_ns", T_LONGLONG, offsetof(LockBase, released_ns), 0, NULL},
     {"__weaklistoffset__", T_PYSSIZET, offsetof(LockBase, weakreflist), READONLY, NULL},
     {NULL, 0, 0, 0, NULL},
 };
@@ -3861,9 +3837,6 @@ section_release(ForwardingCall *fn, PyObject *const *args, size_t nargsf, PyObje
         if (slot_set(&S->hold[HOLD_HOLDER], slot, Py_None) < 0)
             swallow(S);
     }
-    long long t1 = now_ns();
-    if (slot_set_ll(&S->hold[HOLD_RELEASED], slot, t1) < 0) /* (a waiter's wake-up is from it) */
-        swallow(S);
     {
         PyObject *counter = slot_get(&S->track[TRACK_HELD_SECTIONS], track);
         if (counter != NULL && PyList_Check(counter)) {
@@ -3876,7 +3849,7 @@ section_release(ForwardingCall *fn, PyObject *const *args, size_t nargsf, PyObje
             swallow(S);
         Py_XDECREF(counter);
     }
-    untrack(S, st, entry, s, t0, t1, ctx, index);
+    untrack(S, st, entry, s, t0, ctx, index);
     if (Py_TYPE(slot) == S->hold[HOLD_ENTRY].type) /* (a subclass's slot keeps its entry) */
         entry_released(S, slot, (PyObject **)((char *)slot + S->hold[HOLD_ENTRY].offset), entry);
     result = Py_NewRef(Py_None);

@@ -138,7 +138,7 @@ class PyLockBase:
         start_ns = self._lw_start_ns
         context = self._lw_context
         self._lw_lock.release()
-        untrack(self, holder, entry, stats, start_ns, context, None)
+        untrack(holder, entry, stats, start_ns, context, None)
 
     release_lock = release
 
@@ -157,7 +157,7 @@ class PyLockBase:
         start_ns = self._lw_start_ns
         context = self._lw_context
         self._lw_lock.release()
-        untrack(self, holder, entry, stats, start_ns, context, None)
+        untrack(holder, entry, stats, start_ns, context, None)
 
 
 if TYPE_CHECKING:
@@ -326,7 +326,7 @@ class RLockProxy(_RLockBase, LockProxy):
             self._lw_entry = entry
             self._lw_depth = depth
             raise
-        untrack(self, holder, entry, stats, start_ns, context, None)
+        untrack(holder, entry, stats, start_ns, context, None)
         return saved
 
     def _acquire_restore(self, state: Any) -> None:

@@ -79,12 +79,8 @@ def bottleneck_line(b: Mapping[str, Any]) -> str:
     head += "?" if supports is None else f"{supports:.3g}"
     u, capacity = _number(b.get("utilization_per_worker")), b.get("capacity")
     if b.get("method") == "littles_law" and u is not None:
-        hold, wake = _number(b.get("hold_ms")), _number(b.get("wake_ms"))
-        handoffs = ""
-        if hold is not None and wake:  # (a mutex's hand-offs, which its service includes)
-            handoffs = f", {100 * wake / (hold + wake):.3g} % of it hand-offs"
         how = (
-            f" workers by Little's law (held {100 * u:.3g} % of a worker's busy time{handoffs}, "
+            f" workers by Little's law (held {100 * u:.3g} % of a worker's busy time, "
             f"capacity {capacity})"
         )
     else:

@@ -141,8 +141,6 @@ def _locks(locks: object) -> dict[str, Any]:
             lock[key] = _count(entry.get(key), f"{where}.{key}")
         lock["wait_ns"] = _histogram(entry.get("wait_ns"), f"{where}.wait_ns")
         lock["hold_ns"] = _histogram(entry.get("hold_ns"), f"{where}.hold_ns")
-        if "wake_ns" in entry:  # (optional: absent where no contended wait woke after a release)
-            lock["wake_ns"] = _count(entry["wake_ns"], f"{where}.wake_ns")
         lock["workers"] = lock_workers(entry.get("workers", {}), f"{where}.workers")
         out[name] = lock
     return out

@@ -21,12 +21,7 @@ bottleneck supports ``S`` workers:
 
 - by Little's law when its capacity ``c`` and total hold ``H`` are known (``c = 1`` for a mutex
   class, the declared capacity of a semaphore or bounded queue): a worker that never waits holds
-  it ``u = H / B`` of its time, so ``c`` units serve ``c / u`` workers. A mutex serves a waiter
-  for its hold and for the hand-off before it: from the release to the waiter's acquisition the
-  lock is free and still every waiter's bottleneck (microseconds under the GIL; without it, on a
-  loaded machine, the operating system's wake-up, as long as the holds). Its ``H`` adds the mean
-  wake-up of its contended acquisitions (``wake_ns``) once per acquisition: at the size where
-  it limits the pool, every hand-off is contended;
+  it ``u = H / B`` of its time, so ``c`` units serve ``c / u`` workers;
 - else by saturation: a bottleneck the workers queued on was saturated, and the workers it let
   work at once, ``n * B / T``, are what it supports.
 
@@ -218,23 +213,6 @@ def _capacity(
     return 1, "mutex", acquisitions
 
 
-def _wakes(lock: Mapping[str, Any], workers: set[str], every_thread: bool) -> Fraction:
-    """A mutex class's hand-offs as the workers would meet them at its saturation: the mean
-    wake-up of its contended acquisitions (``wake_ns``: from the release to the waiter's
-    acquisition, the lock free and still every waiter's bottleneck), once per acquisition of
-    the workers (at the size where the class limits the pool, every hand-off is contended)."""
-    woke = lock.get("wake_ns", 0)
-    waits = lock["contentions"] - lock["timeouts"]
-    if not woke or waits <= 0:
-        return Fraction(0)
-    if every_thread:
-        acquisitions = lock["acquisitions"]
-    else:
-        rows = lock["workers"].rows
-        acquisitions = sum(rows[w][0] for w in workers if w in rows)
-    return Fraction(woke * acquisitions, waits)
-
-
 def size_pool(
     norm: Mapping[str, Any],
     splits: Mapping[str, HandoffSplit],
@@ -303,11 +281,10 @@ def size_pool(
         else:
             hold_ns = 0  # a bare condition: no hold time
         capacity, source, samples = _capacity(name, lock, split, hold_ns, elapsed)
-        wake_ns = _wakes(lock, workers, every_thread) if source == "mutex" else 0
         little: Fraction | None = None
         u: Fraction | None = None
         if capacity and hold_ns:
-            u = Fraction(hold_ns, busy) + wake_ns / busy
+            u = Fraction(hold_ns, busy)
             little = capacity / u
             nearest = max(1, math.floor(little + Fraction(1, 2)))
             supported_table[name] = (round(float(u), 6), nearest)
@@ -329,7 +306,6 @@ def size_pool(
                     "capacity_source": source,
                     "samples": samples,
                     "hold_ms": _ms(hold_ns) if hold_ns else None,
-                    "wake_ms": _ms(wake_ns) if wake_ns else None,
                     "utilization_per_worker": None if u is None else round(float(u), 6),
                     "cost_pct": round(100 * cost / observed, 3),
                     "workers_supported": round(float(bound), 3),

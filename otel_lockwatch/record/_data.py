@@ -17,9 +17,7 @@ edges: nothing in it grows with the number of acquisitions, and every field merg
                          merges; ``role``: the least one given. Each is present in the merge when
                          a part has it. A distributed lock's ``key_templates`` unite (at most
                          16, the least kept), its ``lease`` counts and per-worker overruns add
-                         (the longest overrun: the largest), its ``release_failures`` add;
-                         ``wake_ns`` (contended waits' time from the lock's release to the
-                         waiter's acquisition, present when recorded) adds
+                         (the longest overrun: the largest), its ``release_failures`` add
 ``workers``              observed and waiting time add
 ``lock_order``           the union of the edges, each keeping its earliest witness, and the cycles
                          found again in the union (:func:`~._cycles.merge_order_data`), so that
@@ -182,8 +180,6 @@ def _merge_lock(into: dict[str, dict[str, Any]], name: str, lock: Mapping[str, A
         acc[key] += lock[key]
     acc["wait_ns"].merge(lock["wait_ns"])
     acc["hold_ns"].merge(lock["hold_ns"])
-    if "wake_ns" in lock:  # (recorded where a contended wait woke after a release)
-        acc["wake_ns"] = acc.get("wake_ns", 0) + lock["wake_ns"]
     rows: dict[str, Row] = acc["workers"]
     if MERGE_SPEEDUPS is not None:  # the loop below, in C
         MERGE_SPEEDUPS.add_rows(rows, WorkerTotals.of(lock["workers"]).rows)

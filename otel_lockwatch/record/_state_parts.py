@@ -69,7 +69,6 @@ def stats_data(kind: str, worker: str, s: Any) -> dict[str, Any]:
             {worker: (s.acquisitions, contentions, wait_total, s.hold_total_ns)}
         ),
         **with_unfiled(points, contentions, wait_total),
-        **({"wake_ns": s.wake_total_ns} if s.wake_total_ns else {}),
     }
 
 

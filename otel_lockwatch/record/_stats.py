@@ -28,7 +28,6 @@ STATS_TABLE: tuple[tuple[str, str], ...] = (
     ("wait_min_ns", "min"),  # NO_SAMPLE until the first contended wait
     ("wait_max_ns", "max"),
     ("last_release_ns", "max"),  # the end of its last hold (the worker's last_event_ns reads it)
-    ("wake_total_ns", "sum"),  # contended waits' time from the lock's release to their acquisition
     ("wait_histogram", "buckets"),  # contended waits: bucket_of(ns) -> count
     ("collisions", "sum"),  # contended waits caused by a colliding key (sections only)
     ("sites", "sites"),  # None until the first contended wait, then its SiteTable (_sites)
@@ -57,7 +56,6 @@ class Stats:
         self.wait_min_ns = NO_SAMPLE
         self.wait_max_ns = 0
         self.last_release_ns = 0
-        self.wake_total_ns = 0
         self.collisions = 0
         self.sites: SiteTable | None = None
 
