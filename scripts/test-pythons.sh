@@ -74,14 +74,21 @@ FT_LEFT_OUT="psycopg[binary] opentelemetry-exporter-otlp-proto-grpc orjson mypy"
 
 legs_say() { printf 'test.sh: %s\n' "$*" >&2; }
 
-# The Pythons the package claims, from pyproject.toml's classifiers: "3.11 3.12 ...". A leg of a
-# Python not claimed yet runs and reports, but its failure does not fail the run: a Python is
-# claimed (a classifier added) once its legs pass.
+# The Pythons the package claims, from pyproject.toml's classifiers: "3.11 3.12 ...", and with
+# a "Free Threading" classifier the free-threaded build of each ("3.13t": the one a leg runs). A
+# leg of a Python not claimed yet runs and reports, but its failure does not fail the run: a
+# Python is claimed (a classifier added) once its legs pass.
 claimed_pythons() {
-    sed -n 's/^ *"Programming Language :: Python :: \(3\.[0-9]*\)",$/\1/p' pyproject.toml
+    local versions
+    versions="$(sed -n 's/^ *"Programming Language :: Python :: \(3\.[0-9]*\)",$/\1/p' pyproject.toml)"
+    # shellcheck disable=SC2086 # the versions are words
+    printf '%s\n' $versions
+    if grep -q '^ *"Programming Language :: Python :: Free Threading :: ' pyproject.toml; then
+        # shellcheck disable=SC2086
+        printf '%st\n' $versions
+    fi
 }
 
-# (3.13t is no classifier: its leg runs and reports, not counted; docs/development.md says why.)
 is_claimed() { [[ " $(claimed_pythons | tr '\n' ' ') " == *" $1 "* ]]; }
 
 # "FAILED" and why ($2, may be empty), and whether it counts (it does for a claimed Python).
