@@ -181,6 +181,26 @@ run_leg() {
     env "${pure[@]}" $prefix "$python" -m pytest "$@"
 }
 
+# Run a leg in its phases: its name, the command prefix, its python, the marker expression its
+# tests are selected by ("" for all), then pytest's arguments. A free-threaded leg ("3.13t") runs
+# the tests marked `alone` after the rest, serially: their stress processes slow every process
+# beside them on that build several times over (docs/development.md); other legs run in one go.
+run_phases() {
+    local name="$1" prefix="$2" python="$3" marks="$4" status=0
+    shift 4
+    if [[ ${name%-pure} != *t ]]; then
+        # shellcheck disable=SC2086 # nothing, or -m and the expression
+        run_leg "$name" "$prefix" "$python" ${marks:+-m "$marks"} "$@"
+        return
+    fi
+    run_leg "$name" "$prefix" "$python" -m "${marks:+$marks and }not alone" "$@" || status=1
+    legs_say "leg $name: the tests marked alone, serially"
+    run_leg "$name" "$prefix" "$python" -m "${marks:+$marks and }alone" "$@" -n 0 || {
+        [[ $? == 5 ]] || status=1 # (5: none of its tests is marked)
+    }
+    return $status
+}
+
 # The legs to run, one "name:tests" a word, main standing for this machine's python3's version.
 expand_legs() {
     local main="$1" word
@@ -200,7 +220,7 @@ expand_legs() {
 # Run the legs (LOCKWATCH_LEGS, the README's by default) with pytest's arguments "$@"; returns 1
 # when any leg failed or, under CI, a Python could not be had.
 run_legs() {
-    local main leg name tests version base python prefix dir host_dir start status=0 result twin
+    local main leg name tests version base python prefix dir host_dir start status=0 result twin marks
     local workers dist
     local summary=() args legs
     main="$(python3 -c 'import sys; print("%d.%d" % sys.version_info[:2])')"
@@ -219,7 +239,8 @@ run_legs() {
             return 2
             ;;
         esac
-        [[ $version == "$main" ]] || args+=(-m "not e2e")
+        marks=""
+        [[ $version == "$main" ]] || marks="not e2e"
         # LOCKWATCH_WORKERS=N: N pytest-xdist workers (the test extra has it; 2 by default, one
         # a core; 0 serially): by file where the end-to-end tests run, so that a Jaeger or a
         # metrics run, a module's fixture, is made once; elsewhere by test, so that CPython's
@@ -273,7 +294,7 @@ run_legs() {
             all) export LOCKWATCH_PURE_LEG_TESTS=all ;;
             esac
         fi
-        if run_leg "$name" "$prefix" "$python" "${args[@]}"; then
+        if run_phases "$name" "$prefix" "$python" "$marks" "${args[@]}"; then
             result=passed
         else
             result="$(leg_failed "$version" "")"

@@ -35,6 +35,10 @@ def _env() -> dict[str, str]:
     return env
 
 
+# The stress processes of these two tests take thousands of involuntary context switches a
+# second on the free-threaded build, where any process beside them runs several times slower
+# (docs/development.md): its leg runs them alone, after the rest (`alone`).
+@pytest.mark.alone
 @pytest.mark.parametrize("mode", ["handler-evaluates", "signals", "finalizers"])
 def test_reentry_never_hangs(mode, tmp_path):
     manifest = tmp_path / "m.json"
@@ -95,6 +99,7 @@ def _sigterm_trial(i: int, workdir: Path) -> str | None:
 # Each trial has its own deadline (20 s after its SIGTERM); the 100 of them, four at a time, take
 # 46 s on 3.11 here and more than pytest-timeout's 180 s on the free-threaded 3.13t at load
 # (its interpreter starts each trial slower): the bound of the whole is the trials'.
+@pytest.mark.alone
 @pytest.mark.timeout(900)
 def test_sigterm_during_evaluation_ends_the_process_in_100_trials(tmp_path):
     """SIGTERM at a random moment while the main thread evaluates and writes the manifest and
