@@ -34,7 +34,8 @@
 # ${LOCKWATCH_SID_VENVS:-/venvs}/3.N in the sid root), with the checkout installed editable at
 # each run (two checkouts running legs at once each need venvs of their own: the editable
 # install points a venv at one checkout). A Python that cannot be had fails the leg under
-# CI=true and is a printed skip otherwise. Legs run one after the other, each on two pytest-xdist
+# CI=true and is a printed skip otherwise. (A free-threaded leg runs its tests marked `alone`
+# after the rest, serially: run_phases.) Legs run one after the other, each on two pytest-xdist
 # workers by default (LOCKWATCH_WORKERS=N: N of them, 0 serially; this machine's python3 with
 # `--dist loadfile`: a file's tests on one worker, so that a module's fixtures, a Jaeger or a
 # metrics run, are made once; the other legs, without the end-to-end tests, by test). Each leg
