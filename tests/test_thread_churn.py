@@ -21,7 +21,7 @@ import pytest
 
 from otel_lockwatch._session import RECORDER
 from otel_lockwatch.record import _recorder
-from otel_lockwatch.record._peak import PeakWorkers
+from otel_lockwatch.record._peak import PeakWorkers, ThreadEnd
 from otel_lockwatch.record._recorder import FOLD_BATCH
 
 
@@ -347,3 +347,20 @@ def test_the_c_path_registers_and_ends_threads_as_the_python_path_does():
     assert "(other)" in c["names"] and c["ended"] and c["peak"] == 3
     assert any(s["folded"] for s in c["states"])
     assert [s["held"] for s in c["states"] if s["held"]] == [1]  # the holder's (an "(other)")
+
+
+def test_a_thread_s_end_counts_nothing_while_the_interpreter_finalizes(monkeypatch):
+    """While the interpreter finalizes (the main thread's locals are freed then) a thread's end
+    calls nothing: the count's lock may be held by a thread that can never run again (the
+    free-threaded build parks one that tries to, forever), and the main thread waited for it,
+    a hang at exit (an inner pytest run of the xdist plugin test, 3.13t, December 2026). The C
+    ThreadEnd checks the same with Py_IsFinalizing, which a test cannot set."""
+    calls = []
+    end = ThreadEnd((lambda state, generation: calls.append((state, generation)), "s", 1))
+    monkeypatch.setattr(sys, "is_finalizing", lambda: True)
+    del end
+    assert calls == []
+    monkeypatch.setattr(sys, "is_finalizing", lambda: False)
+    end = ThreadEnd((lambda state, generation: calls.append((state, generation)), "s", 2))
+    del end
+    assert calls == [("s", 2)]

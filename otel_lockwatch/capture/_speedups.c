@@ -2172,13 +2172,24 @@ thread_ended(ModuleState *S, PyObject *st, PyObject *generation)
     PyErr_Clear();
 }
 
+/* Whether the interpreter is finalizing (the public name since 3.13). */
+#if PY_VERSION_HEX >= 0x030D0000
+#define interpreter_finalizing() Py_IsFinalizing()
+#else
+#define interpreter_finalizing() _Py_IsFinalizing()
+#endif
+
+/* A thread's end, counted; not while the interpreter finalizes (the main thread's locals are
+ * freed then): nothing is left to count, and the count's lock may be held by a thread that can
+ * never run again (the free-threaded build parks a thread that tries to attach then, forever:
+ * the main thread waited for it, a hang at exit). record._peak.ThreadEnd does the same. */
 static void
 ThreadEnd_dealloc(PyObject *self)
 {
     ThreadEnd *end = (ThreadEnd *)self;
     PyTypeObject *type = Py_TYPE(self);
     ModuleState *S = PyType_GetModuleState(type);
-    if (end->state != NULL && S != NULL && S->recorder != NULL) {
+    if (end->state != NULL && S != NULL && S->recorder != NULL && !interpreter_finalizing()) {
         PyObject *exc_type, *exc, *tb; /* (a deallocation may run while an error is set) */
         PyErr_Fetch(&exc_type, &exc, &tb);
         thread_ended(S, end->state, end->generation);

@@ -24,6 +24,7 @@ starts from its one thread.
 from __future__ import annotations
 
 import _thread
+import sys
 from functools import partial
 from typing import Any
 
@@ -44,6 +45,11 @@ class ThreadEnd(tuple):
     __slots__ = ()
 
     def __del__(self) -> None:
+        # Not while the interpreter finalizes (the main thread's locals are freed then): nothing
+        # is left to count, and the count's lock may be held by a thread that can never run again
+        # (the free-threaded build parks one that tries to, forever: a hang at exit, December 2026).
+        if sys.is_finalizing():
+            return
         try:  # noqa: SIM105 (suppress() would cost a context manager per thread)
             self[0](self[1], self[2])
         except Exception:  # at interpreter shutdown: nothing left to count
