@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
-# Build (once) a free-threaded CPython 3.13.5 (PEP 703, `--disable-gil`) from Debian's source
+# Build (once) a free-threaded CPython 3.13.15 (PEP 703, `--disable-gil`) from Debian's source
 # pool, and print its python's path.
 #
-# The source is python3.13_3.13.5.orig.tar.xz (CPython 3.13.5 as released), checked against the
+# The source is python3.13_3.13.15.orig.tar.xz (CPython 3.13.15 as released), checked against the
 # SHA-256 below. It is built without PGO (7 min 33 s cold on 2 cores, niced: `nice -n 19`) into
-# ${LOCKWATCH_CACHE:-$HOME/.cache/otel-lockwatch}/python-ft/3.13.5t, so a second run is instant.
+# ${LOCKWATCH_CACHE:-$HOME/.cache/otel-lockwatch}/python-ft/3.13.15t, so a second run is instant.
 # The build needs a C compiler and the headers of OpenSSL, zlib, libffi, bzip2, xz and SQLite:
 # installed with Debian's apt-get when missing and we are root. Only the python's path goes to
 # stdout; progress goes to stderr (the build's own output to build.log beside it).
@@ -19,9 +19,9 @@ fail() {
     exit 1
 }
 
-version=3.13.5
+version=3.13.15
 source_url="${LOCKWATCH_DEBIAN_MIRROR:-http://deb.debian.org/debian}/pool/main/p/python3.13/python3.13_$version.orig.tar.xz"
-source_sha256=93e583f243454e6e9e4588ca2c2662206ad961659863277afcdb96801647d640
+source_sha256=1e66a7945a48390ee4c2a4268a0e4185884059a13c4aab6d148aa208deea4a76
 cache="${LOCKWATCH_CACHE:-$HOME/.cache/otel-lockwatch}"
 prefix="$cache/python-ft/${version}t"
 python="$prefix/bin/python3.13t"

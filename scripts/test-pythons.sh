@@ -117,7 +117,16 @@ find_python() {
 # The venv of version $1 made by interpreter $2, run through the command prefix $3 (empty, or
 # the sid root's runner), at $4, with this checkout installed editable: prints its python.
 leg_venv() {
-    local version="$1" base="$2" prefix="$3" dir="$4" host_dir="$5"
+    local version="$1" base="$2" prefix="$3" dir="$4" host_dir="$5" want have
+    # A venv made by another release of the interpreter (pyvenv.cfg's version: a pyenv or sid
+    # upgrade, a new free-threaded build) is made again, so the leg runs the interpreter it names.
+    # shellcheck disable=SC2086 # the prefix is words
+    want="$($prefix "$base" -c 'import platform; print(platform.python_version())')" || return 1
+    have="$(sed -n 's/^version *= *//p' "$host_dir/pyvenv.cfg" 2>/dev/null || true)"
+    if [[ -f $host_dir/pyvenv.cfg && $have != "$want" ]]; then
+        legs_say "the $version venv in $host_dir was made by Python $have: making it for $want"
+        rm -rf "$host_dir"
+    fi
     # (pyvenv.cfg: a sid root venv's python links to the root's /usr/bin, missing on the host.)
     if [[ ! -f $host_dir/pyvenv.cfg ]]; then
         legs_say "creating the $version venv in $host_dir"
