@@ -595,7 +595,12 @@ class Yielding(StripedSections):
 
 def test_lock_many_against_reversed_lock_many() -> None:
     """Two threads taking the same sections with their keys in opposite orders never deadlock
-    (a deadlock would surface as SectionTimeout, not as a hang)."""
+    (a deadlock would surface as SectionTimeout, not as a hang).
+
+    Each ``lock_many`` is bounded by DEADLINE, so the workers always end; they are joined
+    while they make progress rather than within one DEADLINE for all 400 rounds, which a
+    deadlock-free run on a loaded machine can exceed (once on the free-threaded 3.13.5, whose
+    contended acquisitions yield the processor up to 40 times each)."""
     s = Yielding(32)
     ks = [f"unit-{i}" for i in range(12)]
     assert len({s.index(k) for k in ks}) > 3
@@ -613,7 +618,15 @@ def test_lock_many_against_reversed_lock_many() -> None:
         except BaseException as exc:  # pragma: no cover - reported below
             errors.append(exc)
 
-    join(start(lambda: worker(0, ks)), start(lambda: worker(1, ks[::-1])))
+    threads = (start(lambda: worker(0, ks)), start(lambda: worker(1, ks[::-1])))
+    for thread in threads:
+        while True:
+            before = sum(done)
+            thread.join(2 * DEADLINE)  # past one lock_many's DEADLINE: a deadlock raised by then
+            if not thread.is_alive():
+                break
+            assert sum(done) > before, f"no lock_many completed in {2 * DEADLINE} s: {done}"
+    join(*threads)
     assert errors == []
     assert done == [rounds, rounds]
     assert s.statistics().held == ()
