@@ -7,7 +7,7 @@ every acquisition made. The count tests run on every build (more threads than co
 incrementing under one watched lock, on the sections of one array, or handing a lock to another
 thread to release); the GIL test only where the GIL can be off. Where setup.py builds the C
 extension (CPython 3.11+ on Linux: the free-threaded build included), the default path must be
-the C path. scripts/build-python-ft.sh builds such an interpreter (CPython 3.13.5,
+the C path. scripts/build-python-ft.sh builds such an interpreter (CPython 3.13.15,
 ``--disable-gil``); scripts/test-pythons.sh's 3.13t leg runs these there.
 """
 
