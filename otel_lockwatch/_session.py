@@ -197,8 +197,9 @@ def discard() -> None:
 # -- fork ------------------------------------------------------------------------------------------
 #: The order the parts' after-fork routines run in, in a forked child (and after a fork, in the
 #: parent). The recorder first: it gives the forking thread its fresh state, which the C path
-#: reads again once it forgot its cached one; the exit hooks and the exporter last, because
-#: what they restart (a checkpoint thread) may take a lock.
+#: reads again once it forgot its cached one; the exporter, then the exit hooks, last: what the
+#: exporter restarts (a checkpoint thread) may take a lock, and the exit hooks do a SIGTERM's
+#: exit work only once every other part is the child's (a SIGTERM handled before only ends it).
 FORK_ORDER = (
     "recorder",  # record._recorder: one worker (the forking thread), its held stack kept
     "lock classes",  # record._lock_class: the interning lock made anew
@@ -207,8 +208,8 @@ FORK_ORDER = (
     "fast path",  # capture._fast_path: the C path forgets its cached worker states
     "collection",  # capture._collection: the parent's threads' collector deferrals closed
     "multiprocess",  # capture._multiprocess: this process is a child
-    "exit hooks",  # telemetry._exit_hooks: the child's wake-up pipe and signal deferral
     "exporter",  # telemetry: the emitter's emit lock; the exporter's write lock and checkpoints
+    "exit hooks",  # telemetry._exit_hooks: the child's wake-up pipe and signal deferral
 )
 
 _in_child: dict[str, Callable[[], None]] = {}

@@ -17,6 +17,7 @@ upstream later) is skipped there by the runner, naming the issue (``KNOWN_HANGS`
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -55,6 +56,9 @@ def _run(mode: str, modules: list[str], manifest: Path) -> dict:
         OTEL_METRICS_EXPORTER="none",
         OTEL_LOGS_EXPORTER="none",
         PYTHONDONTWRITEBYTECODE="1",
+        # Every Python process of the run (the suite's process pools too) dumps its threads'
+        # stacks on SIGABRT, which a run still going at its deadline is sent.
+        PYTHONFAULTHANDLER="1",
     )
     # In a session of its own: a run that times out is ended with its children (a suite's
     # process pools), which subprocess.run's timeout would leave running.
@@ -70,14 +74,28 @@ def _run(mode: str, modules: list[str], manifest: Path) -> dict:
         try:
             stdout, stderr = proc.communicate(timeout=900)
         except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            _, stderr = proc.communicate()
-            # With every thread's stack, which the runner dumps at 720 s.
-            pytest.fail(f"{mode} {modules}: still running after 900 s\n{stderr[-8000:]}")
+            stderr = _end_group(proc)
+            # With the stacks of every thread of every process of the run.
+            pytest.fail(f"{mode} {modules}: still running after 900 s\n{stderr[-20000:]}")
     assert proc.returncode == 0, stderr[-3000:]
     # With the run's stderr: what lockwatch logged there (a manifest it could not write) is
     # what a failure needs to show.
     return {**json.loads(stdout.strip().splitlines()[-1]), "stderr": stderr[-3000:]}
+
+
+def _end_group(proc: subprocess.Popen) -> str:
+    """End a run past its deadline with its children, and return its stderr: SIGABRT first, on
+    which each process's faulthandler writes its threads' stacks there (a hung pool worker's
+    too: the runner's own showed only the executor joining it), then SIGKILL to what is still
+    running 30 s later. The pipe ends when the last process holding it has."""
+    try:
+        os.killpg(proc.pid, signal.SIGABRT)
+        return proc.communicate(timeout=30)[1]
+    except (ProcessLookupError, subprocess.TimeoutExpired):
+        pass
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    return proc.communicate()[1]
 
 
 def _importable(modules: list[str]) -> bool:

@@ -116,6 +116,80 @@ def test_a_lost_sigterm_is_sent_again_in_a_child_forked_right_after_another(tmp_
     assert out.split()[0] == "True", (out, err)
 
 
+FORKING_WHILE_TERMINATED = textwrap.dedent(
+    """
+    import os, signal, sys, threading, time
+
+    # Registered before lockwatch's own fork routines, so it runs first in a forked child: a
+    # SIGTERM handled there is one that reached a pool's worker as it was being forked (the
+    # executor terminating its workers), while lockwatch's state in the child is the parent's.
+    os.register_at_fork(after_in_child=lambda: signal.raise_signal(signal.SIGTERM))
+
+    from otel_lockwatch import LockwatchInstrumentor, name_lock
+    from otel_lockwatch._session import RECORDER
+
+    LockwatchInstrumentor().instrument(manifest_path=sys.argv[1], checkpoint_interval_s=0)
+    lock = name_lock(threading.Lock(), "exit-lock")
+    for _ in range(10):
+        with lock:
+            pass
+    # Another thread has the recorder as the child is forked (the emitter, say): the child's
+    # copy of its lock is held by a thread the child does not have.
+    holding, release = threading.Event(), threading.Event()
+
+    def hold():
+        with RECORDER.exclusive():
+            holding.set()
+            release.wait()
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    holding.wait()
+    pid = os.fork()
+    if pid == 0:
+        os._exit(0)  # only if the SIGTERM did not end the child
+    deadline = time.monotonic() + 30
+    while (ended := os.waitpid(pid, os.WNOHANG))[0] == 0 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    if ended[0] == 0:
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+        print("the child was still running 30 s after its SIGTERM", flush=True)
+    else:
+        status = ended[1]
+        print(os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGTERM, status, flush=True)
+    print(os.path.exists(sys.argv[1]), flush=True)
+    release.set()
+    holder.join()
+    """
+)
+
+
+def test_a_child_terminated_while_it_is_forked_ends_by_the_sigterm(tmp_path):
+    """A SIGTERM handled in a forked child before lockwatch's fork routines have run (a pool's
+    worker terminated as it is forked: its handler runs in the finalizers of the parent's
+    threads' locals) ends the child as the default action would, at once, without lockwatch's
+    exit work: that work would find the parent's state (a recorder lock held by a thread the
+    child does not have: the child hung there, its parent joining it for good) and write the
+    parent's manifest path."""
+    script = tmp_path / "app.py"
+    script.write_text(FORKING_WHILE_TERMINATED)
+    manifest = tmp_path / "manifest.json"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
+    proc = subprocess.run(
+        [sys.executable, str(script), str(manifest)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    ended, written_by_the_child = proc.stdout.splitlines()
+    assert ended.split()[0] == "True", (ended, proc.stderr)
+    assert written_by_the_child == "False", "the child wrote its parent's manifest"
+    assert_valid(manifest)  # the parent's, at its own exit
+
+
 def test_sigterm_chains_the_handler_installed_before(tmp_path):
     """A SIGTERM handler installed before instrument() still runs, after the manifest is written."""
     script_prelude = PRELUDE.replace(

@@ -162,3 +162,23 @@ def test_a_sigterm_the_main_thread_misses_is_sent_again(tmp_path):
     )
     assert done.returncode == -signal.SIGTERM, done.stderr[-3000:]
     assert json.loads(manifest.read_text())["locks"]
+
+
+def test_a_sigterm_a_forked_pool_worker_misses_is_sent_again(tmp_path):
+    """The same in a forked ``multiprocessing`` worker (a pool's worker terminated as it blocks
+    on its call queue again: on the free-threaded build, 1 executor shutdown in 300 of a loop of
+    CPython's test_crash_at_task_unpickle's steps waited for one). The worker's emitter, which
+    sends it again, starts with the worker, not at its first record: the worker ends by the
+    SIGTERM, with its manifest written."""
+    manifest = tmp_path / "m.json"
+    done = subprocess.run(
+        [sys.executable, str(STRESS.with_name("lost_sigterm.py")), str(manifest), "worker"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=_env(),
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.strip() == f"worker exit {-signal.SIGTERM}", done.stderr[-3000:]
+    (written,) = [p for p in tmp_path.glob("m*.json") if p != manifest]
+    assert json.loads(written.read_text())["locks"]

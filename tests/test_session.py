@@ -104,8 +104,8 @@ def test_the_fork_order_is_the_documented_one_whatever_the_import_order():
         "distributed",
         "fast path" if SPEEDUPS else "collection",
         "multiprocess",
-        "exit hooks",
         "exporter",
+        "exit hooks",
     ]
     assert out.split(",") == expected
     assert [p for p in _session.FORK_ORDER if p in expected] == expected

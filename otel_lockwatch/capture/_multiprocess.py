@@ -130,8 +130,17 @@ def _after_fork_in_child() -> None:
 def _on_process_start(process: Any) -> None:
     # multiprocessing.util.register_after_fork: run by Process._bootstrap in every child (fork,
     # spawn and forkserver), after it cleared the finalizers it inherited.
-    if current() is not None:
-        _mp_util.Finalize(None, write_at_process_end, exitpriority=EXIT_PRIORITY)
+    if current() is None:
+        return
+    _mp_util.Finalize(None, write_at_process_end, exitpriority=EXIT_PRIORITY)
+    # A forked worker's emitter starts now rather than at its first record (a raw os.fork()
+    # child's waits for that: a program's child sees only the threads it started): it is also
+    # what sends again a SIGTERM that landed just before the worker blocked on its call queue,
+    # whose handler would never run (exit hooks' lost SIGTERM). A worker that had not recorded
+    # anything when the executor terminated it waited for good (its pool's shutdown with it).
+    # Only the parent's records, copied by the fork, are dropped (those the parent emits).
+    if not OUTBOX.started:
+        OUTBOX.begin()
 
 
 def write_at_process_end() -> None:

@@ -37,6 +37,7 @@ class ExitHooks:
         self._armed = False
         self._on_disk = False  # the final manifest is written: a second signal ends the process
         self._pending = 0  # a second signal that came while it was being written
+        self._pid = os.getpid()  # the process whose state this is (see _on_sigterm)
 
     def register(self, exporter: Any) -> None:
         if exporter not in self._exporters:
@@ -182,7 +183,10 @@ class ExitHooks:
         self._quiet_until = time.monotonic() + 1.0
 
     def after_fork_in_child(self) -> None:
-        """In a forked child (the session's fork handler)."""
+        """In a forked child (the session's fork handler, last of the parts)."""
+        # Every other part has its child's state now: a SIGTERM handled from here on does the
+        # child's exit work (before, it only ends the child: see _on_sigterm).
+        self._pid = os.getpid()
         # The forking thread is the child's main thread; it may not be the one that was busy.
         self._main_depth = 0
         self._deferred = None
@@ -238,11 +242,25 @@ class ExitHooks:
         return False
 
     def _on_sigterm(self, signum: int, frame: Any) -> None:
+        if self._pid != os.getpid():
+            # A forked child whose fork routines have not run yet: a pool's worker terminated
+            # as it is forked (the handler then runs in the finalizers of the parent's threads'
+            # locals, or in a fork routine registered before lockwatch's). Its lockwatch state
+            # is still the parent's copy: its locks may be held by threads the child does not
+            # have (the exit work waited on one for good, and the pool's shutdown joined the
+            # child for good) and its manifest path is the parent's. The child has recorded
+            # nothing of its own: it ends as it would have without lockwatch.
+            self._end_as_before(signum, frame)
+            return
         self._sigterm_handled = True
         if self._main_depth and self._inside_exit_work(frame):
             self._deferred = (signum, frame)
             return
         self._at_exit()
+        self._end_as_before(signum, frame)
+
+    def _end_as_before(self, signum: int, frame: Any) -> None:
+        """What the handler installed before lockwatch's would have done with the SIGTERM."""
         previous = self._previous
         if callable(previous):
             previous(signum, frame)

@@ -9,7 +9,6 @@ manifest is written at exit as a user's would be.
 
 from __future__ import annotations
 
-import faulthandler
 import importlib
 import json
 import os
@@ -47,8 +46,6 @@ def skip_known_hangs(suite: unittest.TestSuite) -> None:
 
 def main(argv: list[str]) -> int:
     mode, manifest, *modules = argv
-    # A run that hangs says where, on stderr, before the test's deadline ends it (900 s).
-    faulthandler.dump_traceback_later(720)
     if mode == "instrumented":
         from otel_lockwatch import LockwatchInstrumentor
 
