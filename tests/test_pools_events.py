@@ -2,8 +2,8 @@
 exhausted one is flagged and named at the library, one with enough connections is not.
 
 The same load as ``test_pools_real``: 16 workers, 10 rounds each of one checkout held about
-10 ms (100 ms with enough connections: ``WELL_SIZED_HOLD_S`` says why), all starting together;
-2 connections (exhausted) or 16 (enough). The pools are the libraries' own:
+10 ms (100 ms for 20 rounds with enough connections: ``WELL_SIZED_HOLD_S`` says why), all
+starting together; 2 connections (exhausted) or 16 (enough). The pools are the libraries' own:
 
 - httpx's ``Client`` (httpcore's sync ``ConnectionPool``: each queued request waits on a
   ``threading.Event`` of its own, set by the peer whose response closes) against a local
@@ -40,6 +40,7 @@ from test_pools_real import (
     ROUNDS,
     WELL_SIZED_HOLD_S,
     WELL_SIZED_JITTER,
+    WELL_SIZED_ROUNDS,
     WORKERS,
     hold_s,
     run_workers,
@@ -190,7 +191,7 @@ def assert_low_contention(manifest) -> None:
 # delay the 16 requests came back together each round and queued at once for httpcore's mutex,
 # whose holds stretch on a loaded machine (82.6-88.1 % throughput, 1 run in 19 at 100 ms and
 # load average 4, 548 holds summing 484 ms in one of them; at 50 ms, once in a CI run's 3.15
-# leg). (WELL_SIZED_HOLD_S and WELL_SIZED_JITTER: test_pools_real.py.)
+# leg). (WELL_SIZED_HOLD_S, WELL_SIZED_JITTER and WELL_SIZED_ROUNDS: test_pools_real.py.)
 
 
 @pytest.mark.parametrize("kind", sorted(THREAD_POOLS))
@@ -198,7 +199,7 @@ def test_a_pool_with_enough_connections_is_low_contention(watched, ctx, kind):
     make, _ = THREAD_POOLS[kind]
     ctx["hold_s"], ctx["jitter"] = WELL_SIZED_HOLD_S, WELL_SIZED_JITTER
     use = make(ENOUGH, ctx)
-    run_workers(use)
+    run_workers(use, rounds=WELL_SIZED_ROUNDS)
     assert_low_contention(evaluate())
 
 
