@@ -26,9 +26,10 @@ Layers talk through the session or through explicit hand-offs: the emitter gives
 its "first record" and "cycle" callbacks; the record layer never imports OpenTelemetry.
 
 **Fork.** One handler (``os.register_at_fork``, registered here) runs each part's after-fork
-routine in :data:`FORK_ORDER`, whatever order the modules were imported in. The parts of this
-layer and below are registered here; the capture and telemetry parts register theirs by name
-(:func:`at_fork`) when imported, and a name not in the order is refused.
+routine in :data:`FORK_ORDER` (its before-fork routine in the reverse order), whatever order the
+modules were imported in. The parts of this layer and below are registered here; the capture and
+telemetry parts register theirs by name (:func:`at_fork`) when imported, and a name not in the
+order is refused.
 """
 
 from __future__ import annotations
@@ -212,6 +213,7 @@ FORK_ORDER = (
     "exit hooks",  # telemetry._exit_hooks: the child's wake-up pipe and signal deferral
 )
 
+_before: dict[str, Callable[[], None]] = {}
 _in_child: dict[str, Callable[[], None]] = {}
 _in_parent: dict[str, Callable[[], None]] = {}
 
@@ -219,10 +221,12 @@ _in_parent: dict[str, Callable[[], None]] = {}
 def at_fork(
     part: str,
     *,
+    before: Callable[[], None] | None = None,
     after_in_child: Callable[[], None] | None = None,
     after_in_parent: Callable[[], None] | None = None,
 ) -> None:
-    """Have the fork handler run ``part``'s routines at its place in :data:`FORK_ORDER` (a
+    """Have the fork handler run ``part``'s routines at its place in :data:`FORK_ORDER` (the
+    ``before`` routines, in the forking thread just before the fork, in the reverse order; a
     second registration of a part replaces the first).
 
     Raises:
@@ -230,7 +234,8 @@ def at_fork(
     """
     if part not in FORK_ORDER:
         raise ValueError(f"no part {part!r} in the fork order {FORK_ORDER}")
-    for table, routine in ((_in_child, after_in_child), (_in_parent, after_in_parent)):
+    tables = ((_before, before), (_in_child, after_in_child), (_in_parent, after_in_parent))
+    for table, routine in tables:
         if routine is None:
             table.pop(part, None)
         else:
@@ -242,8 +247,8 @@ def fork_parts() -> tuple[str, ...]:
     return tuple(part for part in FORK_ORDER if part in _in_child)
 
 
-def _run(table: dict[str, Callable[[], None]]) -> None:
-    for part in FORK_ORDER:
+def _run(table: dict[str, Callable[[], None]], order: tuple[str, ...] = FORK_ORDER) -> None:
+    for part in order:
         routine = table.get(part)
         if routine is None:
             continue
@@ -251,6 +256,10 @@ def _run(table: dict[str, Callable[[], None]]) -> None:
             routine()
         except Exception as exc:  # one part's trouble: the others still run; never raised
             OUTBOX.failed(exc)
+
+
+def _before_fork() -> None:
+    _run(_before, FORK_ORDER[::-1])
 
 
 def _after_fork_in_child() -> None:
@@ -277,4 +286,8 @@ at_fork("outbox", after_in_child=OUTBOX.after_fork_in_child)
 at_fork("distributed", after_in_child=DISTRIBUTED.after_fork_in_child)
 at_fork("exporter", after_in_child=_exporter_after_fork_in_child)
 if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_after_fork_in_child, after_in_parent=_after_fork_in_parent)
+    os.register_at_fork(
+        before=_before_fork,
+        after_in_child=_after_fork_in_child,
+        after_in_parent=_after_fork_in_parent,
+    )

@@ -190,6 +190,65 @@ def test_a_child_terminated_while_it_is_forked_ends_by_the_sigterm(tmp_path):
     assert_valid(manifest)  # the parent's, at its own exit
 
 
+SIGTERM_DURING_FORK = textwrap.dedent(
+    """
+    import os, signal, sys
+
+    def early():  # registered before lockwatch's fork routines: runs first in a forked child
+        os.kill(os.getpid(), signal.SIGTERM)  # a SIGTERM that reaches the child as it is forked
+        print("pending" if signal.SIGTERM in signal.sigpending() else "delivered", flush=True)
+
+    os.register_at_fork(after_in_child=early)
+
+    from otel_lockwatch import LockwatchInstrumentor
+
+    LockwatchInstrumentor().instrument(manifest_path=sys.argv[1], checkpoint_interval_s=0)
+
+    def fork_and_wait():
+        pid = os.fork()
+        if pid == 0:
+            blocked = signal.SIGTERM in signal.pthread_sigmask(signal.SIG_BLOCK, [])
+            print(f"child survived, SIGTERM blocked: {blocked}", flush=True)
+            os._exit(0)
+        _, status = os.waitpid(pid, 0)
+        ended = os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGTERM
+        blocked = signal.SIGTERM in signal.pthread_sigmask(signal.SIG_BLOCK, [])
+        print(f"ended by SIGTERM: {ended}, parent blocks it: {blocked}", flush=True)
+
+    fork_and_wait()
+    signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGTERM])  # the program's own block
+    fork_and_wait()
+    """
+)
+
+
+@pytest.mark.skipif(not hasattr(signal, "pthread_sigmask"), reason="needs pthread_sigmask")
+def test_a_sigterm_sent_as_a_child_is_forked_waits_for_its_fork_routines(tmp_path):
+    """A SIGTERM that reaches a forked child before its interpreter resumed is cleared by
+    CPython (it may be the parent's), and the default action would have ended the child: the
+    forking thread blocks SIGTERM across the fork, so one sent then stays pending until the
+    child's fork routines have run, and ends the child then. A program's own block of SIGTERM
+    stays, in the parent and the child."""
+    script = tmp_path / "app.py"
+    script.write_text(SIGTERM_DURING_FORK)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
+    proc = subprocess.run(
+        [sys.executable, str(script), str(tmp_path / "m.json")],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines() == [
+        "pending",
+        "ended by SIGTERM: True, parent blocks it: False",
+        "pending",
+        "child survived, SIGTERM blocked: True",
+        "ended by SIGTERM: False, parent blocks it: True",
+    ], proc.stderr
+
+
 def test_sigterm_chains_the_handler_installed_before(tmp_path):
     """A SIGTERM handler installed before instrument() still runs, after the manifest is written."""
     script_prelude = PRELUDE.replace(

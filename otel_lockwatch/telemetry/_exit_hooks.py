@@ -177,16 +177,53 @@ class ExitHooks:
         self._close_wakeup()
         self._wakeup_pid = 0
 
+    # -- a SIGTERM that reaches a child as it is forked --------------------------------------
+    # CPython clears the signals a forked child received before its interpreter resumed (they
+    # may be the parent's: _PySignal_AfterFork), and until the child's own wake-up pipe is made
+    # their arrival is written to the parent's: a pool's worker terminated as it was forked
+    # missed the SIGTERM for good, where the default action would have ended it. So while the
+    # handler is the one that ends the process, the forking thread blocks SIGTERM across the
+    # fork, and the child unblocks it once its fork routines have run: one sent meanwhile stays
+    # pending, then is handled by the child's own state.
+    _fork_mask = threading.local()  # per forking thread: whether the fork blocked SIGTERM
+
+    def before_fork(self) -> None:
+        """Before a fork, in the forking thread (the session's fork handler)."""
+        if (
+            not self._installed
+            or self._previous not in (signal.SIG_DFL, None)
+            or signal.getsignal(signal.SIGTERM) != self._on_sigterm
+        ):
+            return
+        try:
+            blocked = signal.pthread_sigmask(signal.SIG_BLOCK, (signal.SIGTERM,))
+        except (AttributeError, OSError, ValueError):  # no pthread_sigmask here
+            return
+        self._fork_mask.unblock = signal.SIGTERM not in blocked  # (the host's own block stays)
+
+    def _unblock_after_fork(self) -> None:
+        if getattr(self._fork_mask, "unblock", False):
+            self._fork_mask.unblock = False
+            with contextlib.suppress(OSError, ValueError):
+                signal.pthread_sigmask(signal.SIG_UNBLOCK, (signal.SIGTERM,))
+
     def after_fork_in_parent(self) -> None:
         """After a fork, in the parent (the session's fork handler)."""
         # A child writes into the parent's pipe until its own at-fork hook gives it one.
         self._quiet_until = time.monotonic() + 1.0
+        self._unblock_after_fork()
 
     def after_fork_in_child(self) -> None:
         """In a forked child (the session's fork handler, last of the parts)."""
         # Every other part has its child's state now: a SIGTERM handled from here on does the
         # child's exit work (before, it only ends the child: see _on_sigterm).
         self._pid = os.getpid()
+        try:
+            self._own_wakeups_after_fork()
+        finally:  # a SIGTERM that came during the fork is handled now, by the child's pipe too
+            self._unblock_after_fork()
+
+    def _own_wakeups_after_fork(self) -> None:
         # The forking thread is the child's main thread; it may not be the one that was busy.
         self._main_depth = 0
         self._deferred = None
@@ -298,6 +335,11 @@ def exit_hooks() -> ExitHooks:
     return hooks
 
 
+def _before_fork() -> None:
+    if PROCESS.exit_hooks is not None:
+        PROCESS.exit_hooks.before_fork()
+
+
 def _after_fork_in_parent() -> None:
     if PROCESS.exit_hooks is not None:
         PROCESS.exit_hooks.after_fork_in_parent()
@@ -308,4 +350,9 @@ def _after_fork_in_child() -> None:
         PROCESS.exit_hooks.after_fork_in_child()
 
 
-at_fork("exit hooks", after_in_child=_after_fork_in_child, after_in_parent=_after_fork_in_parent)
+at_fork(
+    "exit hooks",
+    before=_before_fork,
+    after_in_child=_after_fork_in_child,
+    after_in_parent=_after_fork_in_parent,
+)
