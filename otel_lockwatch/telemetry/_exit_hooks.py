@@ -280,13 +280,13 @@ class ExitHooks:
 
     def _on_sigterm(self, signum: int, frame: Any) -> None:
         if self._pid != os.getpid():
-            # A forked child whose fork routines have not run yet: a pool's worker terminated
-            # as it is forked (the handler then runs in the finalizers of the parent's threads'
-            # locals, or in a fork routine registered before lockwatch's). Its lockwatch state
-            # is still the parent's copy: its locks may be held by threads the child does not
-            # have (the exit work waited on one for good, and the pool's shutdown joined the
-            # child for good) and its manifest path is the parent's. The child has recorded
-            # nothing of its own: it ends as it would have without lockwatch.
+            # A forked child whose fork routines have not run yet, though the fork blocked
+            # SIGTERM (a fork routine registered before lockwatch's let it in, or the fork
+            # found another handler: see before_fork). Its lockwatch state is still the
+            # parent's copy: its locks may be held by threads the child does not have (a
+            # flush waited 5 s on one and dropped the spans) and its manifest path is the
+            # parent's. The child has recorded nothing of its own: it ends as it would have
+            # without lockwatch.
             self._end_as_before(signum, frame)
             return
         self._sigterm_handled = True
