@@ -22,6 +22,7 @@ from otel_lockwatch.record._data import expand_lock_workers, merge_data
 from otel_lockwatch.record._histogram import LogHistogram, bucket_of
 from otel_lockwatch.record._lock_class import lock_class
 from otel_lockwatch.record._recorder import Recorder
+from otel_lockwatch.record._sites import UNKNOWN, SiteTable
 from otel_lockwatch.record._stats import Stats
 
 MS = 1_000_000
@@ -342,7 +343,10 @@ collisions = st.integers(0, 4)
 
 
 def record(state, attempts, spans, collision_waits, observed_ns):
-    """Write ``attempts`` into a worker state's Stats as the lock wrappers do."""
+    """Write ``attempts`` into a worker state's Stats as the lock wrappers do, and their waits'
+    sites as the filer then does (``record._waits``), at ``(unknown)``: every wait counted has
+    its site filed by the time a snapshot reads (one counted and not filed yet is charged to
+    ``(unknown)`` there too)."""
     for (name, kind), outcome, wait, hold in attempts:
         s = state.stats.setdefault(lock_class(name, kind), Stats())
         if outcome == "skipped":
@@ -356,6 +360,9 @@ def record(state, attempts, spans, collision_waits, observed_ns):
             b = bucket_of(wait)
             s.wait_histogram[b] = s.wait_histogram.get(b, 0) + 1
             s.wait_min_ns, s.wait_max_ns = min(s.wait_min_ns, wait), max(s.wait_max_ns, wait)
+            if s.sites is None:
+                s.sites = SiteTable()
+            s.sites.add(UNKNOWN, UNKNOWN, wait)
             if name == "S":
                 s.collisions += collision_waits
         if outcome == "timeout":
@@ -421,6 +428,14 @@ def reference_locks(workers):
                 lock["contentions"] += wait > 0
                 totals["contentions"] += wait > 0
                 totals["wait_ns"] += wait
+                if wait:  # at its site, (unknown) here
+                    waits = lock.setdefault("contention_points", {UNKNOWN: LogHistogram()})
+                    waits[UNKNOWN].add(wait)
+                    holders = lock.setdefault(
+                        "contending_points", {UNKNOWN: {"count": 0, "wait_ns": 0}}
+                    )
+                    holders[UNKNOWN]["count"] += 1
+                    holders[UNKNOWN]["wait_ns"] += wait
             if outcome == "timeout":
                 lock["timeouts"] += 1
                 continue
