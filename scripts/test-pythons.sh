@@ -194,7 +194,8 @@ run_leg() {
 # Run a leg in its phases: its name, the command prefix, its python, the marker expression its
 # tests are selected by ("" for all), then pytest's arguments. A free-threaded leg ("3.13t") runs
 # the tests marked `alone` after the rest, serially: their stress processes slow every process
-# beside them on that build several times over (docs/development.md); other legs run in one go.
+# beside them on that build several times over, and the demo's shared run crawls beside anything
+# busy (docs/development.md); other legs run in one go.
 run_phases() {
     local name="$1" prefix="$2" python="$3" marks="$4" status=0
     shift 4
