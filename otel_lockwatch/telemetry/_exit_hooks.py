@@ -114,8 +114,13 @@ class ExitHooks:
 
     LOST_SIGTERM_S = 0.2
 
+    def _ends_the_process(self) -> bool:
+        """Whether lockwatch's handler ends the process (the one before it was the default):
+        only then is a SIGTERM it might miss worth guarding (a host's handler keeps its own)."""
+        return self._previous in (signal.SIG_DFL, None)
+
     def _watch_wakeups(self) -> None:
-        if self._wakeup_pid == os.getpid() or self._previous not in (signal.SIG_DFL, None):
+        if self._wakeup_pid == os.getpid() or not self._ends_the_process():
             return
         try:
             r, w = os.pipe()
@@ -191,7 +196,7 @@ class ExitHooks:
         """Before a fork, in the forking thread (the session's fork handler)."""
         if (
             not self._installed
-            or self._previous not in (signal.SIG_DFL, None)
+            or not self._ends_the_process()
             or signal.getsignal(signal.SIGTERM) != self._on_sigterm
         ):
             return
