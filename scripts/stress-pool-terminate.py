@@ -19,10 +19,12 @@ ends it. Prints one line: the rounds, how many shutdowns waited, and the wall ti
 from __future__ import annotations
 
 import argparse
+import atexit
 import contextlib
 import faulthandler
 import multiprocessing
 import os
+import shutil
 import signal
 import sys
 import tempfile
@@ -83,7 +85,11 @@ def main() -> int:
         os.environ.setdefault("OTEL_TRACES_EXPORTER", "none")
         os.environ.setdefault("OTEL_METRICS_EXPORTER", "none")
         os.environ.setdefault("OTEL_LOGS_EXPORTER", "none")
-        manifest = Path(tempfile.mkdtemp(prefix="stress-pool-terminate-")) / "manifest.json"
+        directory = tempfile.mkdtemp(prefix="stress-pool-terminate-")
+        # Registered before instrument(), so run after lockwatch's own exit work (atexit runs
+        # last-in first-out), which writes the manifest there: nothing is left behind.
+        atexit.register(shutil.rmtree, directory, True)
+        manifest = Path(directory) / "manifest.json"
         LockwatchInstrumentor().instrument(manifest_path=manifest, checkpoint_interval_s=0)
     faulthandler.enable(all_threads=True)
     context = multiprocessing.get_context(args.start_method)
