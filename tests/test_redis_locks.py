@@ -221,9 +221,12 @@ def test_asyncio_locks_are_recorded_per_task(watched, port):
     overrun names the task."""
     import redis.asyncio as aioredis
 
+    def waiting() -> int:
+        return RECORDER.live().get(("lock:cart:*", "redis.asyncio.Lock"), (0, 0))[0]
+
     async def main():
         client = aioredis.Redis(port=port)
-        first = client.lock("lock:cart:77", timeout=0.2, sleep=0.01)
+        first = client.lock("lock:cart:77", timeout=10, sleep=0.01)
         second = client.lock("lock:cart:77", timeout=5, sleep=0.01)
         assert await first.acquire()
         acquired, done = asyncio.Event(), asyncio.Event()
@@ -235,6 +238,14 @@ def test_asyncio_locks_are_recorded_per_task(watched, port):
             await second.release()
 
         task = asyncio.create_task(waiter(), name="waiter")
+        # The waiter's first attempt fails while the first holds the lease; only then is the
+        # lease cut short. (With a lease of 0.2 s from the acquire, a loaded free-threaded
+        # machine once ran the waiter's first attempt after it ended: no wait at all.)
+        deadline = time.monotonic() + 10
+        while waiting() != 1 and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)  # ok: polling the gauge's count, with a deadline
+        assert waiting() == 1
+        assert await first.extend(0.05, replace_ttl=True)  # the lease ends 50 ms from here
         await asyncio.wait_for(acquired.wait(), 10)  # first's lease ran out: the waiter has it
         with pytest.raises(LockNotOwnedError):
             await first.release()
@@ -339,12 +350,13 @@ def test_asyncio_extend_in_time_is_no_overrun(watched, port):
 
     async def main():
         client = aioredis.Redis(port=port)
-        lock = client.lock("lock:cart:9", timeout=0.2)
+        # Leases of a second, as in the threads' test above: each step has 0.9 s to spare.
+        lock = client.lock("lock:cart:9", timeout=1.0)
         assert await lock.acquire()
         await asyncio.sleep(0.1)  # hold
-        assert await lock.extend(0.4)
-        await asyncio.sleep(0.2)  # hold: past the first lease, within the extended one
-        assert await lock.reacquire()
+        assert await lock.extend(1.0)  # the lease now ends 2 s after the acquisition
+        await asyncio.sleep(1.0)  # hold: past the first lease, within the extended one
+        assert await lock.reacquire()  # a lease of 1 s from here
         await asyncio.sleep(0.1)  # hold
         await lock.release()
         await client.aclose()
