@@ -169,7 +169,15 @@ def test_an_exhausted_pool_is_flagged_at_the_library(watched, ctx, kind):
 
 def assert_low_contention(manifest) -> None:
     doc = manifest.to_dict()
-    assert manifest.effective_throughput_pct > 90, manifest.effective_throughput_pct
+    assert manifest.effective_throughput_pct > 90, (
+        manifest.effective_throughput_pct,
+        doc["hot_lock_register"],
+        {
+            name: (lock["contentions"], lock["wait_ms_total"], lock.get("contention_points"))
+            for name, lock in doc["locks"].items()
+            if lock["contentions"]
+        },
+    )
     assert not any(p["hot"] for p in doc["resource_pools"]), doc["resource_pools"]
     # A well-sized pool's only wait, a few tens of ms on the library's own mutex (DBUtils
     # connects under its condition's lock; httpcore assigns connections under its pool lock,
