@@ -10,7 +10,7 @@ import _thread
 import dataclasses
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 
 import pytest
@@ -99,6 +99,24 @@ def join(*threads: threading.Thread) -> None:
         assert not thread.is_alive(), f"{thread.name} is stuck"
         if isinstance(thread, Worker) and thread.error is not None:
             raise thread.error
+
+
+def join_while_progressing(threads: Iterable[threading.Thread], progress: list[int]) -> None:
+    """Join workers whose every blocking acquisition is bounded by DEADLINE (a deadlock raises
+    SectionTimeout by then) for as long as they make progress (``progress``: their completed
+    steps), not within one DEADLINE for all their steps, which a deadlock-free run on a loaded
+    machine can exceed (the free-threaded 3.13's contended acquisitions yield the processor up
+    to 40 times each, and each yield beside runnable threads gives it up for a scheduler slice).
+    """
+    threads = list(threads)
+    for thread in threads:
+        while True:
+            before = sum(progress)
+            thread.join(2 * DEADLINE)  # past one acquisition's DEADLINE: a deadlock raised by then
+            if not thread.is_alive():
+                break
+            assert sum(progress) > before, f"no step completed in {2 * DEADLINE} s: {progress}"
+    join(*threads)
 
 
 # -- construction --------------------------------------------------------------------------------
@@ -595,12 +613,8 @@ class Yielding(StripedSections):
 
 def test_lock_many_against_reversed_lock_many() -> None:
     """Two threads taking the same sections with their keys in opposite orders never deadlock
-    (a deadlock would surface as SectionTimeout, not as a hang).
-
-    Each ``lock_many`` is bounded by DEADLINE, so the workers always end; they are joined
-    while they make progress rather than within one DEADLINE for all 400 rounds, which a
-    deadlock-free run on a loaded machine can exceed (once on the free-threaded 3.13.5, whose
-    contended acquisitions yield the processor up to 40 times each)."""
+    (a deadlock would surface as SectionTimeout, not as a hang; once on the free-threaded
+    3.13.5, 400 rounds took longer than one DEADLINE: ``join_while_progressing``)."""
     s = Yielding(32)
     ks = [f"unit-{i}" for i in range(12)]
     assert len({s.index(k) for k in ks}) > 3
@@ -618,15 +632,7 @@ def test_lock_many_against_reversed_lock_many() -> None:
         except BaseException as exc:  # pragma: no cover - reported below
             errors.append(exc)
 
-    threads = (start(lambda: worker(0, ks)), start(lambda: worker(1, ks[::-1])))
-    for thread in threads:
-        while True:
-            before = sum(done)
-            thread.join(2 * DEADLINE)  # past one lock_many's DEADLINE: a deadlock raised by then
-            if not thread.is_alive():
-                break
-            assert sum(done) > before, f"no lock_many completed in {2 * DEADLINE} s: {done}"
-    join(*threads)
+    join_while_progressing((start(lambda: worker(0, ks)), start(lambda: worker(1, ks[::-1]))), done)
     assert errors == []
     assert done == [rounds, rounds]
     assert s.statistics().held == ()
@@ -785,7 +791,9 @@ def test_stale_sweep_with_sections_converges() -> None:
 def test_event_path_and_periodic_sweep_never_regress() -> None:
     """Event paths publish under lock(), a sweep under try_lock(), over the same entities
     (8 entities in 4 sections, so some collide); no entity's view ever regresses, every event
-    is published, and the sweep gets to publish too."""
+    is published, and the sweep gets to publish too (at the latest once the events are out:
+    beside a loaded machine's other threads, 3 event paths on the free-threaded build could
+    finish before the sweeper ran at all, 6 runs in 1,400)."""
     sections = StripedSections(4, name="emitter")
     entities = [f"unit-{i}" for i in range(8)]
     store = dict.fromkeys(entities, 0)
@@ -795,6 +803,7 @@ def test_event_path_and_periodic_sweep_never_regress() -> None:
     barrier = threading.Barrier(n_event_threads + 1)
     stop = threading.Event()
     swept = {"published": 0, "skipped": 0}
+    events = [0] * n_event_threads
 
     def publish(entity: str) -> None:
         version = store[entity]  # load
@@ -809,10 +818,11 @@ def test_event_path_and_periodic_sweep_never_regress() -> None:
                 store[entity] += 1  # the state changes...
             with sections.lock(entity, timeout=DEADLINE):  # ...and the event must go out
                 publish(entity)
+            events[t] += 1
 
     def periodic_sweep() -> None:
         barrier.wait(DEADLINE)
-        while not stop.is_set():
+        while not (stop.is_set() and swept["published"]):
             for entity in entities:
                 with sections.try_lock(entity) as held:
                     if not held:
@@ -822,7 +832,9 @@ def test_event_path_and_periodic_sweep_never_regress() -> None:
                     swept["published"] += 1
 
     sweeper = start(periodic_sweep)
-    join(*[start(lambda t=t: event_path(t)) for t in range(n_event_threads)])
+    join_while_progressing(
+        [start(lambda t=t: event_path(t)) for t in range(n_event_threads)], events
+    )
     stop.set()
     join(sweeper)
     assert subscriber.regressions == []
