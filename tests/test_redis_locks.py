@@ -48,6 +48,12 @@ def manifest():
     return evaluate(RECORDER.snapshot()).to_dict()
 
 
+def gauge(watched, metric, lock):
+    """A live gauge's value for one lock class (``lockwatch.lock.waiting`` / ``.holders``)."""
+    points = {p.attributes["lockwatch.lock.name"]: p.value for p in watched.points(metric)}
+    return points.get(lock, 0)
+
+
 def make_lock(client, key, **kwargs):
     """One creation site for every lock of these tests."""
     return client.lock(key, **kwargs)
@@ -221,9 +227,6 @@ def test_asyncio_locks_are_recorded_per_task(watched, port):
     overrun names the task."""
     import redis.asyncio as aioredis
 
-    def waiting() -> int:
-        return RECORDER.live().get(("lock:cart:*", "redis.asyncio.Lock"), (0, 0))[0]
-
     async def main():
         client = aioredis.Redis(port=port)
         first = client.lock("lock:cart:77", timeout=10, sleep=0.01)
@@ -242,9 +245,12 @@ def test_asyncio_locks_are_recorded_per_task(watched, port):
         # lease cut short. (With a lease of 0.2 s from the acquire, a loaded free-threaded
         # machine once ran the waiter's first attempt after it ended: no wait at all.)
         deadline = time.monotonic() + 10
-        while waiting() != 1 and time.monotonic() < deadline:
+        while (
+            gauge(watched, "lockwatch.lock.waiting", "lock:cart:*") != 1
+            and time.monotonic() < deadline
+        ):
             await asyncio.sleep(0.01)  # ok: polling the gauge's count, with a deadline
-        assert waiting() == 1
+        assert gauge(watched, "lockwatch.lock.waiting", "lock:cart:*") == 1
         assert await first.extend(0.05, replace_ttl=True)  # the lease ends 50 ms from here
         await asyncio.wait_for(acquired.wait(), 10)  # first's lease ran out: the waiter has it
         with pytest.raises(LockNotOwnedError):
@@ -378,21 +384,19 @@ def test_a_worker_polling_for_a_redis_lock_is_in_the_waiting_gauge(watched, clie
         with make_lock(client, "lock:order:5", timeout=10, sleep=0.005):
             got.set()
 
-    def gauge(name):
-        return {p.attributes["lockwatch.lock.name"]: p.value for p in watched.points(name)}.get(
-            "lock:order:*", 0
-        )
-
     t = threading.Thread(target=waiter, name="waiter")
     t.start()
     deadline = time.monotonic() + 10
-    while gauge("lockwatch.lock.waiting") != 1 and time.monotonic() < deadline:
+    while (
+        gauge(watched, "lockwatch.lock.waiting", "lock:order:*") != 1
+        and time.monotonic() < deadline
+    ):
         time.sleep(0.01)  # ok: polling the gauge, with a deadline
-    assert gauge("lockwatch.lock.waiting") == 1
-    assert gauge("lockwatch.lock.holders") == 1  # the main thread
+    assert gauge(watched, "lockwatch.lock.waiting", "lock:order:*") == 1
+    assert gauge(watched, "lockwatch.lock.holders", "lock:order:*") == 1  # the main thread
     holder.release()
     t.join(10)
-    assert got.is_set() and gauge("lockwatch.lock.waiting") == 0
+    assert got.is_set() and gauge(watched, "lockwatch.lock.waiting", "lock:order:*") == 0
 
 
 def _kill_other_connections(client):
