@@ -369,3 +369,89 @@ def test_a_look_at_the_holder_s_frame_survives_a_collection_freeing_a_thread_loc
         _run(FRAME_LOOK_UNDER_COLLECTION, pure=True, timeout=60)
     except subprocess.TimeoutExpired:
         pytest.fail("the look at the holder's frame deadlocked under a collection")
+
+
+# A waiter that yields to a holder it sees inside the window for half a second, then sees it in
+# the program's code and blocks until the holder lets go. (The holder waits on an Event in its
+# `with` block; the window is the test's, through `in_window`, until `leaving` is set.)
+WAIT_AFTER_YIELDS = r"""
+import json, threading
+from time import perf_counter_ns
+from otel_lockwatch import LockwatchInstrumentor
+from otel_lockwatch.capture import _switched_out
+from otel_lockwatch._session import RECORDER
+
+LockwatchInstrumentor().instrument(manifest=False)
+_switched_out.WINDOW_POLLS = 10**9  # the test decides when the holder leaves the window
+in_window, leaving, polls = _switched_out.in_window, threading.Event(), []
+
+
+def held_in_window(hold):
+    polls.append(perf_counter_ns())
+    return not leaving.is_set() or in_window(hold)
+
+
+_switched_out.in_window = held_in_window
+lock = threading.Lock()
+name = lock._lockwatch_class.name
+inside, leave = threading.Event(), threading.Event()
+
+
+def until(predicate):
+    tick = threading.Event()
+    for _ in range(60_000):
+        if predicate():
+            return
+        tick.wait(0.001)
+    raise AssertionError("timed out")
+
+
+def holder():
+    with lock:
+        inside.set()
+        leave.wait(60)
+
+
+def waiter():
+    with lock:
+        pass
+
+
+h = threading.Thread(target=holder)
+h.start()
+inside.wait(60)
+t = threading.Thread(target=waiter, name="waiter")
+t.start()
+until(lambda: polls and perf_counter_ns() - polls[0] > 500_000_000)  # yielded for 0.5 s
+leaves_at = perf_counter_ns()
+leaving.set()
+until(lambda: RECORDER.live().get((name, "threading.Lock"), (0, 0))[0] == 1)  # blocked
+leave.set()
+t.join(60)
+done_at = perf_counter_ns()
+h.join(60)
+row = RECORDER.snapshot()["locks"][name]["workers"]["waiter"]
+print(json.dumps({
+    "contentions": row["contentions"],
+    "wait_ns": row["wait_ns"],
+    "yielded_ns": leaves_at - polls[0],
+    "after_ns": done_at - leaves_at,
+}))
+"""
+
+
+@pytest.mark.parametrize("pure", [True, False], ids=["pure", "c"])
+def test_a_wait_after_yields_to_the_window_is_timed_from_the_window_s_end(pure):
+    """The yields to a holder inside the window wait for the interpreter, not the lock (a loaded
+    machine can keep it from the waiter for hundreds of ms): on a GIL build the program's wait
+    begins when the waiter blocks, after them. Without the GIL the holder holds the lock on a
+    core of its own all along, and the wait is timed from the failed try, yields included."""
+    if not pure and not _fast_path.SPEEDUPS:
+        pytest.skip("the C extension is not in use")
+    got = _run(WAIT_AFTER_YIELDS, pure=pure)
+    assert got["contentions"] == 1
+    assert got["yielded_ns"] > 500_000_000
+    if sysconfig.get_config_var("Py_GIL_DISABLED"):
+        assert got["wait_ns"] > got["yielded_ns"]
+    else:
+        assert 0 < got["wait_ns"] <= got["after_ns"]

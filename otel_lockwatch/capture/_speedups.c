@@ -2844,7 +2844,7 @@ done:
 
 /* The blocking wait of a lock proxy whose try failed: the window first (a holder switched out
  * inside lockwatch is yielded to, S->window), else the lock's own blocking acquire, timed from
- * the failed try, with the worker's `waiting` noted meanwhile (the live gauges); then the wait
+ * the window's end (the failed try without the GIL), with the worker's `waiting` noted meanwhile (the live gauges); then the wait
  * counted and left to file. 1: taken; 0: not (the acquire said so); -1: an error (the acquire's
  * own, as KeyboardInterrupt from a signal handler: raised to the caller, as the lock's acquire
  * raises it). */
@@ -2866,6 +2866,11 @@ lock_wait_here(ModuleState *S, LockBase *self, PyObject *st, PyObject *s, PyObje
     }
     else if (consume_truth(S, r))
         return 1; /* taken by yielding (counted there): not a wait of the program's */
+#ifndef Py_GIL_DISABLED
+    /* The yields waited for the interpreter, not the lock: the program's wait begins here
+     * (_switched_out.window_wait times the pure path's alike). */
+    t0 = now_ns();
+#endif
     PyObject *ctx = current_context(S);
     if (ctx == NULL) {
         swallow(S);

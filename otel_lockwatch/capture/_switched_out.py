@@ -18,8 +18,13 @@ this very lock: Python 3.10 also switches on the way back from the acquire), the
 the interpreter up for a moment and tries again, without blocking; an acquisition made that way
 is not a wait of the program's (the raw lock would not have made it wait) and is counted in
 ``RECORDER.window_yields`` only. Once the holder is seen in the program's own code, or after
-:data:`WINDOW_POLLS` tries, the wait is the program's: it blocks, and is timed from the first
-failed try and recorded as every other wait.
+:data:`WINDOW_POLLS` tries, the wait is the program's: it blocks, and is timed from then and
+recorded as every other wait. Not from the first failed try: the yields wait for the
+interpreter, not the lock, and a loaded machine can keep it from a waiter for hundreds of ms
+(8 threads x 25,000 uncontended ``with L: n += 1`` on the pure path, beside 30 busy processes:
+waits of 80-336 ms recorded, 63-320 ms of them one yield's sleep; a CI run's 3.15 leg read such
+a program as ``STARVATION_OBSERVED``). Without the GIL, and for a timed acquire (whose timeout
+runs from its call), the wait is timed from the failed try.
 
 The C fast path's wrappers are C calls, with no switch point inside, but the call that ran one
 is followed by the interpreter's check, still inside the window: after ``lock.acquire()`` on
@@ -195,4 +200,9 @@ def window_wait(
         return True
     if deadline is not None:
         timeout = max(0.0, (deadline - _pc()) / 1e9)
-    return lock_wait(lock, state, stats, lock_class, frame, timeout, hold, t0)
+    # The yields were the window's (the waiter waited for the interpreter, which a loaded machine
+    # can keep from it for hundreds of ms, not for the lock): the program's wait begins now.
+    # Without the GIL the holder holds the lock on a core of its own meanwhile, and a timed
+    # acquire's timeout runs from its call: those are timed from the failed try.
+    started = t0 if _FREE_THREADED or deadline is not None else None
+    return lock_wait(lock, state, stats, lock_class, frame, timeout, hold, started)
