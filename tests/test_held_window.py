@@ -165,6 +165,22 @@ def test_pure_path_records_an_uncontended_program_as_uncontended():
     assert got["verdict"] == "LOW_CONTENTION"
 
 
+# What the scenario scripts below poll with (run after it): a predicate looked at every
+# millisecond (an Event's wait, not a sleep), for 60 s at most.
+UNTIL = r"""
+import threading
+
+
+def until(predicate):
+    tick = threading.Event()
+    for _ in range(60_000):
+        if predicate():
+            return
+        tick.wait(0.001)
+    raise AssertionError("timed out")
+"""
+
+
 # -- the pure-Python path's wait behind a holder switched out inside its window ---------------
 # (capture._switched_out): it yields to that holder instead of blocking, and records no wait; a
 # holder in the program's own code is waited for, and recorded, as always. The holder is put
@@ -193,14 +209,6 @@ def in_code(thread, code):
         f = f.f_back
     return False
 
-
-def until(predicate):
-    tick = threading.Event()
-    for _ in range(20_000):
-        if predicate():
-            return
-        tick.wait(0.001)
-    raise AssertionError("timed out")
 
 
 def stats(lock):
@@ -288,7 +296,7 @@ print(json.dumps(out))
 
 @pytest.fixture(scope="module")
 def scenarios() -> dict:
-    return _run(SCENARIOS, pure=True)
+    return _run(UNTIL + SCENARIOS, pure=True)
 
 
 def test_a_holder_before_its_notes_is_in_the_window(scenarios):
@@ -397,14 +405,6 @@ name = lock._lockwatch_class.name
 inside, leave = threading.Event(), threading.Event()
 
 
-def until(predicate):
-    tick = threading.Event()
-    for _ in range(60_000):
-        if predicate():
-            return
-        tick.wait(0.001)
-    raise AssertionError("timed out")
-
 
 def holder():
     with lock:
@@ -448,7 +448,7 @@ def test_a_wait_after_yields_to_the_window_is_timed_from_the_window_s_end(pure):
     core of its own all along, and the wait is timed from the failed try, yields included."""
     if not pure and not _fast_path.SPEEDUPS:
         pytest.skip("the C extension is not in use")
-    got = _run(WAIT_AFTER_YIELDS, pure=pure)
+    got = _run(UNTIL + WAIT_AFTER_YIELDS, pure=pure)
     assert got["contentions"] == 1
     assert got["yielded_ns"] > 500_000_000
     if sysconfig.get_config_var("Py_GIL_DISABLED"):
