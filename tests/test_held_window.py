@@ -210,7 +210,6 @@ def in_code(thread, code):
     return False
 
 
-
 def stats(lock):
     data = RECORDER.snapshot()["locks"][lock._lockwatch_class.name]
     return {k: data[k] for k in ("acquisitions", "contentions", "timeouts")}
@@ -403,7 +402,6 @@ _switched_out.in_window = held_in_window
 lock = threading.Lock()
 name = lock._lockwatch_class.name
 inside, leave = threading.Event(), threading.Event()
-
 
 
 def holder():

@@ -2844,10 +2844,10 @@ done:
 
 /* The blocking wait of a lock proxy whose try failed: the window first (a holder switched out
  * inside lockwatch is yielded to, S->window), else the lock's own blocking acquire, timed from
- * the window's end (the failed try without the GIL), with the worker's `waiting` noted meanwhile (the live gauges); then the wait
- * counted and left to file. 1: taken; 0: not (the acquire said so); -1: an error (the acquire's
- * own, as KeyboardInterrupt from a signal handler: raised to the caller, as the lock's acquire
- * raises it). */
+ * the window's end (from the failed try without the GIL), with the worker's `waiting` noted
+ * meanwhile (the live gauges); then the wait counted and left to file. 1: taken; 0: not (the
+ * acquire said so); -1: an error (the acquire's own, as KeyboardInterrupt from a signal
+ * handler: raised to the caller, as the lock's acquire raises it). */
 static int
 lock_wait_here(ModuleState *S, LockBase *self, PyObject *st, PyObject *s, PyObject *cls,
                PyObject *f, PyObject *lock)

@@ -23,8 +23,8 @@ recorded as every other wait. Not from the first failed try: the yields wait for
 interpreter, not the lock, and a loaded machine can keep it from a waiter for hundreds of ms
 (8 threads x 25,000 uncontended ``with L: n += 1`` on the pure path, beside 30 busy processes:
 waits of 80-336 ms recorded, 63-320 ms of them one yield's sleep; a CI run's 3.15 leg read such
-a program as ``STARVATION_OBSERVED``). Without the GIL, and for a timed acquire (whose timeout
-runs from its call), the wait is timed from the failed try.
+a program as ``STARVATION_OBSERVED``, most likely so). Without the GIL, and for a timed acquire
+(whose timeout runs from its call), the wait is timed from the failed try.
 
 The C fast path's wrappers are C calls, with no switch point inside, but the call that ran one
 is followed by the interpreter's check, still inside the window: after ``lock.acquire()`` on
