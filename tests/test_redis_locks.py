@@ -23,6 +23,7 @@ from otel_lockwatch._session import RECORDER
 from otel_lockwatch.manifest._evaluate import evaluate
 
 redis = pytest.importorskip("redis")
+from polling import until  # noqa: E402
 from redis.backoff import NoBackoff  # noqa: E402
 from redis.exceptions import LockError, LockNotOwnedError  # noqa: E402
 from servers import redis_server  # noqa: E402
@@ -386,12 +387,7 @@ def test_a_worker_polling_for_a_redis_lock_is_in_the_waiting_gauge(watched, clie
 
     t = threading.Thread(target=waiter, name="waiter")
     t.start()
-    deadline = time.monotonic() + 10
-    while (
-        gauge(watched, "lockwatch.lock.waiting", "lock:order:*") != 1
-        and time.monotonic() < deadline
-    ):
-        time.sleep(0.01)  # ok: polling the gauge, with a deadline
+    until(lambda: gauge(watched, "lockwatch.lock.waiting", "lock:order:*") == 1, "never waiting")
     assert gauge(watched, "lockwatch.lock.waiting", "lock:order:*") == 1
     assert gauge(watched, "lockwatch.lock.holders", "lock:order:*") == 1  # the main thread
     holder.release()
